@@ -1,0 +1,1 @@
+"""The Trio service: config, dream-cycle phases, CLIs, metrics, systemd glue."""

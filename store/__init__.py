@@ -1,0 +1,1 @@
+"""Local persistence: apsw database, migrations runner, HNSW index, embedder."""

@@ -1,0 +1,1 @@
+"""The shared append-only log: entry codec, backends, cursors, snapshots, compaction."""
