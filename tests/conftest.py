@@ -1,0 +1,34 @@
+"""Shared fixtures. Real servers (SeaweedFS, redis-server) come from tests/servers.py."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from zeitgeist.backend import LogBackend
+
+pytest_plugins = ["tests.servers"]
+
+BACKEND_NAMES = ["dir", "s3", "redis"]
+
+
+def make_backend(request: pytest.FixtureRequest, name: str, tmp_path: Path) -> LogBackend:
+    """A fresh, empty backend of kind `name`, under a prefix no other test uses."""
+    prefix = f"t-{uuid.uuid4().hex[:12]}"
+    if name == "dir":
+        from zeitgeist.directory import DirectoryBackend
+
+        return DirectoryBackend(tmp_path / "zeitgeist" / prefix)
+    if name == "s3":
+        return request.getfixturevalue("s3_server").backend(prefix)  # type: ignore[no-any-return]
+    if name == "redis":
+        return request.getfixturevalue("redis_server").backend(prefix)  # type: ignore[no-any-return]
+    raise ValueError(f"unknown backend {name!r}")
+
+
+@pytest.fixture(params=BACKEND_NAMES)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> LogBackend:
+    """Every contract test runs once per backend, each against a real store."""
+    return make_backend(request, str(request.param), tmp_path)
