@@ -17,7 +17,9 @@ Vectors = npt.NDArray[np.float32]
 class NeighbourIndex(Protocol):
     """Cosine k-NN over live (non-tombstoned) chunks, labelled by observation rowid."""
 
-    def knn_many(self, vectors: Vectors, k: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    def knn_many(
+        self, vectors: Vectors, k: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """Nearest neighbours of each row of `vectors` (shape (n, dim), float32).
 
         Returns (labels, distances), both shape (n, k'), where k' = min(k, live count)

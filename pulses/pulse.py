@@ -98,7 +98,9 @@ class SalientPulse:
                 raise InvalidPulse("seed_embedding: length is not a multiple of 4 bytes")
             emb = np.frombuffer(raw, dtype="<f4").astype(np.float32)
             if int(obj["dim"]) != emb.shape[0]:
-                raise InvalidPulse(f"dim {obj['dim']} does not match seed_embedding ({emb.shape[0]})")
+                raise InvalidPulse(
+                    f"dim {obj['dim']} does not match seed_embedding ({emb.shape[0]})"
+                )
             strength_raw = obj["strength"]
             strength = math.inf if strength_raw == "inf" else float(strength_raw)
             pulse = cls(
@@ -182,12 +184,14 @@ def validate_parameters(
         raise InvalidPulse(f"decay_per_hop must be finite and >= 0, got {decay_per_hop}")
     if decay_per_hop * k >= 1:
         raise InvalidPulse(
-            f"decay_per_hop * k must be < 1 (convergence), got {decay_per_hop} * {k} = {decay_per_hop * k:g}"
+            "decay_per_hop * k must be < 1 (convergence), "
+            f"got {decay_per_hop} * {k} = {decay_per_hop * k:g}"
         )
     limit = max_hops_allowed(sigma)
     if max_hops > limit:
         raise InvalidPulse(
-            f"max_hops {max_hops} exceeds floor(-ln({EPSILON:g}) / sigma) = {limit} for sigma {sigma}"
+            f"max_hops {max_hops} exceeds floor(-ln({EPSILON:g}) / sigma) = {limit} "
+            f"for sigma {sigma}"
         )
     if not (math.isfinite(ttl_s) and ttl_s > 0):
         raise InvalidPulse(f"ttl must be > 0 seconds, got {ttl_s}")

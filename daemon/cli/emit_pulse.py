@@ -1,0 +1,64 @@
+"""`pulse-emit pulse`: a Reward or Decay pulse seeded at the embedding of some text."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from daemon.cli.common import config_options, load, run_guarded
+
+
+def register(verbs: Any) -> None:
+    parser: argparse.ArgumentParser = verbs.add_parser(
+        "pulse",
+        parents=[config_options()],
+        help="reward or decay the neighbourhood of a text",
+        description="Emit a salience pulse seeded at TEXT's embedding. Every peer propagates "
+        "it by BFS over its own k-NN graph, so peers that never held TEXT still take part. "
+        "Invariants: decay_per_hop * k < 1, max_hops <= floor(-ln(1e-3) / sigma). Unset "
+        "parameters come from the [pulses] config section.",
+    )
+    parser.add_argument("--text", required=True, help="text whose embedding seeds the pulse")
+    parser.add_argument("--kind", required=True, choices=("reward", "decay", "forget"))
+    parser.add_argument("--strength", type=float, help="magnitude, >= 0")
+    parser.add_argument("--sigma", type=float, help="kernel width in cosine-distance units")
+    parser.add_argument("--k", type=int, help="neighbours per BFS node")
+    parser.add_argument("--max-hops", type=int, help="BFS depth")
+    parser.add_argument("--decay-per-hop", type=float, help="attenuation per hop")
+    parser.add_argument("--ttl", type=float, metavar="SECONDS", help="time to live")
+    parser.add_argument("--reason", default="manual", metavar="TOPIC", help="topic key, for audit")
+    parser.add_argument("--nonce", default="",
+                        help="make an otherwise identical request a new pulse")  # fmt: skip
+    parser.set_defaults(handler=lambda args: run_guarded(lambda: _emit(args)))
+
+
+def _emit(args: argparse.Namespace) -> int:
+    from daemon.emit import PulseRequest, emit_pulse
+    from daemon.runtime import Runtime
+    from pulses.pulse import PulseKind
+
+    config = load(args)
+    defaults = config.pulses
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    request = PulseRequest(
+        text=args.text,
+        kind=PulseKind(args.kind),
+        strength=pick(args.strength, defaults.strength),
+        sigma=pick(args.sigma, defaults.sigma),
+        k=pick(args.k, defaults.k),
+        max_hops=pick(args.max_hops, defaults.max_hops),
+        decay_per_hop=pick(args.decay_per_hop, defaults.decay_per_hop),
+        ttl_s=pick(args.ttl, defaults.ttl_s),
+        reason=args.reason,
+        nonce=args.nonce,
+    )
+    rt = Runtime.open(config)
+    try:
+        emitted = emit_pulse(rt, request)
+    finally:
+        rt.close()
+    print(f"{'queued' if emitted.new else 'already queued'} pulse {emitted.entry_id}")
+    return 0

@@ -1,0 +1,35 @@
+"""`pulse-emit tombstone`: retract a chunk on every peer, permanently."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from daemon.cli.common import config_options, load, run_guarded
+
+
+def register(verbs: Any) -> None:
+    parser: argparse.ArgumentParser = verbs.add_parser(
+        "tombstone",
+        parents=[config_options()],
+        help="retract a chunk everywhere",
+        description="Tombstone the chunk with content hash HASH on every peer (with a Forget "
+        "pulse when this peer holds it). Tombstones win over any later Reward.",
+    )
+    parser.add_argument("hash", metavar="HASH", help="content hash (64 hex digits)")
+    parser.add_argument("--reason", required=True, help="why it is retracted")
+    parser.set_defaults(handler=lambda args: run_guarded(lambda: _emit(args)))
+
+
+def _emit(args: argparse.Namespace) -> int:
+    from daemon.emit import emit_tombstone
+    from daemon.runtime import Runtime
+
+    config = load(args)
+    rt = Runtime.open(config)
+    try:
+        emitted = emit_tombstone(rt, digest=args.hash, reason=args.reason, ttl_s=config.pulses.ttl_s)
+    finally:
+        rt.close()
+    print(f"{'queued' if emitted.new else 'already queued'} tombstone {emitted.entry_id}")
+    return 0

@@ -1,0 +1,55 @@
+"""`dreamcycle recall`: what memory says about a query; records the attribution."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from typing import Any
+
+from daemon.cli.common import config_options, load, print_table, run_guarded
+
+
+def register(verbs: Any) -> None:
+    parser: argparse.ArgumentParser = verbs.add_parser(
+        "recall",
+        parents=[config_options()],
+        help="top-k chunks for a query; prints the decision hash",
+        description="Rank chunks by similarity to QUERY and by salience, record which chunks "
+        "were in context (an attribution), and print its decision hash: pass it to "
+        "`pulse-emit outcome --decision` once the outcome is known.",
+    )
+    parser.add_argument("query")
+    parser.add_argument("-k", "--top-k", type=int, metavar="N", help="chunks to return")
+    parser.add_argument("--decision", metavar="TEXT",
+                        help="the decision these chunks informed (default: the query)")  # fmt: skip
+    parser.add_argument("--no-record", action="store_true", help="read only: no attribution")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=lambda args: run_guarded(lambda: _recall(args)))
+
+
+def _recall(args: argparse.Namespace) -> int:
+    from daemon.recall import recall
+    from daemon.runtime import Runtime
+
+    if args.top_k is not None and args.top_k < 1:
+        raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
+    rt = Runtime.open(load(args))
+    try:
+        result = recall(rt, args.query, top_k=args.top_k, decision_text=args.decision,
+                        record=not args.no_record)  # fmt: skip
+    finally:
+        rt.close()
+    if args.json:
+        print(json.dumps({"decision_hash": result.decision_hash,
+                          "hits": [asdict(h) for h in result.hits]}, indent=2))  # fmt: skip
+        return 0
+    rows = [
+        {"score": h.score, "similarity": h.similarity, "salience": h.salience,
+         "hash": h.content_hash[:12], "text": (h.title or h.content)[:70].replace("\n", " ")}
+        for h in result.hits
+    ]  # fmt: skip
+    print_table(rows, ["score", "similarity", "salience", "hash", "text"])
+    if result.decision_hash:
+        print(f"decision {result.decision_hash}")
+    return 0

@@ -1,0 +1,47 @@
+"""`dreamcycle run`: the daemon (a systemd service, Type=notify)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from daemon.cli.common import config_options, load, run_guarded
+
+
+def register(verbs: Any) -> None:
+    parser: argparse.ArgumentParser = verbs.add_parser(
+        "run",
+        parents=[config_options()],
+        help="run dream cycles until SIGTERM",
+        description="Run the dream cycle on an interval: poll the zeitgeist, apply entries, "
+        "propagate pulses, downscale, sweep, publish. SIGTERM/SIGINT finish the current "
+        "phase, save and exit 0.",
+    )
+    parser.add_argument("--once", action="store_true", help="run one cycle and exit")
+    parser.add_argument("--cycles", type=int, metavar="N", help="run N cycles and exit")
+    parser.add_argument("--interval", type=float, metavar="SECONDS",
+                        help="seconds between cycle starts (cycle.interval_s)")  # fmt: skip
+    parser.set_defaults(handler=lambda args: run_guarded(lambda: _run(args)))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from daemon import metrics
+    from daemon.runtime import Runtime
+    from daemon.service import serve
+
+    config = load(args)
+    if args.interval is not None:
+        if args.interval <= 0:
+            raise ValueError(f"--interval must be > 0, got {args.interval}")
+        config.cycle.interval_s = args.interval
+    if args.cycles is not None and args.cycles < 1:
+        raise ValueError(f"--cycles must be >= 1, got {args.cycles}")
+    rt = Runtime.open(config)
+    try:
+        rt.lock_data_dir()
+        address = config.metrics.address()
+        if address is not None:
+            metrics.serve(address)
+        return serve(rt, max_cycles=1 if args.once else args.cycles)
+    finally:
+        rt.close()

@@ -1,0 +1,389 @@
+"""TOML configuration with environment overrides, validated with errors that name the key.
+
+Precedence: defaults < TOML file < environment (DREAMCYCLE_<SECTION>_<KEY>) < CLI flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import socket
+import tomllib
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from daemon import defaults
+from store.database import CHUNK_KINDS
+from store.embedder import DEFAULT_MODEL
+from store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the key, its source and the rule."""
+
+
+_PEER_ID = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
+
+
+@dataclass
+class PeerConfig:
+    id: str = ""
+    data_dir: str = defaults.DATA_DIR
+
+    def check(self) -> None:
+        if not _PEER_ID.match(self.id):
+            raise ConfigError(
+                f"peer.id {self.id!r} must be 1-64 characters of letters, digits, '_' or '.'"
+            )
+
+
+@dataclass
+class CycleConfig:
+    interval_s: float = defaults.CYCLE_INTERVAL_S
+    max_segments: int = defaults.MAX_SEGMENTS_PER_CYCLE
+    max_embed: int = defaults.MAX_EMBED_PER_CYCLE
+
+    def check(self) -> None:
+        _positive("cycle.interval_s", self.interval_s)
+        _positive("cycle.max_segments", self.max_segments)
+        _positive("cycle.max_embed", self.max_embed)
+
+
+@dataclass
+class S3Config:
+    bucket: str = ""
+    prefix: str = defaults.S3_PREFIX
+    endpoint_url: str = ""
+    region: str = defaults.S3_REGION
+
+
+@dataclass
+class RedisConfig:
+    url: str = defaults.REDIS_URL
+    prefix: str = defaults.REDIS_PREFIX
+
+
+@dataclass
+class ZeitgeistConfig:
+    backend: str = "dir"
+    dir: str = ""
+    window_s: float = defaults.ZEITGEIST_WINDOW_S
+    liveness_timeout_s: float = defaults.LIVENESS_TIMEOUT_S
+    compaction_interval_s: float = defaults.COMPACTION_INTERVAL_S
+    adopt_remote_chunks: bool = False
+    s3: S3Config = field(default_factory=S3Config)
+    redis: RedisConfig = field(default_factory=RedisConfig)
+
+    def check(self) -> None:
+        _one_of("zeitgeist.backend", self.backend, ("dir", "s3", "redis"))
+        _positive("zeitgeist.window_s", self.window_s)
+        _positive("zeitgeist.liveness_timeout_s", self.liveness_timeout_s)
+        _positive("zeitgeist.compaction_interval_s", self.compaction_interval_s)
+        if self.backend == "s3" and not self.s3.bucket:
+            raise ConfigError("zeitgeist.s3.bucket must be set when zeitgeist.backend = 's3'")
+        if self.backend == "redis" and not self.redis.url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"zeitgeist.redis.url {self.redis.url!r} is not a redis:// URL")
+
+
+@dataclass
+class EmbeddingConfig:
+    model: str = DEFAULT_MODEL
+    batch_size: int = defaults.EMBED_BATCH_SIZE
+    threads: int = 0  # 0: let onnxruntime decide
+
+    def check(self) -> None:
+        _positive("embedding.batch_size", self.batch_size)
+        if self.threads < 0:
+            raise ConfigError(f"embedding.threads must be >= 0, got {self.threads}")
+
+
+@dataclass
+class IndexConfig:
+    m: int = DEFAULT_M
+    ef_construction: int = DEFAULT_EF_CONSTRUCTION
+    ef: int = DEFAULT_EF
+
+    def check(self) -> None:
+        _positive("index.m", self.m)
+        _positive("index.ef_construction", self.ef_construction)
+        _positive("index.ef", self.ef)
+
+
+@dataclass
+class PulsesConfig:
+    update_rule: str = defaults.UPDATE_RULE
+    strength: float = defaults.PULSE_STRENGTH
+    sigma: float = defaults.PULSE_SIGMA
+    max_hops: int = defaults.PULSE_MAX_HOPS
+    k: int = defaults.PULSE_K
+    decay_per_hop: float = defaults.PULSE_DECAY_PER_HOP
+    ttl_s: float = defaults.PULSE_TTL_S
+    outcome_wait_s: float = defaults.OUTCOME_WAIT_S
+
+    def check(self) -> None:
+        _one_of("pulses.update_rule", self.update_rule, ("bfs", "literal"))
+        _positive("pulses.ttl_s", self.ttl_s)
+        _positive("pulses.outcome_wait_s", self.outcome_wait_s)
+
+
+@dataclass
+class DownscaleConfig:
+    enabled: bool = True
+    fact_half_life_s: float = defaults.HALF_LIFE_S["fact"]
+    preference_half_life_s: float = defaults.HALF_LIFE_S["preference"]
+    insight_half_life_s: float = defaults.HALF_LIFE_S["insight"]
+    summary_half_life_s: float = defaults.HALF_LIFE_S["summary"]
+    note_half_life_s: float = defaults.HALF_LIFE_S["note"]
+
+    def check(self) -> None:
+        for kind in CHUNK_KINDS:
+            _positive(f"downscale.{kind}_half_life_s", self.half_life(kind))
+
+    def half_life(self, kind: str) -> float:
+        return float(getattr(self, f"{kind}_half_life_s"))
+
+
+@dataclass
+class SweepConfig:
+    enabled: bool = True
+    percentile: float = defaults.SWEEP_PERCENTILE
+    min_population: int = defaults.SWEEP_MIN_POPULATION
+    interval_s: float = defaults.SWEEP_INTERVAL_S
+    dry_run: bool = False
+
+    def check(self) -> None:
+        if not 0 < self.percentile < 100:
+            raise ConfigError(f"sweep.percentile must be in (0, 100), got {self.percentile}")
+        if self.min_population < 0:
+            raise ConfigError(f"sweep.min_population must be >= 0, got {self.min_population}")
+        if self.interval_s < 0:
+            raise ConfigError(f"sweep.interval_s must be >= 0, got {self.interval_s}")
+
+
+@dataclass
+class RecallConfig:
+    top_k: int = defaults.RECALL_TOP_K
+    candidates: int = defaults.RECALL_CANDIDATES
+    similarity_weight: float = defaults.RECALL_SIMILARITY_WEIGHT
+    salience_weight: float = defaults.RECALL_SALIENCE_WEIGHT
+
+    def check(self) -> None:
+        _positive("recall.top_k", self.top_k)
+        _positive("recall.candidates", self.candidates)
+        for name in ("similarity_weight", "salience_weight"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ConfigError(f"recall.{name} must be in [0, 1], got {value}")
+
+
+@dataclass
+class MetricsConfig:
+    listen: str = defaults.METRICS_LISTEN
+
+    def check(self) -> None:
+        if self.listen:
+            host, _, port = self.listen.rpartition(":")
+            if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise ConfigError(f"metrics.listen {self.listen!r} must be HOST:PORT (or empty)")
+
+    def address(self) -> tuple[str, int] | None:
+        if not self.listen:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+@dataclass
+class LogConfig:
+    level: str = defaults.LOG_LEVEL
+    format: str = defaults.LOG_FORMAT
+
+    def check(self) -> None:
+        _one_of("log.level", self.level, ("debug", "info", "warning", "error"))
+        _one_of("log.format", self.format, ("json", "text"))
+
+
+@dataclass
+class Config:
+    peer: PeerConfig = field(default_factory=PeerConfig)
+    cycle: CycleConfig = field(default_factory=CycleConfig)
+    zeitgeist: ZeitgeistConfig = field(default_factory=ZeitgeistConfig)
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)
+    pulses: PulsesConfig = field(default_factory=PulsesConfig)
+    downscale: DownscaleConfig = field(default_factory=DownscaleConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    # ---- derived paths ------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(os.path.expanduser(self.peer.data_dir))
+
+    @property
+    def database_path(self) -> Path:
+        return self.data_dir / defaults.DATABASE_FILE
+
+    @property
+    def index_path(self) -> Path:
+        return self.data_dir / defaults.INDEX_FILE
+
+    @property
+    def lock_path(self) -> Path:
+        return self.data_dir / defaults.LOCK_FILE
+
+    @property
+    def zeitgeist_dir(self) -> Path:
+        if self.zeitgeist.dir:
+            return Path(os.path.expanduser(self.zeitgeist.dir))
+        return self.data_dir / defaults.ZEITGEIST_DIR
+
+    def check(self) -> None:
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            if hasattr(value, "check"):
+                value.check()
+
+
+def default_peer_id() -> str:
+    """The host name, reduced to the characters a peer id may hold."""
+    name = re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:64]
+    return name or "peer"
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Defaults, then the TOML file, then DREAMCYCLE_* variables, then `overrides` ("section.key")."""
+    env = os.environ if environ is None else environ
+    config = Config()
+    if path is None and env.get(defaults.CONFIG_ENV):
+        path = Path(env[defaults.CONFIG_ENV])
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc}") from None
+        _merge(config, data, source=str(path), prefix="")
+    _apply_environment(config, env)
+    for dotted, value in (overrides or {}).items():
+        if value is not None:
+            _set_dotted(config, dotted, value, source="command line")
+    if not config.peer.id:
+        config.peer.id = default_peer_id()
+    config.check()
+    return config
+
+
+def _merge(target: Any, data: Mapping[str, Any], *, source: str, prefix: str) -> None:
+    known = {f.name: f for f in dataclasses.fields(target)}
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in known:
+            raise ConfigError(
+                f"{source}: unknown key {dotted!r} (known: {', '.join(sorted(known))})"
+            )
+        current = getattr(target, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{source}: {dotted!r} must be a table")
+            _merge(current, value, source=source, prefix=f"{dotted}.")
+        else:
+            setattr(target, key, _coerce(type(target), key, value, dotted=dotted, source=source))
+
+
+def _apply_environment(config: Config, env: Mapping[str, str]) -> None:
+    paths = dict(_leaf_paths(config, ""))
+    for name, raw in env.items():
+        if not name.startswith(defaults.ENV_PREFIX) or name == defaults.CONFIG_ENV:
+            continue
+        dotted = paths.get(name[len(defaults.ENV_PREFIX) :].lower())
+        if dotted is None:
+            raise ConfigError(
+                f"environment variable {name} does not name a setting "
+                f"(expected {defaults.ENV_PREFIX}<SECTION>_<KEY>, e.g. DREAMCYCLE_CYCLE_INTERVAL_S)"
+            )
+        _set_dotted(config, dotted, raw, source=f"environment variable {name}")
+
+
+def _leaf_paths(target: Any, prefix: str) -> list[tuple[str, str]]:
+    """('zeitgeist_s3_bucket', 'zeitgeist.s3.bucket') for every leaf setting."""
+    out: list[tuple[str, str]] = []
+    for f in dataclasses.fields(target):
+        dotted = f"{prefix}{f.name}"
+        value = getattr(target, f.name)
+        if dataclasses.is_dataclass(value):
+            out.extend(_leaf_paths(value, f"{dotted}."))
+        else:
+            out.append((dotted.replace(".", "_"), dotted))
+    return out
+
+
+def _set_dotted(config: Config, dotted: str, value: Any, *, source: str) -> None:
+    *parents, leaf = dotted.split(".")
+    target: Any = config
+    for part in parents:
+        if not hasattr(target, part):
+            raise ConfigError(f"{source}: unknown setting {dotted!r}")
+        target = getattr(target, part)
+    if not dataclasses.is_dataclass(target) or leaf not in {f.name for f in dataclasses.fields(target)}:
+        raise ConfigError(f"{source}: unknown setting {dotted!r}")
+    setattr(target, leaf, _coerce(type(target), leaf, value, dotted=dotted, source=source))
+
+
+def _coerce(owner: type, key: str, value: Any, *, dotted: str, source: str) -> Any:
+    expected = get_type_hints(owner)[key]
+    if get_origin(expected) in (Union, types.UnionType):
+        expected = next(a for a in get_args(expected) if a is not type(None))
+    try:
+        if expected is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
+        if expected is int:
+            if isinstance(value, bool) or isinstance(value, float):
+                raise ValueError("expected an integer")
+            return int(value)
+        if expected is float:
+            if isinstance(value, bool):
+                raise ValueError("expected a number")
+            number = float(value)
+            if math.isnan(number):
+                raise ValueError("NaN is not a valid value")
+            return number
+        if expected is str:
+            if not isinstance(value, str):
+                raise ValueError("expected a string")
+            return value
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {dotted} = {value!r}: {exc}") from None
+    raise ConfigError(f"{source}: {dotted} has an unsupported type")
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ConfigError(f"{name} must be > 0, got {value}")
+
+
+def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")

@@ -1,0 +1,742 @@
+"""The eight phases of one dream cycle, in order (DESIGN.md section 6).
+
+scan -> classify -> interleave -> reconsolidate -> salience_pulse_propagate ->
+downscale -> percentile_sweep -> promote
+
+Each phase is a blocking function of (runtime, state) that runs in a worker
+thread and commits its own transaction. Every applied entry is recorded in the
+same transaction as its effect, and a segment is marked applied only once all
+its entries are, so a crash between any two statements loses nothing and
+applies nothing twice: the next cycle re-reads what was not recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+
+from daemon.runtime import HLC_META_KEY, Runtime, wall_ms
+from pulses.outcome import Attribution, Outcome, outcome_to_pulses
+from pulses.propagate import UpdateRule, propagate
+from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
+from pulses.sweep import SweepCandidate, SweepPlan, downscale, plan_sweep
+from store.database import NewObservation, Observation, PendingChunk
+from store.timefmt import ms_from_iso
+from zeitgeist.entries import (
+    AssertEntry,
+    AttributionEntry,
+    CorruptSegment,
+    Entry,
+    OutcomeEntry,
+    PulseEntry,
+    ReconsolidateEntry,
+    SupersedeEntry,
+    TombstoneEntry,
+    decode_entry,
+    encode_entry,
+    entry_order_key,
+)
+from zeitgeist.keys import parse_segment_key
+from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment
+
+log = logging.getLogger("dreamcycle.cycle")
+
+PHASES: Final = (
+    "scan",
+    "classify",
+    "interleave",
+    "reconsolidate",
+    "salience_pulse_propagate",
+    "downscale",
+    "percentile_sweep",
+    "promote",
+)
+
+CURSOR_META_KEY: Final = "cursor_hlc"
+BOOTSTRAPPED_META_KEY: Final = "bootstrapped"
+PUBLISH_SEQ_META_KEY: Final = "publish_seq"
+LAST_SWEEP_META_KEY: Final = "last_sweep_ms"
+LAST_COMPACTION_META_KEY: Final = "last_compaction_ms"
+SWEEP_REASON: Final = "percentile_sweep"
+SUPERSEDED_REASON: Final = "superseded"
+
+
+class FatalCycleError(RuntimeError):
+    """The daemon must stop (another process owns this peer id, say)."""
+
+
+@dataclass
+class FetchedSegment:
+    key: str
+    entries: list[Entry]
+    rejected: int
+    skipped: int
+
+
+@dataclass
+class CycleState:
+    now_ms: int
+    segments: list[FetchedSegment] = field(default_factory=list)
+    local: list[Entry] = field(default_factory=list)
+    ordered: list[Entry] = field(default_factory=list)
+    rejected: dict[str, str] = field(default_factory=dict)  # entry id -> reason
+    new_labels: list[int] = field(default_factory=list)
+    stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+PhaseFn = Callable[[Runtime, CycleState], dict[str, Any]]
+
+
+# ---- scan -----------------------------------------------------------------------------
+
+
+def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
+    """New log segments (after the cursor, inside the window) and local unapplied entries."""
+    zg, db = _zeitgeist(rt), rt.db
+    fetched = rejected_lines = 0
+    if db.get_meta(BOOTSTRAPPED_META_KEY) is None:
+        snapshot = zg.bootstrap()
+        if snapshot is not None and not db.segment_applied(snapshot.key):
+            st.segments.append(FetchedSegment(snapshot.key, list(snapshot.entries), 0, 0))
+            with db.transaction():
+                db.set_meta(CURSOR_META_KEY, str(max(_cursor(rt), snapshot.hlc)))
+        with db.transaction():
+            db.set_meta(BOOTSTRAPPED_META_KEY, "1")
+    keys = zg.poll(_cursor(rt), db.segment_applied)
+    own = [k for k in keys if parse_segment_key(k).peer_id == rt.peer_id]
+    if own:
+        with db.transaction():
+            for key in own:
+                db.record_segment(key, entries=0, rejected=0, skipped=0, now_ms=st.now_ms)
+    for key in [k for k in keys if k not in own][: rt.config.cycle.max_segments]:
+        try:
+            decoded = zg.fetch(key)
+        except CorruptSegment as exc:
+            log.error("corrupt segment skipped", extra={"key": key, "error": str(exc)})
+            with db.transaction():
+                db.record_segment(key, entries=0, rejected=1, skipped=0, now_ms=st.now_ms)
+            continue
+        except KeyError:
+            continue  # compacted away between LIST and GET; its entries are in the snapshot
+        for bad in decoded.rejected:
+            log.warning("entry rejected", extra={"key": key, "line": bad.line_no, "reason": bad.reason})
+        st.segments.append(
+            FetchedSegment(key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values()))
+        )
+        fetched += 1
+        rejected_lines += len(decoded.rejected)
+    for _entry_id, body in db.outbox_unapplied():
+        st.local.append(decode_entry(body))
+    new_chunks = _salience(rt).refresh()
+    return {
+        "listed": len(keys),
+        "fetched": fetched,
+        "rejected_lines": rejected_lines,
+        "local": len(st.local),
+        "new_chunks": new_chunks,
+    }
+
+
+# ---- classify -------------------------------------------------------------------------
+
+
+def classify(rt: Runtime, st: CycleState) -> dict[str, Any]:
+    """Validate pulses, embed new local chunks in batches, queue their assert entries."""
+    for entry in _all_entries(st):
+        if isinstance(entry, PulseEntry):
+            reason = _pulse_problem(rt, entry.pulse)
+            if reason is not None:
+                st.rejected[entry.id] = reason
+    admitted = _admit_pending(rt, st)
+    return {"rejected_pulses": len(st.rejected), "admitted": admitted}
+
+
+def _pulse_problem(rt: Runtime, pulse: SalientPulse) -> str | None:
+    try:
+        pulse.validate()
+    except InvalidPulse as exc:
+        return f"invalid: {exc}"
+    if pulse.seed_embedding.shape[0] != rt.embedder.dim:
+        return f"dimension {pulse.seed_embedding.shape[0]} != local {rt.embedder.dim}"
+    if pulse.index_version != rt.embedder.index_version:
+        return f"index_version {pulse.index_version} != local {rt.embedder.index_version}"
+    return None
+
+
+def _admit_pending(rt: Runtime, st: CycleState) -> int:
+    """Embed (if `ingest` did not already) and index new chunks; queue asserts for local ones."""
+    db, index = rt.db, _index(rt)
+    version = rt.embedder.index_version
+    pending = db.pending_admission(rt.config.cycle.max_embed)
+    if not pending:
+        return 0
+    missing = [c for c in pending if c.embedding is None or c.index_version != version]
+    fresh = dict(zip((c.rowid for c in missing), rt.embedder.embed([c.text for c in missing]), strict=True))
+    vectors = np.stack([fresh[c.rowid] if c.rowid in fresh else c.embedding for c in pending]).astype(np.float32)
+    rowids = [c.rowid for c in pending]
+    with db.transaction():
+        if fresh:
+            db.set_embeddings(list(fresh), np.stack(list(fresh.values())),
+                              model_id=rt.embedder.model_id, index_version=version)  # fmt: skip
+        observations = db.observations(rowids)
+        for i, chunk in enumerate(pending):
+            obs = observations[chunk.rowid]
+            seq = db.journal("chunk", obs.content_hash, _chunk_journal(chunk), now_ms=st.now_ms)
+            db.mark_admitted(chunk.rowid, seq)
+            if chunk.origin_peer in (None, rt.peer_id):
+                entry = _assert_entry(rt, obs, vectors[i])
+                db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry),
+                              now_ms=st.now_ms, applied=True)  # fmt: skip
+        _persist_clock(rt)
+    # After the commit: the index is derived state, and its stamp tells when it lags.
+    index.add(np.array(rowids, dtype=np.int64), vectors)
+    _salience(rt).refresh()
+    st.new_labels.extend(rowids)
+    return len(rowids)
+
+
+def _assert_entry(rt: Runtime, obs: Observation, vector: np.ndarray[Any, Any]) -> AssertEntry:
+    return AssertEntry(
+        hlc=_clock(rt).now(),
+        origin=rt.peer_id,
+        content_hash=obs.content_hash,
+        title=obs.title,
+        content=obs.content,
+        obs_type=obs.type,
+        project=obs.project,
+        scope="project",
+        topic_key=obs.topic_key,
+        session_id=None,
+        tool_name=None,
+        chunk_kind=obs.kind,
+        pin_floor=obs.pin_floor,
+        embedding=vector,
+        model_id=rt.embedder.model_id,
+        index_version=rt.embedder.index_version,
+    )
+
+
+def _chunk_journal(chunk: PendingChunk) -> dict[str, Any]:
+    """What replay needs to re-create the chunk's salience state."""
+    return {
+        "rowid": chunk.rowid,
+        "pin_floor": chunk.pin_floor,
+        "kind": chunk.kind,
+        "decay_from_ms": ms_from_iso(chunk.decay_from),
+    }
+
+
+# ---- interleave -----------------------------------------------------------------------
+
+
+def interleave(rt: Runtime, st: CycleState) -> dict[str, Any]:
+    """One deterministic order for remote and local entries: (HLC, origin peer, id)."""
+    seen: set[str] = set()
+    merged: list[Entry] = []
+    duplicates = 0
+    for entry in _all_entries(st):
+        if entry.id in seen or rt.db.entry_seen(entry.id):
+            duplicates += 1
+            continue
+        seen.add(entry.id)
+        merged.append(entry)
+        _clock(rt).observe(entry.hlc)
+    merged.sort(key=entry_order_key)
+    st.ordered = merged
+    return {"entries": len(merged), "duplicates": duplicates}
+
+
+# ---- reconsolidate --------------------------------------------------------------------
+
+
+def reconsolidate(rt: Runtime, st: CycleState) -> dict[str, Any]:
+    """Apply assert / supersede / reconsolidate / tombstone / attribution / outcome entries."""
+    db = rt.db
+    counts: dict[str, int] = {}
+    hidden: list[int] = []
+    adopted: list[tuple[int, np.ndarray[Any, Any]]] = []
+    with db.transaction():
+        for entry in st.ordered:
+            if isinstance(entry, PulseEntry):
+                continue
+            status, reason = _apply_structural(rt, st, entry, hidden, adopted)
+            db.record_entry(
+                entry.id, kind=entry.KIND, hlc=entry.hlc, origin=entry.origin,
+                status=status, reason=reason,
+            )  # fmt: skip
+            counts[f"{entry.KIND}:{status}"] = counts.get(f"{entry.KIND}:{status}", 0) + 1
+        db.outbox_mark_applied([e.id for e in st.local if not isinstance(e, PulseEntry)])
+        _salience(rt).flush()
+    index = _index(rt)
+    if adopted:
+        index.add(np.array([r for r, _ in adopted], dtype=np.int64), np.stack([v for _, v in adopted]))
+        _salience(rt).refresh()
+    if hidden:
+        index.mark_deleted(np.array(hidden, dtype=np.int64))
+    return counts
+
+
+def _apply_structural(
+    rt: Runtime,
+    st: CycleState,
+    entry: Entry,
+    hidden: list[int],
+    adopted: list[tuple[int, np.ndarray[Any, Any]]],
+) -> tuple[str, str | None]:
+    db, cache = rt.db, _salience(rt)
+    if isinstance(entry, TombstoneEntry):
+        journal_seq = db.journal(
+            "tombstone", entry.content_hash, {"hash": entry.content_hash}, now_ms=st.now_ms
+        )
+        rowid = db.tombstone(
+            entry.content_hash,
+            reason=entry.reason,
+            origin_peer=entry.origin,
+            now_ms=st.now_ms,
+            collectable_after_ms=entry.collectable_after_ms,
+            journal_seq=journal_seq,
+        )
+        if entry.forget_pulse is not None and not db.pulse_seen(entry.forget_pulse.pulse_id):
+            db.record_pulse(
+                entry.forget_pulse.pulse_id, status="applied", origin_peer=entry.origin,
+                reason=entry.forget_pulse.reason, changed=0 if rowid is None else 1,
+                journal_seq=journal_seq, now_ms=st.now_ms,
+            )  # fmt: skip
+        if rowid is not None:
+            cache.mark_tombstoned(rowid)
+            hidden.append(rowid)
+        return "applied", None
+    if isinstance(entry, SupersedeEntry):
+        old = db.observation_by_hash(entry.old_hash)
+        new = db.observation_by_hash(entry.new_hash)
+        journal_seq = db.journal(
+            "supersede",
+            entry.old_hash,
+            {
+                "old": None if old is None else old.rowid,
+                "new": None if new is None else new.rowid,
+            },
+            now_ms=st.now_ms,
+        )
+        if old is not None and new is not None and old.deleted_at is None and new.deleted_at is None:
+            cache.set_salience(new.rowid, cache.salience(old.rowid))
+        rowid = db.tombstone(
+            entry.old_hash, reason=SUPERSEDED_REASON, origin_peer=entry.origin, now_ms=st.now_ms,
+            collectable_after_ms=None, journal_seq=journal_seq,
+        )  # fmt: skip
+        if rowid is not None:
+            cache.mark_tombstoned(rowid)
+            hidden.append(rowid)
+        return "applied", None
+    if isinstance(entry, ReconsolidateEntry):
+        return _reconsolidate_entry(rt, st, entry)
+    if isinstance(entry, AssertEntry):
+        return _adopt(rt, st, entry, adopted)
+    if isinstance(entry, AttributionEntry):
+        db.record_attribution(
+            entry.decision_hash, entry.chunk_hashes, peer=entry.origin, hlc=entry.hlc,
+            ts_ms=entry.hlc >> 16, decision_text=entry.decision_text,
+        )  # fmt: skip
+        return "applied", None
+    if isinstance(entry, OutcomeEntry):
+        db.record_outcome(
+            entry.id, decision_hash=entry.decision_hash, reward=entry.reward,
+            observer_peer=entry.observer_peer, hlc=entry.hlc, reason=entry.reason,
+            expires_ms=(entry.hlc >> 16) + int(rt.config.pulses.outcome_wait_s * 1000),
+        )  # fmt: skip
+        return "applied", None
+    return "skipped", f"unhandled kind {entry.KIND}"
+
+
+_RECONSOLIDATE_COLUMNS: Final = {"title": "title", "topic_key": "topic_key", "importance": "importance"}
+
+
+def _reconsolidate_entry(rt: Runtime, st: CycleState, entry: ReconsolidateEntry) -> tuple[str, str | None]:
+    db = rt.db
+    obs = db.observation_by_hash(entry.content_hash)
+    if obs is None or obs.deleted_at is not None:
+        return "skipped", "chunk not held here"
+    for name, value in sorted(entry.changes.items()):
+        if name == "pin_floor":
+            floor = float(value or 0.0)
+            db.conn.execute("UPDATE observations SET pin_floor = ? WHERE id = ?", (floor, obs.rowid))
+            db.journal("reconsolidate", obs.content_hash, {"rowid": obs.rowid, "pin_floor": floor},
+                       now_ms=st.now_ms)  # fmt: skip
+            _salience(rt).set_pin_floor(obs.rowid, floor)
+            cache = _salience(rt)
+            if cache.salience(obs.rowid) < floor:
+                cache.set_salience(obs.rowid, floor)
+        else:
+            db.conn.execute(
+                f"UPDATE observations SET {_RECONSOLIDATE_COLUMNS[name]} = ?, "
+                "revision_count = revision_count + 1 WHERE id = ?",
+                (value, obs.rowid),
+            )
+    return "applied", None
+
+
+def _adopt(
+    rt: Runtime, st: CycleState, entry: AssertEntry, adopted: list[tuple[int, np.ndarray[Any, Any]]]
+) -> tuple[str, str | None]:
+    """Take a remote chunk into the local store, when this peer is configured to."""
+    if entry.origin == rt.peer_id:
+        return "applied", None
+    if not rt.config.zeitgeist.adopt_remote_chunks:
+        return "skipped", "adopt_remote_chunks is off"
+    if entry.index_version != rt.embedder.index_version:
+        return "skipped", f"index_version {entry.index_version} != local"
+    db = rt.db
+    if db.is_tombstoned_hash(entry.content_hash):
+        return "skipped", "tombstoned here"
+    added = db.add_observations(
+        [
+            NewObservation(
+                content=entry.content, title=entry.title, type=entry.obs_type,
+                kind=entry.chunk_kind, project=entry.project, topic_key=entry.topic_key,
+                pin_floor=entry.pin_floor, origin_peer=entry.origin,
+            )
+        ],
+        now_ms=st.now_ms,
+    )[0]  # fmt: skip
+    if not added.created:
+        return "applied", "already held"
+    vector = np.asarray(entry.embedding, dtype=np.float32)
+    db.set_embeddings([added.rowid], vector[None, :], model_id=entry.model_id,
+                      index_version=entry.index_version)  # fmt: skip
+    chunk = db.pending_admission_of(added.rowid)
+    db.mark_admitted(added.rowid, db.journal("chunk", entry.content_hash, _chunk_journal(chunk),
+                                             now_ms=st.now_ms))  # fmt: skip
+    adopted.append((added.rowid, vector))
+    return "applied", None
+
+
+# ---- salience_pulse_propagate ---------------------------------------------------------
+
+
+def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
+    """Outcomes become pulses (where the attribution is ours), then every pulse propagates."""
+    db, cache, index = rt.db, _salience(rt), _index(rt)
+    rule = UpdateRule(rt.config.pulses.update_rule)
+    stats = {"applied": 0, "rejected": 0, "expired": 0, "duplicate": 0, "changed": 0,
+             "from_outcomes": 0, "knn_queries": 0}  # fmt: skip
+    with db.transaction():
+        derived = _convert_outcomes(rt, st)
+        stats["from_outcomes"] = len(derived)
+        pulses = [e for e in st.ordered if isinstance(e, PulseEntry)] + derived
+        pulses.sort(key=entry_order_key)
+        for entry in pulses:
+            pulse = entry.pulse
+            status, reason, changed = "applied", pulse.reason, 0
+            if db.pulse_seen(pulse.pulse_id):
+                stats["duplicate"] += 1
+                db.record_entry(entry.id, kind=entry.KIND, hlc=entry.hlc,
+                                origin=entry.origin, status="duplicate", reason=None)  # fmt: skip
+                continue
+            journal_seq: int | None = None
+            if entry.id in st.rejected:
+                status, reason = "rejected", st.rejected[entry.id]
+            elif pulse.is_expired(st.now_ms):
+                status, reason = "expired", "ts + ttl < now"
+            elif pulse.kind is PulseKind.FORGET:
+                status, reason = "skipped", "forget pulses travel with their tombstone"
+            else:
+                result = propagate(pulse, index, cache, rule)
+                changed = len(result.changes)
+                stats["knn_queries"] += result.knn_queries
+                journal_seq = db.journal(
+                    "pulse", pulse.pulse_id, {"pulse": pulse.to_json(), "rule": rule.value},
+                    now_ms=st.now_ms,
+                )  # fmt: skip
+            stats["applied" if status == "applied" else status if status in stats else "rejected"] += 1
+            stats["changed"] += changed
+            db.record_pulse(
+                pulse.pulse_id, status=status, origin_peer=pulse.origin_peer, reason=reason,
+                changed=changed, journal_seq=journal_seq, now_ms=st.now_ms,
+            )  # fmt: skip
+            db.record_entry(entry.id, kind=entry.KIND, hlc=entry.hlc, origin=entry.origin,
+                            status=status, reason=None if status == "applied" else reason)  # fmt: skip
+            if status == "rejected":
+                log.warning("pulse rejected", extra={"pulse_id": pulse.pulse_id, "reason": reason})
+        cache.flush()
+        db.outbox_mark_applied([e.id for e in st.local])
+        cursor = _cursor(rt)
+        for segment in st.segments:
+            db.record_segment(
+                segment.key, entries=len(segment.entries), rejected=segment.rejected,
+                skipped=segment.skipped, now_ms=st.now_ms,
+            )  # fmt: skip
+            if segment.key.startswith("seg/"):
+                cursor = max(cursor, parse_segment_key(segment.key).hlc)
+        db.set_meta(CURSOR_META_KEY, str(cursor))
+        _persist_clock(rt)
+    return stats
+
+
+def _convert_outcomes(rt: Runtime, st: CycleState) -> list[PulseEntry]:
+    """Pulses for waiting outcomes whose decision this peer made; queued for publishing."""
+    db = rt.db
+    derived: list[PulseEntry] = []
+    for outcome_id, decision, reward, observer, hlc, reason, expires_ms in db.waiting_outcomes():
+        attribution = db.attribution(decision)
+        if attribution is None:
+            if expires_ms < st.now_ms:
+                db.settle_outcome(outcome_id, "expired")
+            continue
+        chunk_hashes, peer, attr_hlc, text = attribution
+        if peer != rt.peer_id:
+            db.settle_outcome(outcome_id, "foreign")
+            continue
+        pulses = outcome_to_pulses(
+            Outcome(decision_hash=decision, reward=reward, observer_peer=observer, ts=hlc, reason=reason),
+            Attribution(decision_hash=decision, chunk_hashes=tuple(chunk_hashes), peer=peer,
+                        ts=attr_hlc, decision_text=text),
+            db.embedding_of_hash,
+            index_version=rt.embedder.index_version,
+        )  # fmt: skip
+        for pulse in pulses:
+            entry = PulseEntry(hlc=pulse.ts, origin=rt.peer_id, pulse=pulse)
+            if db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry),
+                             now_ms=st.now_ms, applied=True):  # fmt: skip
+                derived.append(entry)
+        db.settle_outcome(outcome_id, "converted", len(pulses))
+    return derived
+
+
+# ---- downscale ------------------------------------------------------------------------
+
+
+def downscale_phase(rt: Runtime, st: CycleState) -> dict[str, Any]:
+    """Time decay since each chunk's last decay, half-life by kind, pin floors respected."""
+    if not rt.config.downscale.enabled:
+        return {"skipped": "disabled"}
+    db, cache = rt.db, _salience(rt)
+    changed = 0
+    with db.transaction():
+        db.journal("downscale", str(st.now_ms), {"now_ms": st.now_ms}, now_ms=st.now_ms)
+        rows = db.conn.execute(
+            "SELECT id, kind, last_decay_ts, created_at FROM observations WHERE deleted_at IS NULL"
+        ).fetchall()
+        for rowid, kind, last_decay, created in rows:
+            elapsed_s = (st.now_ms - ms_from_iso(str(last_decay or created))) / 1000.0
+            before = cache.salience(int(rowid))
+            after = downscale(before, cache.pin_floor(int(rowid)), elapsed_s,
+                              rt.config.downscale.half_life(str(kind)))  # fmt: skip
+            if after != before:
+                cache.set_salience(int(rowid), after)
+                changed += 1
+        cache.flush()
+        db.conn.execute(
+            "UPDATE observations SET last_decay_ts = ? WHERE deleted_at IS NULL",
+            (_iso(st.now_ms),),
+        )
+    return {"live": len(rows), "changed": changed}
+
+
+# ---- percentile_sweep -----------------------------------------------------------------
+
+
+def sweep_plan(rt: Runtime) -> SweepPlan:
+    cache = _salience(rt)
+    candidates = [
+        SweepCandidate(
+            label=label,
+            salience=cache.salience(label),
+            pinned=cache.pin_floor(label) > 0,
+            protected=cache.deletion_policy(label) != "auto_prune",
+        )
+        for label in cache.live()
+    ]
+    return plan_sweep(
+        candidates,
+        percentile=rt.config.sweep.percentile,
+        min_population=rt.config.sweep.min_population,
+    )
+
+
+def percentile_sweep(rt: Runtime, st: CycleState) -> dict[str, Any]:
+    """Tombstone the bottom percentile by salience (local curation; not published)."""
+    sweep = rt.config.sweep
+    if not sweep.enabled:
+        return {"skipped": "disabled"}
+    db = rt.db
+    last = int(db.get_meta(LAST_SWEEP_META_KEY) or "0")
+    if sweep.interval_s > 0 and st.now_ms - last < sweep.interval_s * 1000:
+        return {"skipped": "interval"}
+    plan = sweep_plan(rt)
+    result: dict[str, Any] = {
+        "population": plan.population,
+        "threshold": plan.threshold,
+        "doomed": len(plan.doomed),
+    }
+    if plan.skipped_reason is not None:
+        result["skipped"] = plan.skipped_reason
+        return result
+    if sweep.dry_run:
+        result["dry_run"] = True
+        return result
+    hidden = tombstone_labels(rt, plan.doomed, reason=SWEEP_REASON, now_ms=st.now_ms)
+    with db.transaction():
+        db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
+    result["tombstoned"] = len(hidden)
+    return result
+
+
+def tombstone_labels(rt: Runtime, labels: Iterable[int], *, reason: str, now_ms: int) -> list[int]:
+    db, cache = rt.db, _salience(rt)
+    hidden: list[int] = []
+    with db.transaction():
+        observations = db.observations(list(labels))
+        for label in sorted(observations):
+            digest = observations[label].content_hash
+            seq = db.journal("tombstone", digest, {"hash": digest}, now_ms=now_ms)
+            rowid = db.tombstone(digest, reason=reason, origin_peer=rt.peer_id, now_ms=now_ms,
+                                 collectable_after_ms=None, journal_seq=seq)  # fmt: skip
+            if rowid is not None:
+                cache.mark_tombstoned(rowid)
+                hidden.append(rowid)
+    if hidden:
+        _index(rt).mark_deleted(np.array(hidden, dtype=np.int64))
+    return hidden
+
+
+# ---- promote --------------------------------------------------------------------------
+
+
+def promote(rt: Runtime, st: CycleState) -> dict[str, Any]:
+    """Publish this cycle's own entries as one segment, heartbeat, save the index, compact."""
+    db, zg = rt.db, _zeitgeist(rt)
+    published = republished = 0
+    for seq, key, data, hlc in db.prepared_segments():
+        published += _publish_prepared(rt, seq, key, data, hlc)
+    pending = db.outbox_unpublished(rt.config.cycle.max_segments and 5000)
+    if pending:
+        entries = [decode_entry(body) for _, body in pending]
+        prepared = _prepare(rt, entries, [entry_id for entry_id, _ in pending], st.now_ms)
+        started = time.monotonic()
+        late = _publish_prepared(rt, prepared.seq, prepared.key, prepared.data, prepared.hlc) < 0
+        st.stats.setdefault("promote", {})["publish_s"] = time.monotonic() - started
+        published += 1
+        if late:
+            again = _prepare(rt, entries, [], wall_ms())
+            _publish_prepared(rt, again.seq, again.key, again.data, again.hlc)
+            republished += 1
+    zg.heartbeat(
+        Heartbeat(
+            peer_id=rt.peer_id,
+            cursor_hlc=_cursor(rt),
+            last_seen_ms=wall_ms(),
+            index_version=rt.embedder.index_version,
+            public_key=None,
+            seq=int(db.get_meta(PUBLISH_SEQ_META_KEY) or "0"),
+        )
+    )
+    rt.save_index()
+    compacted = _maybe_compact(rt, st)
+    return {
+        "published_entries": len(pending),
+        "segments": published,
+        "republished": republished,
+        "compacted": compacted,
+    }
+
+
+def _prepare(rt: Runtime, entries: list[Entry], entry_ids: list[str], now_ms: int) -> PreparedSegment:
+    db, zg = rt.db, _zeitgeist(rt)
+    with db.transaction():
+        seq = db.next_counter(PUBLISH_SEQ_META_KEY)
+        prepared = zg.prepare(entries, seq)
+        db.prepare_segment(seq, prepared.key, prepared.data, prepared.hlc, entry_ids, now_ms=now_ms)
+        _persist_clock(rt)
+    return prepared
+
+
+def _publish_prepared(rt: Runtime, seq: int, key: str, data: bytes, hlc: int) -> int:
+    """1 if published in time, -1 if published late (the caller republishes)."""
+    try:
+        result = _zeitgeist(rt).publish(PreparedSegment(key=key, data=data, hlc=hlc, seq=seq))
+    except FencedOut as exc:
+        raise FatalCycleError(str(exc)) from exc
+    with rt.db.transaction():
+        rt.db.finish_segment(seq, "published")
+    return -1 if result.late else 1
+
+
+def _maybe_compact(rt: Runtime, st: CycleState) -> int:
+    db = rt.db
+    last = int(db.get_meta(LAST_COMPACTION_META_KEY) or "0")
+    if st.now_ms - last < rt.config.zeitgeist.compaction_interval_s * 1000:
+        return 0
+    report = _zeitgeist(rt).compact(st.now_ms)
+    with db.transaction():
+        db.set_meta(LAST_COMPACTION_META_KEY, str(st.now_ms))
+    return 0 if report is None else int(report.segments_folded)
+
+
+# ---- helpers --------------------------------------------------------------------------
+
+PHASE_FUNCTIONS: Final[dict[str, PhaseFn]] = {
+    "scan": scan,
+    "classify": classify,
+    "interleave": interleave,
+    "reconsolidate": reconsolidate,
+    "salience_pulse_propagate": salience_pulse_propagate,
+    "downscale": downscale_phase,
+    "percentile_sweep": percentile_sweep,
+    "promote": promote,
+}
+
+
+def _all_entries(st: CycleState) -> list[Entry]:
+    return [e for segment in st.segments for e in segment.entries] + st.local
+
+
+def _cursor(rt: Runtime) -> int:
+    return int(rt.db.get_meta(CURSOR_META_KEY) or "0")
+
+
+def _persist_clock(rt: Runtime) -> None:
+    clock = _clock(rt)
+    current = int(rt.db.get_meta(HLC_META_KEY) or "0")
+    rt.db.set_meta(HLC_META_KEY, str(max(current, clock.last)))
+
+
+def _iso(ms: int) -> str:
+    from store.timefmt import iso_from_ms
+
+    return iso_from_ms(ms)
+
+
+def _index(rt: Runtime) -> Any:
+    assert rt.index is not None, "open_for_cycles() first"
+    return rt.index
+
+
+def _salience(rt: Runtime) -> Any:
+    assert rt.salience is not None, "open_for_cycles() first"
+    return rt.salience
+
+
+def _zeitgeist(rt: Runtime) -> Any:
+    assert rt.zeitgeist is not None, "open_for_cycles() first"
+    return rt.zeitgeist
+
+
+def _clock(rt: Runtime) -> Any:
+    assert rt.clock is not None, "open_for_cycles() first"
+    return rt.clock
+
+
+def run_cycle_blocking(rt: Runtime, should_stop: Callable[[], bool] = lambda: False) -> CycleState:
+    """All eight phases in order, in this thread (for CLIs and tests)."""
+    st = CycleState(now_ms=wall_ms())
+    for name in PHASES:
+        if should_stop():
+            break
+        st.stats[name] = {**st.stats.get(name, {}), **PHASE_FUNCTIONS[name](rt, st)}
+    return st
+

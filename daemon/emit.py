@@ -1,0 +1,120 @@
+"""Queue this peer's own entries (outcomes, pulses, tombstones) durably and idempotently.
+
+`pulse-emit` writes here while the daemon may be running: one transaction in
+the shared database (WAL, synchronous=FULL), so the entry is on disk when the
+command returns. Each request has a key derived from its arguments; repeating
+the same command finds the key and queues nothing new.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+import blake3
+
+from daemon.runtime import Runtime, issue_hlc, wall_ms
+from pulses.outcome import Outcome
+from pulses.pulse import PulseKind, SalientPulse
+from store.hashing import content_hash
+from zeitgeist.entries import Entry, OutcomeEntry, PulseEntry, TombstoneEntry, encode_entry
+
+_HASH: Final = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Emitted:
+    entry_id: str
+    new: bool  # False: an identical request was already queued
+
+
+@dataclass(frozen=True)
+class PulseRequest:
+    text: str
+    kind: PulseKind
+    strength: float
+    sigma: float
+    k: int
+    max_hops: int
+    decay_per_hop: float
+    ttl_s: float
+    reason: str
+    nonce: str = ""
+
+
+def _request_key(verb: str, **fields: Any) -> str:
+    return verb + ":" + blake3.blake3(
+        json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()[:32]
+
+
+def _queue(rt: Runtime, request_key: str, build: Any) -> Emitted:
+    db = rt.db
+    with db.transaction():
+        existing = db.request_entry(request_key)
+        if existing is not None:
+            return Emitted(existing, new=False)
+        entry: Entry = build(issue_hlc(db))
+        db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=wall_ms(),
+                      request_key=request_key)  # fmt: skip
+    return Emitted(entry.id, new=True)
+
+
+def emit_outcome(rt: Runtime, *, decision: str, reward: float, reason: str) -> Emitted:
+    Outcome(decision_hash=decision, reward=reward, observer_peer=rt.peer_id, ts=0,
+            reason=reason).validate()  # fmt: skip
+    key = _request_key("outcome", decision=decision, reward=reward, reason=reason)
+    return _queue(rt, key, lambda hlc: OutcomeEntry(
+        hlc=hlc, origin=rt.peer_id, decision_hash=decision, reward=reward,
+        observer_peer=rt.peer_id, reason=reason,
+    ))  # fmt: skip
+
+
+def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
+    if not request.text.strip():
+        raise ValueError("--text is empty: a pulse needs text to seed its embedding")
+    if request.kind is PulseKind.FORGET:
+        raise ValueError("forget pulses travel with a tombstone: use `pulse-emit tombstone HASH`")
+    seed = rt.embedder.embed_one(request.text)
+    seed_hash = content_hash(request.text)
+
+    def build(hlc: int) -> PulseEntry:
+        pulse = SalientPulse(
+            seed_embedding=seed, kind=request.kind, strength=request.strength,
+            sigma=request.sigma, max_hops=request.max_hops, k=request.k,
+            decay_per_hop=request.decay_per_hop, ts=hlc, origin_peer=rt.peer_id,
+            reason=request.reason, ttl_s=request.ttl_s,
+            index_version=rt.embedder.index_version, seed_hash=seed_hash,
+        ).with_id()  # fmt: skip
+        pulse.validate()
+        return PulseEntry(hlc=hlc, origin=rt.peer_id, pulse=pulse)
+
+    # Validate before touching the database, so a bad request writes nothing.
+    build(0).pulse.validate()
+    fields = {**request.__dict__, "kind": request.kind.value, "text": seed_hash}
+    return _queue(rt, _request_key("pulse", **fields), build)
+
+
+def emit_tombstone(rt: Runtime, *, digest: str, reason: str, ttl_s: float) -> Emitted:
+    if not _HASH.match(digest):
+        raise ValueError(f"{digest!r} is not a chunk hash (64 lowercase hex digits)")
+    if not reason.strip():
+        raise ValueError("--reason is empty: say why the chunk is retracted")
+    seed = rt.db.embedding_of_hash(digest)
+
+    def build(hlc: int) -> TombstoneEntry:
+        forget = None
+        if seed is not None:
+            forget = SalientPulse(
+                seed_embedding=seed, kind=PulseKind.FORGET, strength=math.inf, sigma=1.0,
+                max_hops=0, k=1, decay_per_hop=0.0, ts=hlc, origin_peer=rt.peer_id,
+                reason=reason, ttl_s=ttl_s, index_version=rt.embedder.index_version,
+                seed_hash=digest,
+            ).with_id()  # fmt: skip
+        return TombstoneEntry(hlc=hlc, origin=rt.peer_id, content_hash=digest, reason=reason,
+                              collectable_after_ms=None, forget_pulse=forget)  # fmt: skip
+
+    return _queue(rt, _request_key("tombstone", digest=digest), build)

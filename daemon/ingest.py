@@ -1,0 +1,122 @@
+"""Bulk ingest: text or JSONL files into observations, embedded in batches.
+
+Each file is read and validated whole before anything is stored, so a bad
+line names itself and leaves the database as it was. The daemon indexes the
+new chunks (and announces them to the mesh) in its next cycle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Final
+
+from daemon.runtime import Runtime, wall_ms
+from store.database import InvalidObservation, NewObservation
+
+#: Rows written per transaction while ingesting.
+INGEST_BATCH: Final = 256
+_JSONL_FIELDS: Final = {f.name for f in fields(NewObservation)} - {"origin_peer", "source_ref"}
+
+
+class IngestError(ValueError):
+    """A file that cannot be ingested; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    files: int
+    read: int
+    created: int
+    duplicates: int
+    embedded: int
+
+
+def read_file(path: Path) -> list[NewObservation]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise IngestError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot be read: {exc.strerror}") from None
+    items = list(_jsonl(path, text) if path.suffix in (".jsonl", ".ndjson") else _paragraphs(path, text))
+    for number, item in enumerate(items, 1):
+        try:
+            item.validate()
+        except InvalidObservation as exc:
+            raise IngestError(f"{path}: item {number}: {exc}") from None
+    return items
+
+
+def _paragraphs(path: Path, text: str) -> Iterator[NewObservation]:
+    """Plain text: one chunk per blank-line-separated paragraph."""
+    for paragraph in text.split("\n\n"):
+        if paragraph.strip():
+            yield NewObservation(content=paragraph.strip(), source_ref=f"file:{path.name}")
+
+
+def _jsonl(path: Path, text: str) -> Iterator[NewObservation]:
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj: Any = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise IngestError(f"{path}:{line_no}: invalid JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise IngestError(f"{path}:{line_no}: expected a JSON object, got {type(obj).__name__}")
+        unknown = sorted(set(obj) - _JSONL_FIELDS)
+        if unknown:
+            raise IngestError(
+                f"{path}:{line_no}: unknown field(s) {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(_JSONL_FIELDS))})"
+            )
+        if not isinstance(obj.get("content"), str):
+            raise IngestError(f"{path}:{line_no}: 'content' must be a string")
+        try:
+            yield NewObservation(**obj, source_ref=f"file:{path.name}:{line_no}")
+        except TypeError as exc:
+            raise IngestError(f"{path}:{line_no}: {exc}") from None
+
+
+def ingest(
+    rt: Runtime,
+    paths: list[Path],
+    *,
+    embed: bool = True,
+    progress: Callable[[str, int], None] | None = None,
+) -> IngestReport:
+    """Store every chunk of `paths`; embed them now when `embed` (the daemon reuses the vectors)."""
+    batches = [(path, read_file(path)) for path in paths]
+    created = duplicates = embedded = read = 0
+    for _path, items in batches:
+        read += len(items)
+        for start in range(0, len(items), INGEST_BATCH):
+            batch = items[start : start + INGEST_BATCH]
+            with rt.db.transaction():
+                added = rt.db.add_observations(batch, now_ms=wall_ms())
+            created += sum(a.created for a in added)
+            duplicates += sum(not a.created for a in added)
+            if progress:
+                progress("stored", len(batch))
+    if embed:
+        embedded = embed_stored(rt, progress=progress)
+    return IngestReport(len(paths), read, created, duplicates, embedded)
+
+
+def embed_stored(rt: Runtime, *, progress: Callable[[str, int], None] | None = None) -> int:
+    """Embed every live chunk still lacking a vector, a batch per transaction."""
+    done = 0
+    while pending := rt.db.unembedded(INGEST_BATCH):
+        vectors = rt.embedder.embed([text for _, text in pending])
+        with rt.db.transaction():
+            rt.db.set_embeddings(
+                [rowid for rowid, _ in pending], vectors,
+                model_id=rt.embedder.model_id, index_version=rt.embedder.index_version,
+            )  # fmt: skip
+        done += len(pending)
+        if progress:
+            progress("embedded", len(pending))
+    return done

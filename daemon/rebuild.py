@@ -1,0 +1,107 @@
+"""Rebuild: re-derive salience and the index from the database and the applied log.
+
+The journal records every applied step in order (chunk admitted, pulse,
+tombstone, supersede, reconsolidate, downscale). Replaying it against fresh
+state, with the index growing exactly as it grew live, reproduces salience
+bit for bit when the neighbours found are the same as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from daemon.runtime import Runtime
+from pulses.memory import InMemorySalience
+from pulses.propagate import UpdateRule, propagate
+from pulses.pulse import SalientPulse
+from pulses.sweep import downscale
+from store.database import blob_to_vector
+from store.index import HnswIndex
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    steps: int
+    chunks: int
+    pulses: int
+    live: int
+    changed: int  # chunks whose stored salience differed from the replayed one
+    max_difference: float
+
+
+def replay(rt: Runtime, progress: Callable[[int], None] | None = None) -> tuple[InMemorySalience, HnswIndex]:
+    db, cfg = rt.db, rt.config
+    index = HnswIndex.create(cfg.index_path, rt.embedder.dim, rt.embedder.index_version,
+                             m=cfg.index.m, ef_construction=cfg.index.ef_construction,
+                             ef=cfg.index.ef)  # fmt: skip
+    state = InMemorySalience()
+    kinds: dict[int, str] = {}
+    decayed_at: dict[int, int] = {}
+    rowid_of = {str(h): int(r) for r, h in db.conn.execute("SELECT id, content_hash FROM observations")}
+    for steps, (_seq, kind, ref, body, _at) in enumerate(db.journal_entries(), 1):
+        if kind == "chunk":
+            rowid = int(body["rowid"])
+            blob = db.conn.execute("SELECT embedding FROM observations WHERE id = ?", (rowid,)).fetchone()
+            state.add(rowid, 1.0)
+            if body["pin_floor"] > 0:
+                state.pin(rowid, float(body["pin_floor"]))
+            kinds[rowid] = str(body["kind"])
+            decayed_at[rowid] = int(body["decay_from_ms"])
+            index.add(np.array([rowid], dtype=np.int64), blob_to_vector(bytes(blob[0]))[None, :])
+        elif kind == "pulse":
+            pulse = SalientPulse.from_json(body["pulse"])
+            propagate(pulse, index, state, UpdateRule(body["rule"]))
+        elif kind in ("tombstone", "supersede"):
+            if kind == "supersede":
+                old, new = body["old"], body["new"]
+                if old is not None and new is not None and _live(state, old) and _live(state, new):
+                    state.set_salience(int(new), state.salience(int(old)))
+                target = old
+            else:
+                target = rowid_of.get(ref)
+            if target is not None and _live(state, int(target)):
+                state.tombstone(int(target))
+                index.mark_deleted(np.array([int(target)], dtype=np.int64))
+        elif kind == "reconsolidate":
+            state.pin(int(body["rowid"]), float(body["pin_floor"]))
+        elif kind == "downscale":
+            now_ms = int(body["now_ms"])
+            for label in state.labels():
+                if state.is_tombstoned(label):
+                    continue
+                elapsed_s = (now_ms - decayed_at[label]) / 1000.0
+                value = downscale(state.salience(label), state.pin_floor(label), elapsed_s,
+                                  cfg.downscale.half_life(kinds[label]))  # fmt: skip
+                state.set_salience(label, value)
+                decayed_at[label] = now_ms
+        if progress:
+            progress(steps)
+    return state, index
+
+
+def _live(state: InMemorySalience, label: int) -> bool:
+    return label in state.labels() and not state.is_tombstoned(label)
+
+
+def rebuild(rt: Runtime, *, progress: Callable[[int], None] | None = None) -> RebuildReport:
+    """Replay the journal; write the replayed salience and the rebuilt index."""
+    state, index = replay(rt, progress)
+    replayed = state.snapshot()
+    db = rt.db
+    stored = {rowid: salience for rowid, salience, _f, _t, _p in db.salience_rows()}
+    differences = {r: abs(stored[r] - v) for r, v in replayed.items() if r in stored and stored[r] != v}
+    with db.transaction():
+        db.write_salience({r: replayed[r] for r in differences})
+    index.save(db.change_stamp())
+    counts = dict(db.conn.execute("SELECT kind, count(*) FROM journal GROUP BY kind").fetchall())
+    return RebuildReport(
+        steps=sum(int(v) for v in counts.values()),
+        chunks=int(counts.get("chunk", 0)),
+        pulses=int(counts.get("pulse", 0)),
+        live=index.live_count,
+        changed=len(differences),
+        max_difference=max(differences.values(), default=0.0),
+    )

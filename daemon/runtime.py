@@ -1,0 +1,167 @@
+"""Open one peer's parts: database, embedder, index, salience cache, clock, log."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO
+
+from daemon.config import Config
+from store.database import Database
+from store.embedder import Embedder
+from store.index import HnswIndex, open_or_rebuild
+from store.salience import SalienceCache
+from zeitgeist.backend import LogBackend
+from zeitgeist.hlc import HybridLogicalClock
+from zeitgeist.log import Zeitgeist
+
+log = logging.getLogger("dreamcycle.runtime")
+
+#: meta key holding the highest HLC this peer has issued or read.
+HLC_META_KEY = "hlc_high"
+
+
+class AlreadyRunning(RuntimeError):
+    """Another daemon holds this data directory."""
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def open_backend(config: Config) -> LogBackend:
+    """The configured zeitgeist backend (imported lazily: each pulls its own client library)."""
+    zg = config.zeitgeist
+    if zg.backend == "dir":
+        from zeitgeist.directory import DirectoryBackend
+
+        return DirectoryBackend(config.zeitgeist_dir)
+    if zg.backend == "s3":
+        from zeitgeist.s3 import S3Backend
+
+        return S3Backend(
+            bucket=zg.s3.bucket,
+            prefix=zg.s3.prefix,
+            endpoint_url=zg.s3.endpoint_url or None,
+            region=zg.s3.region,
+        )
+    from zeitgeist.redis_streams import RedisStreamsBackend
+
+    return RedisStreamsBackend(url=zg.redis.url, prefix=zg.redis.prefix)
+
+
+def persistent_clock(db: Database) -> HybridLogicalClock:
+    """An HLC that resumes above everything this peer issued before a restart."""
+    clock = HybridLogicalClock(wall_ms=wall_ms)
+    high = db.get_meta(HLC_META_KEY)
+    if high is not None:
+        clock.observe(int(high))
+    return clock
+
+
+def issue_hlc(db: Database) -> int:
+    """One HLC value for a short-lived process (CLI), persisted so the next is higher.
+
+    Call inside a transaction: the read-modify-write of meta is then atomic
+    against the daemon and other CLIs.
+    """
+    clock = persistent_clock(db)
+    value = clock.now()
+    db.set_meta(HLC_META_KEY, str(value))
+    return value
+
+
+@dataclass
+class Runtime:
+    config: Config
+    db: Database
+    embedder: Embedder
+    index: HnswIndex | None = None
+    salience: SalienceCache | None = None
+    zeitgeist: Zeitgeist | None = None
+    clock: HybridLogicalClock | None = None
+    index_rebuild_reason: str | None = None
+    _lock_file: IO[str] | None = field(default=None, repr=False)
+
+    @property
+    def peer_id(self) -> str:
+        return self.config.peer.id
+
+    @classmethod
+    def open(cls, config: Config) -> Runtime:
+        """Database and embedder only: what the CLIs that do not search need."""
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        db = Database(config.database_path)
+        embedder = Embedder(
+            config.embedding.model,
+            batch_size=config.embedding.batch_size,
+            threads=config.embedding.threads or None,
+        )
+        return cls(config=config, db=db, embedder=embedder)
+
+    def lock_data_dir(self) -> None:
+        """One daemon per data directory: a second one is refused, not interleaved."""
+        handle = open(self.config.lock_path, "a+", encoding="utf-8")  # noqa: SIM115
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise AlreadyRunning(
+                f"{self.config.data_dir} is in use by {holder}; one daemon per data directory"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        self._lock_file = handle
+
+    def open_index(self, progress: Callable[[int, int], None] | None = None) -> HnswIndex:
+        """Load the saved index, or rebuild it from stored embeddings when unusable or stale."""
+        version = self.embedder.index_version
+        index, reason = open_or_rebuild(
+            self.config.index_path,
+            self.embedder.dim,
+            version,
+            expected_stamp=self.db.change_stamp(),
+            load_all=lambda: self.db.embeddings(version, self.embedder.dim),
+            progress=progress,
+        )
+        if reason is not None:
+            log.info("index rebuilt", extra={"reason": reason, "live": index.live_count})
+        self.index = index
+        self.index_rebuild_reason = reason
+        return index
+
+    def open_for_cycles(self) -> None:
+        """Everything a daemon (or an offline cycle) needs."""
+        self.clock = persistent_clock(self.db)
+        if self.index is None:
+            self.open_index()
+        self.salience = SalienceCache(self.db)
+        self.zeitgeist = Zeitgeist(
+            open_backend(self.config),
+            self.peer_id,
+            self.clock,
+            window_ms=int(self.config.zeitgeist.window_s * 1000),
+            liveness_timeout_ms=int(self.config.zeitgeist.liveness_timeout_s * 1000),
+            wall_ms=wall_ms,
+        )
+
+    def save_index(self) -> None:
+        if self.index is not None:
+            self.index.save(self.db.change_stamp())
+
+    def close(self) -> None:
+        if self.zeitgeist is not None:
+            self.zeitgeist.backend.close()
+        self.db.close()
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+

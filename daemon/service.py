@@ -1,0 +1,152 @@
+"""The Trio service: runs dream cycles on an interval until SIGTERM / SIGINT.
+
+Phases are blocking (apsw, hnswlib, fastembed, boto3) and run one at a time in
+a worker thread behind a limiter, so the Trio loop stays free to answer
+signals and keep the systemd watchdog fed. A stop request lets the running
+phase finish, skips the rest (the next start redoes them), saves the index
+and returns 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Final
+
+import trio
+
+from daemon import metrics, systemd
+from daemon.cycle import PHASE_FUNCTIONS, PHASES, CycleState, FatalCycleError
+from daemon.runtime import Runtime, wall_ms
+
+log = logging.getLogger("dreamcycle.service")
+
+EXIT_OK: Final = 0
+EXIT_FATAL: Final = 3
+
+
+class Service:
+    def __init__(self, rt: Runtime, *, max_cycles: int | None = None) -> None:
+        self.rt = rt
+        self.max_cycles = max_cycles
+        self.stop = trio.Event()
+        self.cycles_done = 0
+        # hnswlib must never add while it queries: one phase at a time.
+        self._limiter = trio.CapacityLimiter(1)
+
+    async def run(self) -> int:
+        # Opening can take minutes (an index rebuild): keep systemd from declaring us hung.
+        systemd.notify("STATUS=loading index")
+        await trio.to_thread.run_sync(self.rt.open_for_cycles, limiter=self._limiter)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_signals)
+            interval = systemd.watchdog_interval_s()
+            if interval is not None:
+                nursery.start_soon(self._feed_watchdog, interval)
+            try:
+                systemd.notify("READY=1\nSTATUS=running dream cycles")
+                log.info(
+                    "daemon ready",
+                    extra={
+                        "peer": self.rt.peer_id,
+                        "backend": self.rt.config.zeitgeist.backend,
+                        "index_rebuilt": self.rt.index_rebuild_reason,
+                    },
+                )
+                code = await self._loop()
+            finally:
+                systemd.notify("STOPPING=1")
+                await trio.to_thread.run_sync(self._save_quietly, limiter=self._limiter)
+                nursery.cancel_scope.cancel()
+        log.info("daemon stopped", extra={"cycles": self.cycles_done})
+        return code
+
+    async def _loop(self) -> int:
+        interval = self.rt.config.cycle.interval_s
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                await self.run_cycle()
+            except FatalCycleError as exc:
+                log.error("stopping: %s", exc)
+                return EXIT_FATAL
+            self.cycles_done += 1
+            if self.max_cycles is not None and self.cycles_done >= self.max_cycles:
+                break
+            with trio.move_on_after(max(0.0, interval - (time.monotonic() - started))):
+                await self.stop.wait()
+        return EXIT_OK
+
+    async def run_cycle(self) -> CycleState:
+        st = CycleState(now_ms=wall_ms())
+        cycle_id = await self._blocking(lambda: _start_cycle(self.rt, st.now_ms))
+        status = "done"
+        try:
+            for name in PHASES:
+                if self.stop.is_set():
+                    status = "interrupted"
+                    break
+                started = time.monotonic()
+                phase = PHASE_FUNCTIONS[name]
+                stats = await self._blocking(lambda phase=phase: phase(self.rt, st))  # type: ignore[misc]
+                elapsed = time.monotonic() - started
+                st.stats[name] = {**st.stats.get(name, {}), **stats, "seconds": round(elapsed, 4)}
+                metrics.record_phase(name, elapsed, stats)
+        except FatalCycleError:
+            status = "fatal"
+            raise
+        except Exception as exc:
+            status = "failed"
+            metrics.CYCLE_ERRORS.labels(type(exc).__name__).inc()
+            log.exception("cycle failed; state reloaded, retrying next cycle")
+            await self._blocking(self._recover)
+        finally:
+            metrics.CYCLES.labels(status).inc()
+            await self._blocking(lambda: _finish_cycle(self.rt, cycle_id, status, st))
+        log.info("cycle %s", status, extra={"phases": st.stats})
+        return st
+
+    async def _blocking(self, fn):  # type: ignore[no-untyped-def]
+        return await trio.to_thread.run_sync(fn, limiter=self._limiter)
+
+    def _recover(self) -> None:
+        """Drop in-memory state a failed phase may have left ahead of the database."""
+        assert self.rt.salience is not None
+        self.rt.salience.reload()
+        self.rt.open_index()
+
+    def _save_quietly(self) -> None:
+        try:
+            self.rt.save_index()
+        except Exception:
+            log.exception("saving the index failed; it will be rebuilt at the next start")
+
+    async def _watch_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("stop requested", extra={"signal": signal.Signals(signum).name})
+                self.stop.set()
+
+    async def _feed_watchdog(self, interval_s: float) -> None:
+        while True:
+            systemd.notify("WATCHDOG=1")
+            await trio.sleep(interval_s)
+
+
+def _start_cycle(rt: Runtime, now_ms: int) -> int:
+    with rt.db.transaction():
+        return rt.db.start_cycle(now_ms)
+
+
+def _finish_cycle(rt: Runtime, cycle_id: int, status: str, st: CycleState) -> None:
+    with rt.db.transaction():
+        rt.db.finish_cycle(cycle_id, status=status, phases=st.stats, now_ms=wall_ms())
+    counts = rt.db.counts()
+    metrics.LIVE_CHUNKS.set(counts["live"])
+    metrics.TOMBSTONES.set(counts["tombstones"])
+    metrics.LAST_CYCLE.set(time.time())
+
+
+def serve(rt: Runtime, *, max_cycles: int | None = None) -> int:
+    return trio.run(Service(rt, max_cycles=max_cycles).run)

@@ -1,0 +1,1 @@
+"""Developer tooling: local servers, benchmarks, demo data."""

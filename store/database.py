@@ -1,0 +1,710 @@
+"""The local SQLite database (apsw): observations, protocol tables, log state.
+
+One `Database` per process. The daemon and the CLIs open the same file; WAL
+and a busy timeout let `pulse-emit` and `recall` write while the daemon runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import apsw
+import apsw.bestpractice
+import numpy as np
+import numpy.typing as npt
+
+from store.hashing import content_hash, normalise_content
+from store.migrations import apply_migrations
+from store.timefmt import iso_from_ms
+
+#: How long a writer waits for another process's transaction before failing.
+BUSY_TIMEOUT_MS: Final = 10_000
+#: Kinds of chunk; each has its own decay half-life (seed 001's memory kinds).
+CHUNK_KINDS: Final = ("fact", "preference", "insight", "summary", "note")
+DELETION_POLICIES: Final = ("auto_prune", "manual_only", "never")
+
+apsw.bestpractice.apply(apsw.bestpractice.recommended)
+
+
+class DatabaseError(Exception):
+    """The database file is unusable; the message names the file and the problem."""
+
+
+class InvalidObservation(ValueError):
+    """An observation that cannot be stored; the message names the field."""
+
+
+@dataclass(frozen=True)
+class NewObservation:
+    content: str
+    title: str = ""
+    type: str = "manual"
+    kind: str = "note"
+    project: str | None = None
+    scope: str = "project"
+    topic_key: str | None = None
+    session_id: str | None = None
+    tool_name: str | None = None
+    pin_floor: float = 0.0
+    importance: int = 5
+    deletion_policy: str = "auto_prune"
+    origin_peer: str | None = None
+    source_ref: str | None = None
+
+    def validate(self) -> None:
+        if not normalise_content(self.content):
+            raise InvalidObservation("content is empty")
+        if self.kind not in CHUNK_KINDS:
+            raise InvalidObservation(f"kind {self.kind!r} is not one of {', '.join(CHUNK_KINDS)}")
+        if not 0.0 <= self.pin_floor <= 1.0:
+            raise InvalidObservation(f"pin_floor {self.pin_floor} is outside [0, 1]")
+        if not 0 <= self.importance <= 10:
+            raise InvalidObservation(f"importance {self.importance} is outside 0..10")
+        if self.deletion_policy not in DELETION_POLICIES:
+            raise InvalidObservation(
+                f"deletion_policy {self.deletion_policy!r} is not one of {', '.join(DELETION_POLICIES)}"
+            )
+
+
+@dataclass(frozen=True)
+class Added:
+    rowid: int
+    content_hash: str
+    created: bool  # False: the content was already stored (duplicate_count bumped)
+
+
+@dataclass(frozen=True)
+class PendingChunk:
+    rowid: int
+    text: str
+    embedding: npt.NDArray[np.float32] | None
+    index_version: str | None
+    pin_floor: float
+    kind: str
+    decay_from: str  # ISO time salience decay counts from
+    origin_peer: str | None
+
+
+@dataclass(frozen=True)
+class Observation:
+    rowid: int
+    content_hash: str
+    title: str
+    content: str
+    type: str
+    kind: str
+    topic_key: str | None
+    project: str | None
+    salience: float
+    pin_floor: float
+    deleted_at: str | None
+    access_count: int
+    deletion_policy: str
+    created_at: str
+
+
+_OBSERVATION_COLUMNS: Final = (
+    "id, content_hash, title, content, type, kind, topic_key, project, salience, pin_floor, "
+    "deleted_at, access_count, deletion_policy, created_at"
+)
+
+
+def vector_to_blob(vector: npt.NDArray[np.float32]) -> bytes:
+    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+
+def blob_to_vector(blob: bytes) -> npt.NDArray[np.float32]:
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32)
+
+
+class Database:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = apsw.Connection(str(path))
+            self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+            self.conn.execute("PRAGMA synchronous = FULL")
+            self._check_integrity_quick()
+            apply_migrations(self.conn)
+        except apsw.NotADBError as exc:
+            raise DatabaseError(f"{path} is not an SQLite database: {exc}") from None
+        except apsw.CorruptError as exc:
+            raise DatabaseError(f"{path} is corrupt: {exc}") from None
+
+    def _check_integrity_quick(self) -> None:
+        rows = self.conn.execute("PRAGMA quick_check(1)").fetchall()
+        if rows and rows[0][0] != "ok":
+            raise DatabaseError(f"{self.path} failed its integrity check: {rows[0][0]}")
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[apsw.Connection]:
+        """All-or-nothing: a crash inside leaves the database as before."""
+        with self.conn:
+            yield self.conn
+
+    # ---- meta -----------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def next_counter(self, key: str) -> int:
+        """Increment and return an integer counter kept in meta (call inside a transaction)."""
+        current = int(self.get_meta(key) or "0") + 1
+        self.set_meta(key, str(current))
+        return current
+
+    # ---- observations -----------------------------------------------------------
+
+    def add_observations(self, items: Sequence[NewObservation], *, now_ms: int) -> list[Added]:
+        """Store chunks, deduplicated by content hash. Call inside a transaction."""
+        now = iso_from_ms(now_ms)
+        results: list[Added] = []
+        for item in items:
+            item.validate()
+            digest = content_hash(item.content)
+            row = self.conn.execute(
+                "SELECT id FROM observations WHERE content_hash = ?", (digest,)
+            ).fetchone()
+            if row is not None:
+                self.conn.execute(
+                    "UPDATE observations SET duplicate_count = duplicate_count + 1, "
+                    "last_seen_at = ? WHERE id = ?",
+                    (now, row[0]),
+                )
+                results.append(Added(int(row[0]), digest, created=False))
+                continue
+            self.conn.execute(
+                "INSERT INTO observations (session_id, type, title, content, tool_name, project, "
+                "scope, topic_key, normalized_hash, created_at, updated_at, last_seen_at, "
+                "last_decay_ts, pin_floor, salience, content_hash, kind, importance, "
+                "deletion_policy, origin_peer, source_ref) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0, ?, ?, ?, ?, ?, ?)",
+                (
+                    item.session_id, item.type, item.title, item.content, item.tool_name,
+                    item.project, item.scope, item.topic_key, digest, now, now, now, now,
+                    item.pin_floor, digest, item.kind, item.importance, item.deletion_policy,
+                    item.origin_peer, item.source_ref,
+                ),
+            )  # fmt: skip
+            results.append(Added(self.conn.last_insert_rowid(), digest, created=True))
+        return results
+
+    def unembedded(self, limit: int) -> list[tuple[int, str]]:
+        """Live chunks without an embedding: (rowid, text to embed), oldest first."""
+        rows = self.conn.execute(
+            "SELECT id, title, content FROM observations "
+            "WHERE embedding IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [(int(r[0]), embedding_text(str(r[1]), str(r[2]))) for r in rows]
+
+    def pending_admission(self, limit: int) -> list[PendingChunk]:
+        """Live chunks the daemon has not indexed yet, oldest first, with any stored embedding."""
+        return self._pending("admitted_seq IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?", limit)
+
+    def pending_admission_of(self, rowid: int) -> PendingChunk:
+        return self._pending("id = ?", rowid)[0]
+
+    def _pending(self, where: str, arg: int) -> list[PendingChunk]:
+        rows = self.conn.execute(
+            "SELECT id, title, content, embedding, index_version, pin_floor, kind, "
+            "coalesce(last_decay_ts, created_at), origin_peer FROM observations WHERE " + where,
+            (arg,),
+        ).fetchall()
+        return [
+            PendingChunk(
+                rowid=int(r[0]),
+                text=embedding_text(str(r[1]), str(r[2])),
+                embedding=None if r[3] is None else blob_to_vector(bytes(r[3])),
+                index_version=r[4],
+                pin_floor=float(r[5]),
+                kind=str(r[6]),
+                decay_from=str(r[7]),
+                origin_peer=r[8],
+            )
+            for r in rows
+        ]
+
+    def mark_admitted(self, rowid: int, journal_seq: int) -> None:
+        self.conn.execute("UPDATE observations SET admitted_seq = ? WHERE id = ?", (journal_seq, rowid))
+
+    def set_embeddings(
+        self,
+        rowids: Sequence[int],
+        vectors: npt.NDArray[np.float32],
+        *,
+        model_id: str,
+        index_version: str,
+    ) -> None:
+        self.conn.executemany(
+            "UPDATE observations SET embedding = ?, model_id = ?, index_version = ? WHERE id = ?",
+            [
+                (vector_to_blob(vectors[i]), model_id, index_version, rowid)
+                for i, rowid in enumerate(rowids)
+            ],
+        )
+
+    def embeddings(
+        self, index_version: str, dim: int, *, after_rowid: int = 0
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """(live labels, their vectors, tombstoned labels) embedded under `index_version`."""
+        live: list[int] = []
+        blobs: list[bytes] = []
+        dead: list[int] = []
+        for rowid, blob, deleted in self.conn.execute(
+            "SELECT id, embedding, deleted_at FROM observations "
+            "WHERE admitted_seq IS NOT NULL AND index_version = ? AND id > ? ORDER BY id",
+            (index_version, after_rowid),
+        ):
+            if deleted is None:
+                live.append(int(rowid))
+                blobs.append(bytes(blob))
+            else:
+                dead.append(int(rowid))
+        vectors = (
+            np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32).reshape(len(blobs), -1)
+            if blobs
+            else np.zeros((0, dim), dtype=np.float32)
+        )
+        return np.array(live, dtype=np.int64), vectors, np.array(dead, dtype=np.int64)
+
+    def embedding_of_hash(self, digest: str) -> npt.NDArray[np.float32] | None:
+        row = self.conn.execute(
+            "SELECT embedding FROM observations WHERE content_hash = ?", (digest,)
+        ).fetchone()
+        return None if row is None or row[0] is None else blob_to_vector(bytes(row[0]))
+
+    def observation(self, rowid: int) -> Observation | None:
+        row = self.conn.execute(
+            f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE id = ?", (rowid,)
+        ).fetchone()
+        return None if row is None else _observation(row)
+
+    def observation_by_hash(self, digest: str) -> Observation | None:
+        row = self.conn.execute(
+            f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE content_hash = ?", (digest,)
+        ).fetchone()
+        return None if row is None else _observation(row)
+
+    def observations(self, rowids: Sequence[int]) -> dict[int, Observation]:
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        rows = self.conn.execute(
+            f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE id IN ({marks})", tuple(rowids)
+        ).fetchall()
+        return {int(r[0]): _observation(r) for r in rows}
+
+    def search_text(self, query: str, limit: int) -> list[int]:
+        """Full-text matches (FTS5 over title, content, topic_key), best first, live only."""
+        terms = " ".join(f'"{t}"' for t in query.replace('"', " ").split())
+        if not terms:
+            return []
+        rows = self.conn.execute(
+            "SELECT o.id FROM observations_fts f JOIN observations o ON o.id = f.rowid "
+            "WHERE observations_fts MATCH ? AND o.deleted_at IS NULL ORDER BY rank LIMIT ?",
+            (terms, limit),
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def bump_access(self, rowids: Sequence[int], *, now_ms: int) -> None:
+        self.conn.executemany(
+            "UPDATE observations SET access_count = access_count + 1, last_seen_at = ? WHERE id = ?",
+            [(iso_from_ms(now_ms), r) for r in rowids],
+        )
+
+    def max_rowid(self) -> int:
+        row = self.conn.execute("SELECT coalesce(max(id), 0) FROM observations").fetchone()
+        return int(row[0]) if row else 0
+
+    # ---- salience -----------------------------------------------------------------
+
+    def salience_rows(self, *, after_rowid: int = 0) -> Iterator[tuple[int, float, float, bool, str]]:
+        """(rowid, salience, pin_floor, tombstoned, deletion_policy) of every chunk."""
+        for rowid, salience, floor, deleted, policy in self.conn.execute(
+            "SELECT id, salience, pin_floor, deleted_at IS NOT NULL, deletion_policy "
+            "FROM observations WHERE id > ? ORDER BY id",
+            (after_rowid,),
+        ):
+            yield int(rowid), float(salience), float(floor), bool(deleted), str(policy)
+
+    def write_salience(self, values: dict[int, float]) -> None:
+        self.conn.executemany(
+            "UPDATE observations SET salience = ? WHERE id = ?",
+            [(value, rowid) for rowid, value in sorted(values.items())],
+        )
+
+    def set_decay_ts(self, rowids: Sequence[int], now_ms: int) -> None:
+        stamp = iso_from_ms(now_ms)
+        self.conn.executemany(
+            "UPDATE observations SET last_decay_ts = ? WHERE id = ?", [(stamp, r) for r in rowids]
+        )
+
+    # ---- tombstones -------------------------------------------------------------
+
+    def tombstone(
+        self,
+        digest: str,
+        *,
+        reason: str,
+        origin_peer: str,
+        now_ms: int,
+        collectable_after_ms: int | None,
+        journal_seq: int | None,
+    ) -> int | None:
+        """Tombstone a chunk hash (known locally or not). Returns the rowid it hid, if any.
+
+        A hash already tombstoned keeps its first tombstone: tombstones are permanent.
+        """
+        inserted = self.conn.execute(
+            "INSERT INTO tombstones (hash, reason, origin_peer, ts, collectable_after, journal_seq) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING RETURNING hash",
+            (
+                digest,
+                reason,
+                origin_peer,
+                iso_from_ms(now_ms),
+                None if collectable_after_ms is None else iso_from_ms(collectable_after_ms),
+                journal_seq,
+            ),
+        ).fetchone()
+        if inserted is None:
+            return None
+        row = self.conn.execute(
+            "UPDATE observations SET deleted_at = ?, updated_at = ? "
+            "WHERE content_hash = ? AND deleted_at IS NULL RETURNING id",
+            (iso_from_ms(now_ms), iso_from_ms(now_ms), digest),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    def is_tombstoned_hash(self, digest: str) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM tombstones WHERE hash = ?", (digest,)).fetchone()
+            is not None
+        )
+
+    # ---- journal (the applied log that rebuild replays) ------------------------
+
+    def journal(self, kind: str, ref: str, body: dict[str, Any], *, now_ms: int) -> int:
+        self.conn.execute(
+            "INSERT INTO journal (kind, ref, body, at_ms) VALUES (?, ?, ?, ?)",
+            (kind, ref, json.dumps(body, sort_keys=True, separators=(",", ":")), now_ms),
+        )
+        return self.conn.last_insert_rowid()
+
+    def journal_entries(self) -> Iterator[tuple[int, str, str, dict[str, Any], int]]:
+        for seq, kind, ref, body, at_ms in self.conn.execute(
+            "SELECT seq, kind, ref, body, at_ms FROM journal ORDER BY seq"
+        ):
+            yield int(seq), str(kind), str(ref), json.loads(body), int(at_ms)
+
+    # ---- pulses -------------------------------------------------------------------
+
+    def pulse_seen(self, pulse_id: str) -> bool:
+        return (
+            self.conn.execute(
+                "SELECT 1 FROM applied_pulses WHERE pulse_id = ?", (pulse_id,)
+            ).fetchone()
+            is not None
+        )
+
+    def record_pulse(
+        self,
+        pulse_id: str,
+        *,
+        status: str,
+        origin_peer: str,
+        reason: str | None,
+        changed: int,
+        journal_seq: int | None,
+        now_ms: int,
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO applied_pulses "
+            "(pulse_id, applied_at, journal_seq, origin_peer, status, reason, changed) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (pulse_id, iso_from_ms(now_ms), journal_seq, origin_peer, status, reason, changed),
+        )
+
+    # ---- attributions and outcomes ---------------------------------------------
+
+    def record_attribution(
+        self, decision_hash: str, chunk_hashes: Sequence[str], *, peer: str, hlc: int,
+        ts_ms: int, decision_text: str,
+    ) -> bool:  # fmt: skip
+        """False if the decision was already recorded (attributions are idempotent)."""
+        row = self.conn.execute(
+            "INSERT INTO attributions (decision_hash, chunk_hashes_json, peer, ts, hlc, decision_text) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (decision_hash) DO NOTHING RETURNING 1",
+            (decision_hash, json.dumps(sorted(chunk_hashes)), peer, iso_from_ms(ts_ms), hlc,
+             decision_text),
+        ).fetchone()  # fmt: skip
+        return row is not None
+
+    def attribution(self, decision_hash: str) -> tuple[list[str], str, int, str] | None:
+        """(chunk hashes, peer, hlc, decision text) of a recorded decision."""
+        row = self.conn.execute(
+            "SELECT chunk_hashes_json, peer, hlc, decision_text FROM attributions "
+            "WHERE decision_hash = ?",
+            (decision_hash,),
+        ).fetchone()
+        if row is None:
+            return None
+        return list(json.loads(row[0])), str(row[1]), int(row[2]), str(row[3])
+
+    def record_outcome(
+        self, outcome_id: str, *, decision_hash: str, reward: float, observer_peer: str,
+        hlc: int, reason: str, expires_ms: int,
+    ) -> bool:  # fmt: skip
+        row = self.conn.execute(
+            "INSERT INTO outcomes (outcome_id, decision_hash, reward, observer_peer, hlc, reason, "
+            "status, expires_ms) VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?) "
+            "ON CONFLICT (outcome_id) DO NOTHING RETURNING 1",
+            (outcome_id, decision_hash, reward, observer_peer, hlc, reason, expires_ms),
+        ).fetchone()
+        return row is not None
+
+    def waiting_outcomes(self) -> list[tuple[str, str, float, str, int, str, int]]:
+        """(outcome_id, decision_hash, reward, observer, hlc, reason, expires_ms), oldest first."""
+        rows = self.conn.execute(
+            "SELECT outcome_id, decision_hash, reward, observer_peer, hlc, reason, expires_ms "
+            "FROM outcomes WHERE status = 'waiting' ORDER BY hlc, outcome_id"
+        ).fetchall()
+        return [
+            (str(a), str(b), float(c), str(d), int(e), str(f), int(g))
+            for a, b, c, d, e, f, g in rows
+        ]
+
+    def settle_outcome(self, outcome_id: str, status: str, pulses: int = 0) -> None:
+        self.conn.execute(
+            "UPDATE outcomes SET status = ?, pulses = ? WHERE outcome_id = ?",
+            (status, pulses, outcome_id),
+        )
+
+    # ---- log state: segments read, entries seen, outbox, segments written -------
+
+    def segment_applied(self, key: str) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM applied_segments WHERE key = ?", (key,)).fetchone()
+            is not None
+        )
+
+    def record_segment(self, key: str, *, entries: int, rejected: int, skipped: int, now_ms: int) -> None:
+        self.conn.execute(
+            "INSERT INTO applied_segments (key, applied_at, entries, rejected, skipped) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+            (key, iso_from_ms(now_ms), entries, rejected, skipped),
+        )
+
+    def entry_seen(self, entry_id: str) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM seen_entries WHERE entry_id = ?", (entry_id,)).fetchone()
+            is not None
+        )
+
+    def record_entry(
+        self, entry_id: str, *, kind: str, hlc: int, origin: str, status: str, reason: str | None
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO seen_entries (entry_id, kind, hlc, origin, status, reason) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (entry_id) DO NOTHING",
+            (entry_id, kind, hlc, origin, status, reason),
+        )
+
+    def outbox_add(
+        self, entry_id: str, kind: str, hlc: int, body: dict[str, Any], *, now_ms: int,
+        applied: bool = False, request_key: str | None = None,
+    ) -> bool:  # fmt: skip
+        """Queue one of this peer's entries. False if the same entry is already queued.
+
+        `applied` says the entry's effect is already in this database (a local
+        chunk's assert, say), so only publishing remains.
+        """
+        row = self.conn.execute(
+            "INSERT INTO outbox (entry_id, kind, hlc, body, created_at, applied, request_key) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING 1",
+            (entry_id, kind, hlc, json.dumps(body, sort_keys=True, separators=(",", ":")),
+             iso_from_ms(now_ms), int(applied), request_key),
+        ).fetchone()  # fmt: skip
+        return row is not None
+
+    def request_entry(self, request_key: str) -> str | None:
+        """The entry id an earlier identical request queued, if any."""
+        row = self.conn.execute(
+            "SELECT entry_id FROM outbox WHERE request_key = ?", (request_key,)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def outbox_unapplied(self) -> list[tuple[str, dict[str, Any]]]:
+        rows = self.conn.execute(
+            "SELECT entry_id, body FROM outbox WHERE applied = 0 ORDER BY hlc, entry_id"
+        ).fetchall()
+        return [(str(r[0]), json.loads(r[1])) for r in rows]
+
+    def outbox_mark_applied(self, entry_ids: Sequence[str]) -> None:
+        self.conn.executemany(
+            "UPDATE outbox SET applied = 1 WHERE entry_id = ?", [(e,) for e in entry_ids]
+        )
+
+    def outbox_unpublished(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
+        rows = self.conn.execute(
+            "SELECT entry_id, body FROM outbox WHERE segment_seq IS NULL AND applied = 1 "
+            "ORDER BY hlc, entry_id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [(str(r[0]), json.loads(r[1])) for r in rows]
+
+    def prepare_segment(
+        self, seq: int, key: str, data: bytes, hlc: int, entry_ids: Sequence[str], *, now_ms: int
+    ) -> None:
+        self.conn.execute(
+            "INSERT INTO segments_out (seq, key, data, hlc, status, created_at) "
+            "VALUES (?, ?, ?, ?, 'prepared', ?)",
+            (seq, key, data, hlc, iso_from_ms(now_ms)),
+        )
+        self.conn.executemany(
+            "UPDATE outbox SET segment_seq = ? WHERE entry_id = ?", [(seq, e) for e in entry_ids]
+        )
+
+    def prepared_segments(self) -> list[tuple[int, str, bytes, int]]:
+        rows = self.conn.execute(
+            "SELECT seq, key, data, hlc FROM segments_out WHERE status = 'prepared' ORDER BY seq"
+        ).fetchall()
+        return [(int(r[0]), str(r[1]), bytes(r[2]), int(r[3])) for r in rows]
+
+    def finish_segment(self, seq: int, status: str) -> None:
+        self.conn.execute("UPDATE segments_out SET status = ? WHERE seq = ?", (status, seq))
+
+    def segment_entry_ids(self, seq: int) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT entry_id FROM outbox WHERE segment_seq = ? ORDER BY hlc, entry_id", (seq,)
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    # ---- cycles and status ---------------------------------------------------------
+
+    def start_cycle(self, now_ms: int) -> int:
+        self.conn.execute(
+            "INSERT INTO cycles (started_at, status) VALUES (?, 'running')", (iso_from_ms(now_ms),)
+        )
+        return self.conn.last_insert_rowid()
+
+    def finish_cycle(self, cycle_id: int, *, status: str, phases: dict[str, Any], now_ms: int) -> None:
+        self.conn.execute(
+            "UPDATE cycles SET finished_at = ?, status = ?, phases_json = ? WHERE id = ?",
+            (iso_from_ms(now_ms), status, json.dumps(phases, sort_keys=True), cycle_id),
+        )
+
+    def last_cycle(self) -> dict[str, Any] | None:
+        row = self.conn.execute(
+            "SELECT id, started_at, finished_at, status, phases_json FROM cycles "
+            "ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        if row is None:
+            return None
+        return {
+            "id": int(row[0]),
+            "started_at": row[1],
+            "finished_at": row[2],
+            "status": row[3],
+            "phases": json.loads(row[4]),
+        }
+
+    def counts(self) -> dict[str, int]:
+        def one(sql: str) -> int:
+            row = self.conn.execute(sql).fetchone()
+            return int(row[0]) if row else 0
+
+        return {
+            "observations": one("SELECT count(*) FROM observations"),
+            "live": one("SELECT count(*) FROM observations WHERE deleted_at IS NULL"),
+            "pinned": one(
+                "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND pin_floor > 0"
+            ),
+            "tombstones": one("SELECT count(*) FROM tombstones"),
+            "pulses_applied": one("SELECT count(*) FROM applied_pulses WHERE status = 'applied'"),
+            "pulses_rejected": one(
+                "SELECT count(*) FROM applied_pulses WHERE status IN ('rejected', 'skipped')"
+            ),
+            "pulses_expired": one("SELECT count(*) FROM applied_pulses WHERE status = 'expired'"),
+            "attributions": one("SELECT count(*) FROM attributions"),
+            "outcomes_waiting": one("SELECT count(*) FROM outcomes WHERE status = 'waiting'"),
+            "segments_applied": one("SELECT count(*) FROM applied_segments"),
+            "outbox_unpublished": one("SELECT count(*) FROM outbox WHERE segment_seq IS NULL"),
+            "pending_admission": one(
+                "SELECT count(*) FROM observations WHERE admitted_seq IS NULL AND deleted_at IS NULL"
+            ),
+        }
+
+    def tombstones_by_reason(self) -> dict[str, int]:
+        return {
+            str(reason): int(n)
+            for reason, n in self.conn.execute(
+                "SELECT coalesce(reason, ''), count(*) FROM tombstones GROUP BY 1 ORDER BY 2 DESC"
+            )
+        }
+
+    def live_saliences(self) -> npt.NDArray[np.float64]:
+        values = [
+            float(r[0])
+            for r in self.conn.execute("SELECT salience FROM observations WHERE deleted_at IS NULL")
+        ]
+        return np.array(values, dtype=np.float64)
+
+    def change_stamp(self) -> str:
+        """Changes whenever chunks are added, embedded or tombstoned: the index's freshness mark."""
+        row = self.conn.execute(
+            "SELECT coalesce(max(id), 0), count(admitted_seq), "
+            "(SELECT count(*) FROM observations WHERE deleted_at IS NOT NULL) FROM observations"
+        ).fetchone()
+        return "-".join(str(v) for v in row) if row else "0-0-0"
+
+
+def embedding_text(title: str, content: str) -> str:
+    """What is embedded for a chunk: its title (if any) and its content."""
+    return f"{title}\n{content}" if title else content
+
+
+def _observation(row: Sequence[Any]) -> Observation:
+    return Observation(
+        rowid=int(row[0]),
+        content_hash=str(row[1]),
+        title=str(row[2]),
+        content=str(row[3]),
+        type=str(row[4]),
+        kind=str(row[5]),
+        topic_key=row[6],
+        project=row[7],
+        salience=float(row[8]),
+        pin_floor=float(row[9]),
+        deleted_at=row[10],
+        access_count=int(row[11]),
+        deletion_policy=str(row[12]),
+        created_at=str(row[13]),
+    )
+
+
+def database_path_ok(path: Path) -> None:
+    """Refuse clearly before opening: a directory, or a file we may not write."""
+    if path.is_dir():
+        raise DatabaseError(f"{path} is a directory, not a database file")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise DatabaseError(f"{path} is not readable and writable by this user")

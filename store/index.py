@@ -1,0 +1,604 @@
+"""A persisted hnswlib cosine index over chunk embeddings, labelled by observation rowid.
+
+The index is derived state: the database holds every embedding, so a missing,
+corrupt, stale or foreign index file is rebuilt from it (`open_or_rebuild`).
+
+Files: `<path>` is hnswlib's own format; `<path>.meta.json` records what the file
+holds (dimension, index_version, element count, the database stamp it matches, build
+parameters, tombstoned labels). Both are replaced atomically, the meta last, so a
+crash between the two leaves a meta that does not describe the file, which `load`
+detects and reports as stale.
+
+Determinism: elements are added on one thread and hnswlib's level generator has a
+fixed seed, so the same sequence of operations (adds, saves and loads at the same
+points) yields the same graph and the same neighbours on every peer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import hnswlib
+import numpy as np
+import numpy.typing as npt
+
+DEFAULT_M: Final = 16
+DEFAULT_EF_CONSTRUCTION: Final = 100
+#: Search breadth for queries; raised to k whenever k is larger.
+DEFAULT_EF: Final = 64
+INITIAL_CAPACITY: Final = 1024
+#: Capacity is multiplied by this until the new elements fit.
+GROWTH_FACTOR: Final = 2
+#: Elements added per step of a rebuild, between progress reports.
+REBUILD_CHUNK_SIZE: Final = 10_000
+#: Version of the meta sidecar's layout.
+META_FORMAT: Final = 1
+META_SUFFIX: Final = ".meta.json"
+TEMPORARY_SUFFIX: Final = ".tmp"
+
+_SPACE: Final = "cosine"
+#: hnswlib's default, fixed here because replay must reproduce the same graph.
+_LEVEL_SEED: Final = 100
+#: Adding on one thread keeps the insertion order, hence the graph, reproducible.
+_ADD_THREADS: Final = 1
+#: Let hnswlib spread a batch of queries over all cores (results do not depend on it).
+_QUERY_THREADS: Final = -1
+#: How many tombstoned labels an error message lists before eliding the rest.
+_LABELS_SHOWN_IN_ERRORS: Final = 5
+#: Range of cosine distance (1 - cosine similarity).
+_MIN_DISTANCE: Final = np.float32(0.0)
+_MAX_DISTANCE: Final = np.float32(2.0)
+
+# hnswlib's file header (hnswalg.h saveIndex), little-endian on 64-bit hosts:
+# offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset,
+# offsetData (size_t), maxlevel (int), enterpoint_node (uint32), maxM, maxM0, M
+# (size_t), mult (double), ef_construction (size_t).
+_HEADER: Final = struct.Struct("<6QiI3QdQ")
+_LINK_COUNT_BYTES: Final = 4
+_FLOAT32_BYTES: Final = 4
+_LABEL_BYTES: Final = 8
+
+Labels = npt.NDArray[np.int64]
+Vectors = npt.NDArray[np.float32]
+Distances = npt.NDArray[np.float32]
+ProgressCallback = Callable[[int, int], None]
+LoadAll = Callable[[], tuple[Labels, Vectors, Labels]]
+
+
+class VectorIndexError(Exception):
+    """Base class for errors of the HNSW index."""
+
+
+class IndexUnusable(VectorIndexError):
+    """The saved index cannot be used as it is and must be rebuilt from the database."""
+
+    def __init__(self, reason: str, path: Path) -> None:
+        super().__init__(f"index {path} is unusable: {reason}")
+        self.reason = reason
+        self.path = path
+
+
+class InvalidIndexInput(VectorIndexError, ValueError):
+    """Labels, vectors or settings handed to the index are malformed."""
+
+
+class LabelNotLive(VectorIndexError, LookupError):
+    """A label asked for is absent from the index or tombstoned."""
+
+
+class IndexQueryFailed(VectorIndexError):
+    """hnswlib could not answer a k-NN query even with an exhaustive search breadth."""
+
+
+@dataclass(frozen=True)
+class _Meta:
+    format: int
+    dim: int
+    index_version: str
+    count: int
+    stamp: str
+    m: int
+    ef_construction: int
+    max_elements: int
+    deleted: list[int]
+
+
+def meta_path(path: Path) -> Path:
+    """Where the sidecar describing the index file at `path` lives."""
+    return path.with_name(path.name + META_SUFFIX)
+
+
+def _temporary(path: Path) -> Path:
+    return path.with_name(path.name + TEMPORARY_SUFFIX)
+
+
+def _fsync_path(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _replace_durably(temporary: Path, final: Path) -> None:
+    """Make the fully written `temporary` appear as `final`, surviving a power cut."""
+    _fsync_path(temporary)
+    os.replace(temporary, final)
+    _fsync_path(final.parent)
+
+
+def _preview(labels: Iterable[int]) -> str:
+    ordered = sorted(labels)
+    shown = ", ".join(str(label) for label in ordered[:_LABELS_SHOWN_IN_ERRORS])
+    more = len(ordered) - _LABELS_SHOWN_IN_ERRORS
+    return f"{shown} (+{more} more)" if more > 0 else shown
+
+
+def _check_positive(name: str, value: int, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidIndexInput(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _as_labels(labels: Any, what: str) -> Labels:
+    array = np.asarray(labels)
+    if array.ndim != 1:
+        raise InvalidIndexInput(f"{what} must be one-dimensional, got shape {array.shape}")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise InvalidIndexInput(f"{what} must be integers, got dtype {array.dtype}")
+    if int(array.min()) < 0:
+        raise InvalidIndexInput(f"{what} must be >= 0, got {int(array.min())}")
+    return array.astype(np.int64, copy=False)
+
+
+def _as_vectors(vectors: Any, dim: int, what: str) -> Vectors:
+    array = np.asarray(vectors)
+    if array.ndim != 2 or array.shape[1] != dim:
+        raise InvalidIndexInput(f"{what} must have shape (n, {dim}), got {array.shape}")
+    if not np.issubdtype(array.dtype, np.floating):
+        raise InvalidIndexInput(f"{what} must be floating point, got dtype {array.dtype}")
+    if not np.isfinite(array).all():
+        raise InvalidIndexInput(f"{what} contain NaN or infinite values")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _read_meta(path: Path) -> _Meta:
+    sidecar = meta_path(path)
+    if not path.exists():
+        raise IndexUnusable("missing", path)
+    if not sidecar.exists():
+        raise IndexUnusable(f"missing meta sidecar {sidecar.name}", path)
+    try:
+        fields = json.loads(sidecar.read_text(encoding="utf-8"))
+        meta = _Meta(**fields)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as error:
+        raise IndexUnusable(f"corrupt: meta sidecar unreadable ({error})", path) from error
+    if meta.format != META_FORMAT:
+        raise IndexUnusable(f"meta format {meta.format!r} != {META_FORMAT}", path)
+    integers = (meta.dim, meta.count, meta.m, meta.ef_construction, meta.max_elements)
+    well_typed = (
+        all(isinstance(value, int) for value in integers)
+        and isinstance(meta.index_version, str)
+        and isinstance(meta.stamp, str)
+        and isinstance(meta.deleted, list)
+        and all(isinstance(label, int) for label in meta.deleted)
+    )
+    if not well_typed:
+        raise IndexUnusable("corrupt: meta sidecar has fields of the wrong type", path)
+    return meta
+
+
+def _check_header(path: Path, dim: int, meta: _Meta) -> None:
+    """Compare hnswlib's header with the meta before hnswlib allocates anything from it."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(_HEADER.size)
+    except OSError as error:
+        raise IndexUnusable(f"corrupt: unreadable ({error})", path) from error
+    if len(header) < _HEADER.size:
+        raise IndexUnusable(f"corrupt: file of {len(header)} bytes has no full header", path)
+    (
+        level0_offset,
+        max_elements,
+        count,
+        bytes_per_element,
+        label_offset,
+        data_offset,
+        _max_level,
+        _entry_point,
+        _max_m,
+        max_m0,
+        m,
+        _level_multiplier,
+        ef_construction,
+    ) = _HEADER.unpack(header)
+    expected_data_offset = max_m0 * _LINK_COUNT_BYTES + _LINK_COUNT_BYTES
+    expected_label_offset = expected_data_offset + dim * _FLOAT32_BYTES
+    layout_ok = (
+        level0_offset == 0
+        and data_offset == expected_data_offset
+        and label_offset == expected_label_offset
+        and bytes_per_element == expected_label_offset + _LABEL_BYTES
+    )
+    if not layout_ok:
+        raise IndexUnusable(f"corrupt: header does not describe {dim}-d vectors", path)
+    built_as = (count, max_elements, m, ef_construction)
+    described = (meta.count, meta.max_elements, meta.m, meta.ef_construction)
+    if built_as != described:
+        raise IndexUnusable(
+            "stale: file holds (count, capacity, M, ef_construction) = "
+            f"{built_as}, meta describes {described}",
+            path,
+        )
+
+
+class HnswIndex:
+    """Cosine k-NN over live chunks; tombstoned labels are never returned or revived.
+
+    Every method holds one lock: hnswlib must not add, resize or delete while a query
+    runs, and queries change the shared search breadth.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        dim: int,
+        index_version: str,
+        engine: Any,
+        *,
+        ef: int,
+        live: set[int],
+        deleted: set[int],
+        stamp: str | None,
+    ) -> None:
+        """Use `create`, `load` or `open_or_rebuild` instead."""
+        self._path = path
+        self._dim = dim
+        self._index_version = index_version
+        self._engine = engine
+        self._ef = ef
+        self._live = live
+        self._deleted = deleted
+        self._stamp = stamp
+        self._lock = threading.RLock()
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        dim: int,
+        index_version: str,
+        *,
+        m: int = DEFAULT_M,
+        ef_construction: int = DEFAULT_EF_CONSTRUCTION,
+        ef: int = DEFAULT_EF,
+        capacity: int = INITIAL_CAPACITY,
+    ) -> HnswIndex:
+        """An empty index, kept in memory until `save`."""
+        _check_positive("dim", dim)
+        _check_positive("m", m, minimum=2)
+        _check_positive("ef_construction", ef_construction)
+        _check_positive("ef", ef)
+        _check_positive("capacity", capacity)
+        if not index_version:
+            raise InvalidIndexInput("index_version is empty")
+        engine = hnswlib.Index(space=_SPACE, dim=dim)
+        engine.init_index(
+            max_elements=capacity,
+            ef_construction=ef_construction,
+            M=m,
+            random_seed=_LEVEL_SEED,
+        )
+        engine.set_ef(ef)
+        return cls(
+            Path(path), dim, index_version, engine, ef=ef, live=set(), deleted=set(), stamp=None
+        )
+
+    @classmethod
+    def load(cls, path: Path, dim: int, index_version: str, *, ef: int = DEFAULT_EF) -> HnswIndex:
+        """The index saved at `path`; IndexUnusable says why it cannot be used."""
+        _check_positive("dim", dim)
+        _check_positive("ef", ef)
+        path = Path(path)
+        meta = _read_meta(path)
+        if meta.dim != dim:
+            raise IndexUnusable(f"dim {meta.dim} != {dim}", path)
+        if meta.index_version != index_version:
+            raise IndexUnusable(f"index_version {meta.index_version} != {index_version}", path)
+        _check_header(path, dim, meta)
+        engine = hnswlib.Index(space=_SPACE, dim=dim)
+        try:
+            engine.load_index(str(path), max_elements=meta.max_elements)
+        except (RuntimeError, MemoryError, OSError) as error:
+            raise IndexUnusable(f"corrupt: {error}", path) from error
+        if engine.element_count != meta.count:
+            raise IndexUnusable(
+                f"stale: file holds {engine.element_count} elements, meta says {meta.count}",
+                path,
+            )
+        engine.set_ef(ef)
+        deleted = set(meta.deleted)
+        live = {int(label) for label in engine.get_ids_list()} - deleted
+        return cls(
+            path,
+            dim,
+            index_version,
+            engine,
+            ef=ef,
+            live=live,
+            deleted=deleted,
+            stamp=meta.stamp,
+        )
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def index_version(self) -> str:
+        return self._index_version
+
+    @property
+    def stamp(self) -> str | None:
+        """The database stamp this index was last saved or loaded with (None if never)."""
+        with self._lock:
+            return self._stamp
+
+    @property
+    def capacity(self) -> int:
+        with self._lock:
+            return int(self._engine.get_max_elements())
+
+    @property
+    def live_count(self) -> int:
+        with self._lock:
+            return len(self._live)
+
+    def labels(self) -> set[int]:
+        """Every label the index knows, live or tombstoned."""
+        with self._lock:
+            return self._live | self._deleted
+
+    def deleted_labels(self) -> set[int]:
+        with self._lock:
+            return set(self._deleted)
+
+    def contains(self, label: int) -> bool:
+        """Whether `label` is known, live or tombstoned."""
+        with self._lock:
+            return label in self._live or label in self._deleted
+
+    def is_live(self, label: int) -> bool:
+        with self._lock:
+            return label in self._live
+
+    def add(self, labels: Labels, vectors: Vectors) -> None:
+        """Insert new labelled vectors; known labels (live or tombstoned) are skipped."""
+        label_array = _as_labels(labels, "labels")
+        vector_array = _as_vectors(vectors, self._dim, "vectors")
+        if len(label_array) != len(vector_array):
+            raise InvalidIndexInput(f"{len(label_array)} labels for {len(vector_array)} vectors")
+        unique, counts = np.unique(label_array, return_counts=True)
+        if (counts > 1).any():
+            repeated = unique[counts > 1].tolist()
+            raise InvalidIndexInput(f"labels repeated within one add: {_preview(repeated)}")
+        with self._lock:
+            fresh = [
+                position
+                for position, label in enumerate(label_array.tolist())
+                if label not in self._live and label not in self._deleted
+            ]
+            if not fresh:
+                return
+            new_labels = label_array[fresh]
+            self._ensure_capacity(int(self._engine.element_count) + len(fresh))
+            self._engine.add_items(vector_array[fresh], new_labels, num_threads=_ADD_THREADS)
+            self._live.update(new_labels.tolist())
+
+    def mark_deleted(self, labels: Labels) -> None:
+        """Tombstone `labels` for good; unknown or already tombstoned labels are ignored."""
+        label_array = _as_labels(labels, "labels")
+        with self._lock:
+            for label in sorted(set(label_array.tolist())):
+                if label in self._live:
+                    self._engine.mark_deleted(label)
+                    self._live.discard(label)
+                    self._deleted.add(label)
+
+    def knn_many(self, vectors: Vectors, k: int) -> tuple[Labels, Distances]:
+        """Nearest live neighbours of each row, as (labels, cosine distances), both (n, k').
+
+        k' = min(k, live count). Each row is ordered by (distance, label), so ties come
+        out the same on every peer.
+        """
+        queries = _as_vectors(vectors, self._dim, "query vectors")
+        _check_positive("k", k, minimum=0)
+        with self._lock:
+            width = min(k, len(self._live))
+            if width == 0 or len(queries) == 0:
+                return (
+                    np.zeros((len(queries), width), dtype=np.int64),
+                    np.zeros((len(queries), width), dtype=np.float32),
+                )
+            raw_labels, raw_distances = self._query(queries, width)
+        found_labels = np.asarray(raw_labels).astype(np.int64)
+        # Rounding gives -2e-7 for a vector and itself; callers rely on d in [0, 2].
+        found_distances = np.clip(
+            np.asarray(raw_distances, dtype=np.float32), _MIN_DISTANCE, _MAX_DISTANCE
+        )
+        order = np.lexsort((found_labels, found_distances), axis=-1)
+        return (
+            np.take_along_axis(found_labels, order, axis=-1),
+            np.take_along_axis(found_distances, order, axis=-1),
+        )
+
+    def vectors(self, labels: Labels) -> Vectors:
+        """The stored (unit-length) vectors of live `labels`, shape (len(labels), dim)."""
+        label_array = _as_labels(labels, "labels")
+        with self._lock:
+            absent = [label for label in label_array.tolist() if label not in self._live]
+            if absent:
+                tombstoned = [label for label in absent if label in self._deleted]
+                reason = "tombstoned" if len(tombstoned) == len(absent) else "not live"
+                raise LabelNotLive(f"labels {reason} in {self._path}: {_preview(absent)}")
+            if len(label_array) == 0:
+                return np.zeros((0, self._dim), dtype=np.float32)
+            found = self._engine.get_items(label_array, return_type="numpy")
+        return np.ascontiguousarray(found, dtype=np.float32)
+
+    def save(self, stamp: str) -> None:
+        """Write the index, then its meta, each atomically; `stamp` names the database state."""
+        if not isinstance(stamp, str):
+            raise InvalidIndexInput(f"stamp must be a str, got {type(stamp).__name__}")
+        with self._lock:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            index_temporary = _temporary(self._path)
+            self._engine.save_index(str(index_temporary))
+            _replace_durably(index_temporary, self._path)
+            meta = _Meta(
+                format=META_FORMAT,
+                dim=self._dim,
+                index_version=self._index_version,
+                count=int(self._engine.element_count),
+                stamp=stamp,
+                m=int(self._engine.M),
+                ef_construction=int(self._engine.ef_construction),
+                max_elements=int(self._engine.get_max_elements()),
+                deleted=sorted(self._deleted),
+            )
+            sidecar = meta_path(self._path)
+            sidecar_temporary = _temporary(sidecar)
+            sidecar_temporary.write_text(json.dumps(asdict(meta), sort_keys=True), encoding="utf-8")
+            _replace_durably(sidecar_temporary, sidecar)
+            self._stamp = stamp
+
+    def _ensure_capacity(self, needed: int) -> None:
+        capacity = int(self._engine.get_max_elements())
+        if needed <= capacity:
+            return
+        while capacity < needed:
+            capacity *= GROWTH_FACTOR
+        self._engine.resize_index(capacity)
+
+    def _query(self, queries: Vectors, width: int) -> tuple[Any, Any]:
+        self._engine.set_ef(max(self._ef, width))
+        try:
+            found: tuple[Any, Any] = self._engine.knn_query(
+                queries, k=width, num_threads=_QUERY_THREADS
+            )
+        except RuntimeError:
+            # Many tombstones can starve a narrow search; widen it to everything once.
+            self._engine.set_ef(max(self._ef, width, int(self._engine.element_count)))
+            try:
+                found = self._engine.knn_query(queries, k=width, num_threads=_QUERY_THREADS)
+            except RuntimeError as error:
+                raise IndexQueryFailed(
+                    f"k-NN query for k={width} over {len(self._live)} live chunks "
+                    f"in {self._path} failed: {error}"
+                ) from error
+        finally:
+            self._engine.set_ef(self._ef)
+        return found
+
+    def _adopt_tombstones(self, labels: Labels) -> None:
+        """Remember tombstones that were never added, so a later add cannot revive them."""
+        with self._lock:
+            self._deleted.update(labels.tolist())
+
+
+def open_or_rebuild(
+    path: Path,
+    dim: int,
+    index_version: str,
+    *,
+    expected_stamp: str,
+    load_all: LoadAll,
+    progress: ProgressCallback | None = None,
+    m: int = DEFAULT_M,
+    ef_construction: int = DEFAULT_EF_CONSTRUCTION,
+    ef: int = DEFAULT_EF,
+) -> tuple[HnswIndex, str | None]:
+    """The saved index if it matches the database (reason None), else a fresh rebuild.
+
+    `load_all` returns (live labels, their vectors, tombstoned labels) from the database;
+    tombstoned labels are remembered but never inserted. The rebuild inserts in ascending
+    label order, so every peer rebuilding the same state gets the same graph; `m` and
+    `ef_construction` apply to rebuilds only.
+    """
+    path = Path(path)
+    try:
+        index = HnswIndex.load(path, dim, index_version, ef=ef)
+    except IndexUnusable as unusable:
+        reason = unusable.reason
+    else:
+        if index.stamp == expected_stamp:
+            return index, None
+        reason = f"stale stamp: index has {index.stamp!r}, database has {expected_stamp!r}"
+    index = _rebuild(
+        path,
+        dim,
+        index_version,
+        load_all,
+        progress,
+        m=m,
+        ef_construction=ef_construction,
+        ef=ef,
+    )
+    index.save(expected_stamp)
+    return index, reason
+
+
+def _rebuild(
+    path: Path,
+    dim: int,
+    index_version: str,
+    load_all: LoadAll,
+    progress: ProgressCallback | None,
+    *,
+    m: int,
+    ef_construction: int,
+    ef: int,
+) -> HnswIndex:
+    raw_live, raw_vectors, raw_deleted = load_all()
+    live_labels = _as_labels(raw_live, "live labels from the database")
+    live_vectors = _as_vectors(raw_vectors, dim, "vectors from the database")
+    deleted_labels = _as_labels(raw_deleted, "tombstoned labels from the database")
+    total = len(live_labels)
+    if total != len(live_vectors):
+        raise InvalidIndexInput(
+            f"database gave {total} live labels for {len(live_vectors)} vectors"
+        )
+    both = np.intersect1d(live_labels, deleted_labels)
+    if len(both):
+        raise InvalidIndexInput(
+            f"database lists labels as both live and tombstoned: {_preview(both.tolist())}"
+        )
+    index = HnswIndex.create(
+        path,
+        dim,
+        index_version,
+        m=m,
+        ef_construction=ef_construction,
+        ef=ef,
+        capacity=max(INITIAL_CAPACITY, total),
+    )
+    index._adopt_tombstones(deleted_labels)
+    order = np.argsort(live_labels, kind="stable")
+    for start in range(0, total, REBUILD_CHUNK_SIZE):
+        chunk = order[start : start + REBUILD_CHUNK_SIZE]
+        index.add(live_labels[chunk], live_vectors[chunk])
+        if progress is not None:
+            progress(start + len(chunk), total)
+    return index

@@ -1,0 +1,216 @@
+"""The local-directory backend: every key is a file under one root directory.
+
+Create-only writes go through a fsynced temp file that is hard-linked into place:
+link(2) fails if the name exists, so a key is never overwritten, and a reader
+never sees a partly written file. Compare-and-swap writes of mutable objects
+(lease, heartbeats) hold an exclusive flock on a lock file, so several processes
+on one machine can share a root safely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from zeitgeist.backend import (
+    BackendError,
+    KeyExists,
+    PreconditionFailed,
+    UnsupportedStore,
+    Versioned,
+)
+
+#: Lock file for compare-and-swap writes; its leading dot keeps it out of listings.
+LOCK_FILE_NAME: Final = ".versioned.lock"
+TEMP_PREFIX: Final = "."
+TEMP_SUFFIX: Final = ".tmp"
+#: Where probe() writes its throw-away key.
+PROBE_PREFIX: Final = "probe/"
+
+
+class InvalidBackendKey(BackendError, ValueError):
+    """A key that would escape the root or collide with the backend's own files."""
+
+
+def _version_token(data: bytes) -> str:
+    # A content hash: equal bytes mean equal state, so an A-B-A change is harmless.
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DirectoryBackend:
+    """LogBackend over a local directory; safe for several processes on one machine."""
+
+    name = "dir"
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"DirectoryBackend({str(self.root)!r})"
+
+    # ---- paths ---------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        for part in parts:
+            if not part or part in (".", "..") or part.startswith(TEMP_PREFIX) or "\0" in part:
+                raise InvalidBackendKey(
+                    f"dir: key {key!r} has an empty, relative or hidden path component {part!r}"
+                )
+        return self.root.joinpath(*parts)
+
+    def _fail(self, operation: str, key: str, exc: OSError) -> BackendError:
+        return BackendError(f"dir: {operation} {key!r} under {self.root}: {exc}")
+
+    def _write_temp(self, path: Path, data: bytes) -> Path:
+        """A fsynced file with `data` next to `path`, under a name no listing shows."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f"{TEMP_PREFIX}{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
+        with open(temp, "xb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        return temp
+
+    @contextlib.contextmanager
+    def _exclusive_lock(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / LOCK_FILE_NAME, "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        temp = self._write_temp(path, data)
+        try:
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        _fsync_directory(path.parent)
+
+    # ---- LogBackend ------------------------------------------------------------
+
+    def probe(self) -> None:
+        key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+        try:
+            self.create(key, b"probe")
+        except BackendError as exc:
+            raise BackendError(f"dir: {self.root} is not writable: {exc}") from None
+        try:
+            self.create(key, b"second write")
+        except KeyExists:
+            pass
+        else:
+            raise UnsupportedStore(f"dir: {self.root} let a create-only write replace a file")
+        finally:
+            self.delete([key])
+        with contextlib.suppress(OSError):
+            (self.root / PROBE_PREFIX).rmdir()
+
+    def create(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            temp = self._write_temp(path, data)
+            try:
+                os.link(temp, path)
+            except FileExistsError:
+                raise KeyExists(f"dir: {key!r} already exists under {self.root}") from None
+            finally:
+                temp.unlink(missing_ok=True)
+            _fsync_directory(path.parent)
+        except OSError as exc:
+            raise self._fail("create", key, exc) from exc
+
+    def read(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise KeyError(key) from None
+        except OSError as exc:
+            raise self._fail("read", key, exc) from exc
+
+    def list_after(self, prefix: str, start_after: str) -> list[str]:
+        """Keys one directory level below the last '/' of `prefix` (e.g. "seg/", "claim/p/")."""
+        directory_key, _, name_prefix = prefix.rpartition("/")
+        directory = self._path(directory_key) if directory_key else self.root
+        try:
+            with os.scandir(directory) as items:
+                names = [
+                    item.name
+                    for item in items
+                    if item.is_file(follow_symlinks=False)
+                    and item.name.startswith(name_prefix)
+                    and not item.name.startswith(TEMP_PREFIX)
+                ]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise self._fail("list", prefix, exc) from exc
+        base = f"{directory_key}/" if directory_key else ""
+        return sorted(key for key in (base + name for name in names) if key > start_after)
+
+    def delete(self, keys: list[str]) -> None:
+        directories: set[Path] = set()
+        for key in keys:
+            path = self._path(key)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:
+                raise self._fail("delete", key, exc) from exc
+            directories.add(path.parent)
+        for directory in directories:
+            with contextlib.suppress(FileNotFoundError):
+                _fsync_directory(directory)
+
+    def read_versioned(self, key: str) -> Versioned | None:
+        try:
+            data = self.read(key)
+        except KeyError:
+            return None
+        return Versioned(data=data, etag=_version_token(data))
+
+    def write_versioned(self, key: str, data: bytes, expect: str | None) -> str:
+        path = self._path(key)
+        try:
+            with self._exclusive_lock():
+                current = self.read_versioned(key)
+                if expect is None and current is not None:
+                    raise PreconditionFailed(f"dir: {key!r} already exists (expected absent)")
+                if expect is not None and (current is None or current.etag != expect):
+                    found = "absent" if current is None else f"version {current.etag[:12]}"
+                    raise PreconditionFailed(
+                        f"dir: {key!r} changed: expected version {expect[:12]}, found {found}"
+                    )
+                self._replace(path, data)
+        except OSError as exc:
+            raise self._fail("write_versioned", key, exc) from exc
+        return _version_token(data)
+
+    def write_overwrite(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            with self._exclusive_lock():
+                self._replace(path, data)
+        except OSError as exc:
+            raise self._fail("write_overwrite", key, exc) from exc
+
+    def close(self) -> None:
+        """Nothing is held open between calls."""

@@ -1,0 +1,612 @@
+"""The versioned entry codec: seven entry kinds, one JSON object per line, gzip'd segments.
+
+Every entry carries the envelope fields "v" (format version), "kind", "id", "hlc"
+and "origin" next to its own fields. The id of a salience_pulse entry is its
+pulse's pulse_id; every other id is the first 128 bits of blake3 over the
+canonical JSON (sorted keys, compact separators) of the entry without "id". A
+receiver recomputes the id and rejects a line whose id does not match.
+
+Decoding is forgiving per line and strict per field: entries of an unknown
+version or kind are skipped and counted (a newer peer may write them), malformed
+lines are rejected with a reason, and the rest of the segment still decodes.
+Pulse invariants (seed section 4.2) are not checked here: the receiver checks
+them when applying, so it can record the reason against the pulse id.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+import json
+import math
+import re
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, Self, TypeAlias
+
+import blake3
+import numpy as np
+import numpy.typing as npt
+
+from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
+from zeitgeist.hlc import InvalidHlc, check_hlc
+from zeitgeist.keys import InvalidPeerId, validate_peer_id
+
+FORMAT_VERSION: Final = 1
+#: Bytes of blake3 kept for an entry id (128 bits), the same width as a pulse_id.
+ENTRY_ID_BYTES: Final = 16
+ENTRY_ID_HEX_LEN: Final = 2 * ENTRY_ID_BYTES
+#: A content hash or decision hash: full 256-bit blake3, lowercase hex.
+HASH_HEX_LEN: Final = 64
+ENVELOPE_FIELDS: Final = ("v", "kind", "id", "hlc", "origin")
+#: The fields a reconsolidate entry may change; anything else needs a new assert.
+RECONSOLIDATE_FIELDS: Final = frozenset({"title", "topic_key", "pin_floor", "importance"})
+#: Largest decompressed segment accepted, so a corrupt or hostile object cannot
+#: exhaust memory (a cycle's segment is normally a few hundred kilobytes).
+MAX_SEGMENT_BYTES: Final = 256 * 1024 * 1024
+#: Longest unknown kind name kept verbatim as a counter label.
+MAX_KIND_LABEL: Final = 64
+
+_HASH_RE: Final = re.compile(rf"[0-9a-f]{{{HASH_HEX_LEN}}}")
+_ID_RE: Final = re.compile(rf"[0-9a-f]{{{ENTRY_ID_HEX_LEN}}}")
+
+Embedding = npt.NDArray[np.float32]
+ChangeValue: TypeAlias = str | float | None
+
+
+class InvalidEntry(ValueError):
+    """An entry field that is missing, mistyped or out of range; the message names it."""
+
+
+class CorruptSegment(ValueError):
+    """A segment that is not gzip, is truncated, or is not UTF-8 text at all."""
+
+
+def canonical_json(obj: Mapping[str, Any]) -> bytes:
+    """The one byte form that ids are computed over and segments are written in."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+# ---- field rules: validate and normalise one field value ---------------------------
+
+Rule = Callable[[str, Any], Any]
+
+
+def _fail(name: str, problem: str) -> InvalidEntry:
+    return InvalidEntry(f"field {name!r}: {problem}")
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise _fail(name, f"expected a string, got {_type_name(value)}")
+    return value
+
+
+def _name(name: str, value: Any) -> str:
+    if not _text(name, value):
+        raise _fail(name, "must not be empty")
+    return str(value)
+
+
+def _optional_text(name: str, value: Any) -> str | None:
+    return None if value is None else _text(name, value)
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(name, f"expected a number, got {_type_name(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise _fail(name, f"must be finite, got {value}")
+    return number
+
+
+def _optional_number(name: str, value: Any) -> float | None:
+    return None if value is None else _number(name, value)
+
+
+def _unit_interval(name: str, value: Any) -> float:
+    number = _number(name, value)
+    if not 0.0 <= number <= 1.0:
+        raise _fail(name, f"must be in [0, 1], got {number}")
+    return number
+
+
+def _optional_ms(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(name, f"expected null or a non-negative integer, got {value!r}")
+    return value
+
+
+def _hash(name: str, value: Any) -> str:
+    if not isinstance(value, str) or _HASH_RE.fullmatch(value) is None:
+        raise _fail(name, f"expected {HASH_HEX_LEN} lowercase hex digits, got {value!r}")
+    return value
+
+
+def _hash_tuple(name: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise _fail(name, f"expected a list of hashes, got {_type_name(value)}")
+    return tuple(_hash(f"{name}[{i}]", item) for i, item in enumerate(value))
+
+
+def _peer(name: str, value: Any) -> str:
+    try:
+        return validate_peer_id(value)
+    except InvalidPeerId as exc:
+        raise _fail(name, str(exc)) from None
+
+
+def _embedding(name: str, value: Any) -> Embedding:
+    if not isinstance(value, np.ndarray):
+        raise _fail(name, f"expected a float32 vector, got {_type_name(value)}")
+    vector = np.array(value, dtype=np.float32, copy=True)
+    if vector.ndim != 1 or vector.shape[0] == 0:
+        raise _fail(name, f"expected a non-empty 1-d vector, got shape {value.shape}")
+    if not np.all(np.isfinite(vector)):
+        raise _fail(name, "contains NaN or infinity")
+    vector.setflags(write=False)  # the entry id covers these bytes
+    return vector
+
+
+def _pulse(name: str, value: Any) -> SalientPulse:
+    if not isinstance(value, SalientPulse):
+        raise _fail(name, f"expected a SalientPulse, got {_type_name(value)}")
+    if value.pulse_id != value.computed_id():
+        raise _fail(name, f"pulse_id {value.pulse_id!r} does not match its content (use with_id())")
+    return value
+
+
+def _optional_forget_pulse(name: str, value: Any) -> SalientPulse | None:
+    if value is None:
+        return None
+    pulse = _pulse(name, value)
+    if pulse.kind is not PulseKind.FORGET:
+        raise _fail(name, f"a tombstone carries only a forget pulse, got {pulse.kind.value}")
+    return pulse
+
+
+_CHANGE_RULES: Final[Mapping[str, Rule]] = {
+    "title": _text,
+    "topic_key": _optional_text,
+    "pin_floor": _unit_interval,
+    "importance": _optional_number,
+}
+
+
+def _changes(name: str, value: Any) -> Mapping[str, ChangeValue]:
+    if not isinstance(value, Mapping):
+        raise _fail(name, f"expected an object, got {_type_name(value)}")
+    if not value:
+        raise _fail(name, "must change at least one field")
+    unknown = sorted(str(key) for key in value if key not in RECONSOLIDATE_FIELDS)
+    if unknown:
+        allowed = ", ".join(sorted(RECONSOLIDATE_FIELDS))
+        raise _fail(name, f"cannot change {', '.join(unknown)} (allowed: {allowed})")
+    checked = {key: _CHANGE_RULES[key](f"{name}.{key}", value[key]) for key in sorted(value)}
+    return MappingProxyType(checked)
+
+
+# ---- wire decoders for fields whose JSON form differs from the Python value --------
+
+
+def _embedding_from_wire(name: str, value: Any) -> Embedding:
+    if not isinstance(value, str):
+        raise _fail(name, f"expected base64 text, got {_type_name(value)}")
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except ValueError as exc:
+        raise _fail(name, f"invalid base64: {exc}") from None
+    if len(raw) % 4:
+        raise _fail(name, f"{len(raw)} bytes is not a whole number of float32 values")
+    return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+
+
+def _pulse_from_wire(name: str, value: Any) -> SalientPulse:
+    if not isinstance(value, dict):
+        raise _fail(name, f"expected a pulse object, got {_type_name(value)}")
+    try:
+        return SalientPulse.from_json(value)
+    except InvalidPulse as exc:
+        raise _fail(name, f"invalid pulse: {exc}") from None
+
+
+def _optional_pulse_from_wire(name: str, value: Any) -> SalientPulse | None:
+    return None if value is None else _pulse_from_wire(name, value)
+
+
+def _to_wire(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        little_endian = np.ascontiguousarray(value, dtype="<f4")
+        return base64.b64encode(little_endian.tobytes()).decode("ascii")
+    if isinstance(value, SalientPulse):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+# ---- entry kinds --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class EntryBase:
+    """Envelope shared by every kind. Equality and hashing follow the wire bytes."""
+
+    KIND: ClassVar[str]
+    #: Per-field validation; the value it returns (normalised) is what the entry keeps.
+    RULES: ClassVar[Mapping[str, Rule]]
+    #: Fields whose wire form needs decoding before the rule sees it.
+    WIRE_DECODERS: ClassVar[Mapping[str, Rule]] = {}
+
+    hlc: int
+    origin: str
+
+    def __post_init__(self) -> None:
+        try:
+            check_hlc(self.hlc, "hlc")
+        except InvalidHlc as exc:
+            raise InvalidEntry(f"{self.KIND} entry: {exc}") from None
+        for name, rule in (("origin", _peer), *self.RULES.items()):
+            try:
+                normalised = rule(name, getattr(self, name))
+            except InvalidEntry as exc:
+                raise InvalidEntry(f"{self.KIND} entry: {exc}") from None
+            object.__setattr__(self, name, normalised)
+
+    def body(self) -> dict[str, Any]:
+        """The kind's own fields in wire form."""
+        return {name: _to_wire(getattr(self, name)) for name in self.RULES}
+
+    def unsigned_wire(self) -> dict[str, Any]:
+        """The wire object without "id": what a non-pulse id is computed over."""
+        envelope = {"v": FORMAT_VERSION, "kind": self.KIND, "hlc": self.hlc, "origin": self.origin}
+        return {**envelope, **self.body()}
+
+    def computed_id(self) -> str:
+        return blake3.blake3(canonical_json(self.unsigned_wire())).digest(ENTRY_ID_BYTES).hex()
+
+    @cached_property
+    def id(self) -> str:
+        return self.computed_id()
+
+    @cached_property
+    def wire_bytes(self) -> bytes:
+        """The entry's canonical line, without the newline."""
+        return canonical_json({**self.unsigned_wire(), "id": self.id})
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EntryBase):
+            return NotImplemented
+        return self.wire_bytes == other.wire_bytes
+
+    def __hash__(self) -> int:
+        return hash(self.wire_bytes)
+
+    @classmethod
+    def from_wire(cls, obj: Mapping[str, Any]) -> Self:
+        """Build the entry from its wire object; InvalidEntry names the bad field."""
+        expected = {*ENVELOPE_FIELDS, *cls.RULES}
+        missing = sorted(expected - obj.keys())
+        if missing:
+            raise InvalidEntry(f"{cls.KIND} entry: missing field(s) {', '.join(missing)}")
+        unexpected = sorted(obj.keys() - expected)
+        if unexpected:
+            raise InvalidEntry(f"{cls.KIND} entry: unexpected field(s) {', '.join(unexpected)}")
+        values: dict[str, Any] = {}
+        for name in cls.RULES:
+            decode = cls.WIRE_DECODERS.get(name)
+            try:
+                values[name] = obj[name] if decode is None else decode(name, obj[name])
+            except InvalidEntry as exc:
+                raise InvalidEntry(f"{cls.KIND} entry: {exc}") from None
+        return cls(hlc=obj["hlc"], origin=obj["origin"], **values)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class AssertEntry(EntryBase):
+    """A chunk, content-addressed, with its embedding so peers need not re-embed it."""
+
+    KIND: ClassVar[str] = "assert"
+    RULES: ClassVar[Mapping[str, Rule]] = {
+        "content_hash": _hash,
+        "title": _text,
+        "content": _text,
+        "obs_type": _name,
+        "project": _optional_text,
+        "scope": _name,
+        "topic_key": _optional_text,
+        "session_id": _optional_text,
+        "tool_name": _optional_text,
+        "chunk_kind": _name,
+        "pin_floor": _unit_interval,
+        "embedding": _embedding,
+        "model_id": _name,
+        "index_version": _name,
+    }
+    WIRE_DECODERS: ClassVar[Mapping[str, Rule]] = {"embedding": _embedding_from_wire}
+
+    content_hash: str
+    title: str
+    content: str
+    obs_type: str
+    project: str | None
+    scope: str
+    topic_key: str | None
+    session_id: str | None
+    tool_name: str | None
+    chunk_kind: str
+    pin_floor: float
+    embedding: Embedding = field(repr=False)
+    model_id: str
+    index_version: str
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SupersedeEntry(EntryBase):
+    """`new_hash` replaces `old_hash`: the new chunk inherits salience, the old is tombstoned."""
+
+    KIND: ClassVar[str] = "supersede"
+    RULES: ClassVar[Mapping[str, Rule]] = {"old_hash": _hash, "new_hash": _hash, "reason": _text}
+
+    old_hash: str
+    new_hash: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.old_hash == self.new_hash:
+            raise InvalidEntry(
+                f"supersede entry: a chunk cannot supersede itself ({self.old_hash})"
+            )
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ReconsolidateEntry(EntryBase):
+    """Metadata changes to an existing chunk (only RECONSOLIDATE_FIELDS)."""
+
+    KIND: ClassVar[str] = "reconsolidate"
+    RULES: ClassVar[Mapping[str, Rule]] = {"content_hash": _hash, "changes": _changes}
+
+    content_hash: str
+    changes: Mapping[str, ChangeValue]
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class TombstoneEntry(EntryBase):
+    """A permanent retraction; a Forget pulse, if any, travels with it."""
+
+    KIND: ClassVar[str] = "tombstone"
+    RULES: ClassVar[Mapping[str, Rule]] = {
+        "content_hash": _hash,
+        "reason": _text,
+        "collectable_after_ms": _optional_ms,
+        "forget_pulse": _optional_forget_pulse,
+    }
+    WIRE_DECODERS: ClassVar[Mapping[str, Rule]] = {"forget_pulse": _optional_pulse_from_wire}
+
+    content_hash: str
+    reason: str
+    collectable_after_ms: int | None
+    forget_pulse: SalientPulse | None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        pulse = self.forget_pulse
+        if pulse is not None and pulse.seed_hash not in (None, self.content_hash):
+            raise InvalidEntry(
+                f"tombstone entry: forget pulse seed_hash {pulse.seed_hash} "
+                f"differs from content_hash {self.content_hash}"
+            )
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class PulseEntry(EntryBase):
+    """A Reward or Decay pulse; its id is the pulse's own content id."""
+
+    KIND: ClassVar[str] = "salience_pulse"
+    RULES: ClassVar[Mapping[str, Rule]] = {"pulse": _pulse}
+    WIRE_DECODERS: ClassVar[Mapping[str, Rule]] = {"pulse": _pulse_from_wire}
+
+    pulse: SalientPulse
+
+    def computed_id(self) -> str:
+        return self.pulse.pulse_id
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class OutcomeEntry(EntryBase):
+    """A decision's observed result (seed section 7); its time is the envelope hlc."""
+
+    KIND: ClassVar[str] = "outcome"
+    RULES: ClassVar[Mapping[str, Rule]] = {
+        "decision_hash": _hash,
+        "reward": _number,
+        "observer_peer": _peer,
+        "reason": _text,
+    }
+
+    decision_hash: str
+    reward: float
+    observer_peer: str
+    reason: str
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class AttributionEntry(EntryBase):
+    """Which chunks were in context when a decision was made."""
+
+    KIND: ClassVar[str] = "attribution"
+    RULES: ClassVar[Mapping[str, Rule]] = {
+        "decision_hash": _hash,
+        "chunk_hashes": _hash_tuple,
+        "decision_text": _text,
+    }
+
+    decision_hash: str
+    chunk_hashes: tuple[str, ...]
+    decision_text: str
+
+
+Entry: TypeAlias = (
+    AssertEntry
+    | SupersedeEntry
+    | ReconsolidateEntry
+    | TombstoneEntry
+    | PulseEntry
+    | OutcomeEntry
+    | AttributionEntry
+)
+
+ENTRY_TYPES: Final[Mapping[str, type[Entry]]] = MappingProxyType(
+    {
+        cls.KIND: cls
+        for cls in (
+            AssertEntry,
+            SupersedeEntry,
+            ReconsolidateEntry,
+            TombstoneEntry,
+            PulseEntry,
+            OutcomeEntry,
+            AttributionEntry,
+        )
+    }
+)
+
+
+# ---- entries and segments -----------------------------------------------------------
+
+
+def encode_entry(entry: Entry) -> dict[str, Any]:
+    """The wire object of `entry`, envelope included."""
+    return {**entry.unsigned_wire(), "id": entry.id}
+
+
+def decode_entry(obj: Mapping[str, Any]) -> Entry:
+    """One wire object of the current version and a known kind; InvalidEntry otherwise."""
+    version = obj.get("v")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise InvalidEntry(f"format version {version!r} is not {FORMAT_VERSION}")
+    kind = obj.get("kind")
+    entry_type = ENTRY_TYPES.get(kind) if isinstance(kind, str) else None
+    if entry_type is None:
+        raise InvalidEntry(f"unknown entry kind {kind!r}")
+    claimed_id = obj.get("id")
+    if not isinstance(claimed_id, str) or _ID_RE.fullmatch(claimed_id) is None:
+        raise InvalidEntry(f"field 'id': expected {ENTRY_ID_HEX_LEN} lowercase hex digits")
+    entry = entry_type.from_wire(obj)
+    if entry.id != claimed_id:
+        raise InvalidEntry(
+            f"id mismatch: the line says {claimed_id}, its content hashes to {entry.id}"
+        )
+    return entry
+
+
+def entry_order_key(entry: Entry) -> tuple[int, str, str]:
+    """The deterministic interleave order of entries from every peer: (hlc, origin, id)."""
+    return (entry.hlc, entry.origin, entry.id)
+
+
+@dataclass(frozen=True)
+class RejectedLine:
+    """A line that could not be decoded; `line_no` counts from 1."""
+
+    line_no: int
+    reason: str
+
+
+@dataclass
+class DecodedSegment:
+    """What one segment held.
+
+    `skipped` counts entries this version does not understand, by reason
+    ("unknown_version:2", "unknown_kind:foo"); `unknown` keeps their raw objects
+    so compaction can carry them forward for newer peers.
+    """
+
+    entries: list[Entry] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    rejected: list[RejectedLine] = field(default_factory=list)
+    unknown: list[dict[str, Any]] = field(default_factory=list)
+
+
+def encode_segment(entries: Iterable[Entry], unknown: Iterable[Mapping[str, Any]] = ()) -> bytes:
+    """Gzip'd ndjson; the same entries always give the same bytes (gzip mtime 0)."""
+    lines = [entry.wire_bytes for entry in entries]
+    lines.extend(canonical_json(obj) for obj in unknown)
+    payload = b"".join(line + b"\n" for line in lines)
+    return gzip.compress(payload, mtime=0)
+
+
+def _skip_reason(obj: Mapping[str, Any]) -> str | None:
+    """Why a structurally sound object is not for this version to decode, if so."""
+    version = obj["v"]
+    if version != FORMAT_VERSION:
+        return f"unknown_version:{version}"
+    kind = obj.get("kind")
+    if isinstance(kind, str) and kind not in ENTRY_TYPES:
+        return f"unknown_kind:{kind[:MAX_KIND_LABEL]}"
+    return None
+
+
+def _decode_line(line: str, line_no: int, into: DecodedSegment) -> None:
+    try:
+        obj = json.loads(line)
+    except ValueError as exc:
+        into.rejected.append(RejectedLine(line_no, f"invalid JSON: {exc}"))
+        return
+    if not isinstance(obj, dict):
+        problem = f"expected a JSON object, got {_type_name(obj)}"
+        into.rejected.append(RejectedLine(line_no, problem))
+        return
+    version = obj.get("v")
+    if isinstance(version, bool) or not isinstance(version, int):
+        into.rejected.append(RejectedLine(line_no, "field 'v': expected an integer version"))
+        return
+    skip = _skip_reason(obj)
+    if skip is not None:
+        into.skipped[skip] += 1
+        into.unknown.append(obj)
+        return
+    try:
+        into.entries.append(decode_entry(obj))
+    except InvalidEntry as exc:
+        into.rejected.append(RejectedLine(line_no, str(exc)))
+
+
+def _decompress(data: bytes) -> bytes:
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as stream:
+            payload = stream.read(MAX_SEGMENT_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CorruptSegment(f"segment is not valid gzip: {exc or type(exc).__name__}") from None
+    if len(payload) > MAX_SEGMENT_BYTES:
+        raise CorruptSegment(f"segment expands beyond {MAX_SEGMENT_BYTES} bytes")
+    return payload
+
+
+def decode_segment(data: bytes) -> DecodedSegment:
+    """Every line of a segment; only a segment that is not gzip'd UTF-8 raises CorruptSegment."""
+    payload = _decompress(data)
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptSegment(f"segment is not UTF-8 text: {exc}") from None
+    decoded = DecodedSegment()
+    for line_no, line in enumerate(text.split("\n"), start=1):
+        if line.strip():
+            _decode_line(line, line_no, decoded)
+    return decoded

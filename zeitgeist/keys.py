@@ -1,0 +1,217 @@
+"""The key scheme of a mesh, relative to the prefix a backend adds.
+
+```
+seg/<hlc 16 hex>-<peer_id>-<seq 8 hex>.ndjson.gz   immutable segment
+snap/<hlc 16 hex>-<peer_id>.ndjson.gz              compacted state
+peers/<peer_id>.json                               heartbeat
+lease/compactor.json                               compaction lease
+claim/<peer_id>/<seq 8 hex>                        fencing claim of one segment
+```
+Fixed-width lowercase hex makes lexical order equal numeric order, so a listing
+of `seg/` is already in HLC order.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from zeitgeist.hlc import HLC_HEX_DIGITS, check_hlc, format_hlc, parse_hlc
+
+SEGMENT_PREFIX: Final = "seg/"
+SNAPSHOT_PREFIX: Final = "snap/"
+HEARTBEAT_PREFIX: Final = "peers/"
+CLAIM_PREFIX: Final = "claim/"
+LEASE_KEY: Final = "lease/compactor.json"
+
+SEGMENT_SUFFIX: Final = ".ndjson.gz"
+HEARTBEAT_SUFFIX: Final = ".json"
+
+SEQ_HEX_DIGITS: Final = 8
+SEQ_MAX: Final = (1 << (4 * SEQ_HEX_DIGITS)) - 1
+PEER_ID_MAX_LEN: Final = 64
+
+# '-' separates the fields of segment and snapshot keys and '/' separates path
+# levels, so neither may appear in a peer id. A leading '.' is refused too: such
+# names ('.', '..', '.hidden') are special path components for the directory backend.
+_PEER_ID_RE: Final = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.]{{0,{PEER_ID_MAX_LEN - 1}}}")
+_PEER: Final = r"([A-Za-z0-9_][A-Za-z0-9_.]*)"
+_HLC: Final = rf"([0-9a-f]{{{HLC_HEX_DIGITS}}})"
+_SEQ: Final = rf"([0-9a-f]{{{SEQ_HEX_DIGITS}}})"
+_SEGMENT_RE: Final = re.compile(
+    rf"{re.escape(SEGMENT_PREFIX)}{_HLC}-{_PEER}-{_SEQ}{re.escape(SEGMENT_SUFFIX)}"
+)
+_SNAPSHOT_RE: Final = re.compile(
+    rf"{re.escape(SNAPSHOT_PREFIX)}{_HLC}-{_PEER}{re.escape(SEGMENT_SUFFIX)}"
+)
+_HEARTBEAT_RE: Final = re.compile(
+    rf"{re.escape(HEARTBEAT_PREFIX)}{_PEER}{re.escape(HEARTBEAT_SUFFIX)}"
+)
+_CLAIM_RE: Final = re.compile(rf"{re.escape(CLAIM_PREFIX)}{_PEER}/{_SEQ}")
+
+
+class InvalidPeerId(ValueError):
+    """A peer id that cannot be used in keys."""
+
+
+class InvalidKey(ValueError):
+    """A key that does not follow the mesh key scheme."""
+
+
+def validate_peer_id(peer_id: str) -> str:
+    """`peer_id` if it matches [A-Za-z0-9_][A-Za-z0-9_.]{0,63}; InvalidPeerId otherwise."""
+    if not isinstance(peer_id, str) or _PEER_ID_RE.fullmatch(peer_id) is None:
+        raise InvalidPeerId(
+            f"peer id {peer_id!r} is invalid: use 1-{PEER_ID_MAX_LEN} characters from "
+            "A-Z a-z 0-9 _ . (not starting with '.'); '-' and '/' separate key fields"
+        )
+    return peer_id
+
+
+def _check_seq(seq: int) -> int:
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= SEQ_MAX:
+        raise InvalidKey(f"sequence number {seq!r} is outside 0..{SEQ_MAX}")
+    return seq
+
+
+def _format_seq(seq: int) -> str:
+    return f"{_check_seq(seq):0{SEQ_HEX_DIGITS}x}"
+
+
+def _match(pattern: re.Pattern[str], key: str, what: str, shape: str) -> re.Match[str]:
+    found = pattern.fullmatch(key) if isinstance(key, str) else None
+    if found is None:
+        raise InvalidKey(f"{key!r} is not a {what} key (expected {shape})")
+    return found
+
+
+def _peer_in_key(peer_id: str, key: str, what: str) -> str:
+    try:
+        return validate_peer_id(peer_id)
+    except InvalidPeerId as exc:
+        raise InvalidKey(f"{key!r} is not a {what} key: {exc}") from None
+
+
+@dataclass(frozen=True, order=True)
+class SegmentKey:
+    hlc: int
+    peer_id: str
+    seq: int
+
+    def __post_init__(self) -> None:
+        check_hlc(self.hlc, "segment hlc")
+        validate_peer_id(self.peer_id)
+        _check_seq(self.seq)
+
+    @property
+    def key(self) -> str:
+        return (
+            f"{SEGMENT_PREFIX}{format_hlc(self.hlc)}-{self.peer_id}-"
+            f"{_format_seq(self.seq)}{SEGMENT_SUFFIX}"
+        )
+
+
+@dataclass(frozen=True, order=True)
+class SnapshotKey:
+    hlc: int
+    peer_id: str
+
+    def __post_init__(self) -> None:
+        check_hlc(self.hlc, "snapshot hlc")
+        validate_peer_id(self.peer_id)
+
+    @property
+    def key(self) -> str:
+        return f"{SNAPSHOT_PREFIX}{format_hlc(self.hlc)}-{self.peer_id}{SEGMENT_SUFFIX}"
+
+
+@dataclass(frozen=True, order=True)
+class ClaimKey:
+    peer_id: str
+    seq: int
+
+    def __post_init__(self) -> None:
+        validate_peer_id(self.peer_id)
+        _check_seq(self.seq)
+
+    @property
+    def key(self) -> str:
+        return f"{claim_prefix(self.peer_id)}{_format_seq(self.seq)}"
+
+
+def segment_key(hlc: int, peer_id: str, seq: int) -> str:
+    return SegmentKey(hlc, peer_id, seq).key
+
+
+def parse_segment_key(key: str) -> SegmentKey:
+    shape = "seg/<16 hex hlc>-<peer id>-<8 hex seq>.ndjson.gz"
+    hlc_hex, peer_id, seq_hex = _match(_SEGMENT_RE, key, "segment", shape).groups()
+    return SegmentKey(parse_hlc(hlc_hex), _peer_in_key(peer_id, key, "segment"), int(seq_hex, 16))
+
+
+def segment_listing_start(hlc: int) -> str:
+    """A `start_after` that lists every segment whose hlc is >= `hlc`.
+
+    Every key at this hlc extends this string, so it sorts after it.
+    """
+    return f"{SEGMENT_PREFIX}{format_hlc(hlc)}"
+
+
+def snapshot_key(hlc: int, peer_id: str) -> str:
+    return SnapshotKey(hlc, peer_id).key
+
+
+def parse_snapshot_key(key: str) -> SnapshotKey:
+    shape = "snap/<16 hex hlc>-<peer id>.ndjson.gz"
+    hlc_hex, peer_id = _match(_SNAPSHOT_RE, key, "snapshot", shape).groups()
+    return SnapshotKey(parse_hlc(hlc_hex), _peer_in_key(peer_id, key, "snapshot"))
+
+
+def heartbeat_key(peer_id: str) -> str:
+    return f"{HEARTBEAT_PREFIX}{validate_peer_id(peer_id)}{HEARTBEAT_SUFFIX}"
+
+
+def parse_heartbeat_key(key: str) -> str:
+    """The peer id of a heartbeat key."""
+    (peer_id,) = _match(_HEARTBEAT_RE, key, "heartbeat", "peers/<peer id>.json").groups()
+    return _peer_in_key(peer_id, key, "heartbeat")
+
+
+def claim_prefix(peer_id: str) -> str:
+    """The one-level listing prefix of a peer's claims."""
+    return f"{CLAIM_PREFIX}{validate_peer_id(peer_id)}/"
+
+
+def claim_key(peer_id: str, seq: int) -> str:
+    return ClaimKey(peer_id, seq).key
+
+
+def parse_claim_key(key: str) -> ClaimKey:
+    peer_id, seq_hex = _match(_CLAIM_RE, key, "claim", "claim/<peer id>/<8 hex seq>").groups()
+    return ClaimKey(_peer_in_key(peer_id, key, "claim"), int(seq_hex, 16))
+
+
+__all__ = [
+    "CLAIM_PREFIX",
+    "HEARTBEAT_PREFIX",
+    "LEASE_KEY",
+    "SEGMENT_PREFIX",
+    "SNAPSHOT_PREFIX",
+    "ClaimKey",
+    "InvalidKey",
+    "InvalidPeerId",
+    "SegmentKey",
+    "SnapshotKey",
+    "claim_key",
+    "claim_prefix",
+    "heartbeat_key",
+    "parse_claim_key",
+    "parse_heartbeat_key",
+    "parse_segment_key",
+    "parse_snapshot_key",
+    "segment_key",
+    "segment_listing_start",
+    "snapshot_key",
+    "validate_peer_id",
+]

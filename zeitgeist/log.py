@@ -1,0 +1,557 @@
+"""The zeitgeist log on top of a LogBackend: publish, poll, heartbeats, snapshots, compaction.
+
+Guarantees (DESIGN.md section 4):
+
+* Segments are immutable and created only if absent. Before a segment, its
+  writer creates `claim/<peer>/<seq>` naming it: two processes running with one
+  peer id collide on the claim and the second stops with FencedOut.
+* Keys sort by hybrid logical clock. A reader lists from `cursor - window` and
+  skips what it has applied, so a segment that landed late is still seen; a
+  writer whose create returned later than window/2 after its key's time
+  republishes the entries under a fresh key (entries are idempotent).
+* An idle poll is one listing request, whatever the number of peers.
+* Compaction folds segments older than every live peer's cursor (minus the
+  window) into a snapshot, writes it, and only then deletes what it folded;
+  a new peer bootstraps from the newest snapshot.
+
+Crash safety of publishing rests on the caller: persist a PreparedSegment before
+publish() and, after a crash, publish that same object again. Preparing new
+entries under a sequence number that was already claimed is what another
+process would do, so it is refused with FencedOut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from zeitgeist.backend import KeyExists, LogBackend, PreconditionFailed
+from zeitgeist.entries import (
+    CorruptSegment,
+    DecodedSegment,
+    Entry,
+    canonical_json,
+    decode_segment,
+    encode_segment,
+)
+from zeitgeist.hlc import HybridLogicalClock, check_hlc, ms_to_hlc_span, wall_clock_ms
+from zeitgeist.keys import (
+    HEARTBEAT_PREFIX,
+    LEASE_KEY,
+    SEGMENT_PREFIX,
+    SNAPSHOT_PREFIX,
+    InvalidKey,
+    InvalidPeerId,
+    SegmentKey,
+    claim_key,
+    claim_prefix,
+    heartbeat_key,
+    parse_claim_key,
+    parse_heartbeat_key,
+    parse_segment_key,
+    parse_snapshot_key,
+    segment_key,
+    segment_listing_start,
+    snapshot_key,
+    validate_peer_id,
+)
+from zeitgeist.snapshot import Snapshot, fold_entries
+
+#: How far behind its cursor a reader lists; must exceed clock skew plus the slowest write.
+DEFAULT_WINDOW_MS: Final = 60_000
+#: A peer whose heartbeat is older than this is not waited for by compaction.
+DEFAULT_LIVENESS_TIMEOUT_MS: Final = 600_000
+#: How long the compaction lease lasts without renewal.
+DEFAULT_LEASE_TTL_MS: Final = 120_000
+HEARTBEAT_FORMAT_VERSION: Final = 1
+
+logger = logging.getLogger(__name__)
+
+
+class ZeitgeistError(Exception):
+    """Base of the log layer's own errors (backend errors pass through unchanged)."""
+
+
+class FencedOut(ZeitgeistError):
+    """Another process is publishing under this peer id; this one must stop."""
+
+
+class EmptySegment(ZeitgeistError, ValueError):
+    """A segment must carry at least one entry."""
+
+
+class InvalidHeartbeat(ZeitgeistError, ValueError):
+    """A heartbeat object that is not JSON or lacks a field; the message names it."""
+
+
+class InvalidSetting(ZeitgeistError, ValueError):
+    """A window, timeout or TTL that cannot work (zero or negative)."""
+
+
+@dataclass(frozen=True)
+class PreparedSegment:
+    """A segment ready to publish; keep it until publish() succeeds, then retry it as is."""
+
+    key: str
+    data: bytes
+    hlc: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    key: str
+    #: The create returned later than window/2 after the key's time: republish.
+    late: bool
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a peer tells the mesh about itself each cycle (peers/<peer_id>.json)."""
+
+    peer_id: str
+    #: The HLC up to which this peer has applied the log.
+    cursor_hlc: int
+    last_seen_ms: int
+    index_version: str
+    public_key: str | None
+    #: The last segment sequence number this peer published.
+    seq: int
+
+    def to_bytes(self) -> bytes:
+        return canonical_json(
+            {
+                "v": HEARTBEAT_FORMAT_VERSION,
+                "peer_id": self.peer_id,
+                "cursor_hlc": self.cursor_hlc,
+                "last_seen_ms": self.last_seen_ms,
+                "index_version": self.index_version,
+                "public_key": self.public_key,
+                "seq": self.seq,
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Heartbeat:
+        try:
+            obj = json.loads(data)
+        except ValueError as exc:
+            raise InvalidHeartbeat(f"heartbeat is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise InvalidHeartbeat("heartbeat is not a JSON object")
+        if obj.get("v") != HEARTBEAT_FORMAT_VERSION:
+            raise InvalidHeartbeat(f"heartbeat format version {obj.get('v')!r} is not supported")
+        try:
+            heartbeat = cls(
+                peer_id=validate_peer_id(obj["peer_id"]),
+                cursor_hlc=check_hlc(obj["cursor_hlc"], "cursor_hlc"),
+                last_seen_ms=_require(obj, "last_seen_ms", int),
+                index_version=_require(obj, "index_version", str),
+                public_key=_require(obj, "public_key", str | None),
+                seq=_require(obj, "seq", int),
+            )
+        except KeyError as exc:
+            raise InvalidHeartbeat(f"heartbeat lacks field {exc}") from None
+        except InvalidHeartbeat:
+            raise
+        except (InvalidPeerId, ValueError) as exc:
+            raise InvalidHeartbeat(f"heartbeat: {exc}") from None
+        return heartbeat
+
+
+def _require(obj: dict[str, Any], name: str, expected: Any) -> Any:
+    value = obj[name]
+    if isinstance(value, bool) or not isinstance(value, expected):
+        raise InvalidHeartbeat(f"heartbeat field {name!r} has the wrong type: {value!r}")
+    return value
+
+
+class CompactionOutcome(enum.StrEnum):
+    COMPACTED = "compacted"
+    NO_LIVE_PEERS = "no_live_peers"
+    NOTHING_TO_FOLD = "nothing_to_fold"
+    #: Snapshot written, but the lease was lost before deleting: nothing deleted.
+    LEASE_LOST = "lease_lost"
+    #: A segment vanished while folding: another compactor is at work; nothing written.
+    CONCURRENT = "concurrent_compaction"
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    outcome: CompactionOutcome
+    horizon_hlc: int | None = None
+    snapshot_key: str | None = None
+    segments_folded: int = 0
+    entries_written: int = 0
+    unknown_written: int = 0
+    duplicates_dropped: int = 0
+    expired_pulses_dropped: int = 0
+    forget_pulses_stripped: int = 0
+    rejected_lines: int = 0
+    corrupt_segments: tuple[str, ...] = ()
+    segments_deleted: int = 0
+    claims_deleted: int = 0
+    snapshots_deleted: int = 0
+
+
+@dataclass(frozen=True)
+class _Lease:
+    etag: str
+    expires_ms: int
+
+
+@dataclass
+class _Gathered:
+    """The segments below the horizon, decoded."""
+
+    keys: list[SegmentKey] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
+    unknown: list[dict[str, Any]] = field(default_factory=list)
+    rejected_lines: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    vanished: bool = False
+
+
+def _positive(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidSetting(f"{name} must be a positive number of milliseconds, got {value!r}")
+    return value
+
+
+class Zeitgeist:
+    """One peer's view of the shared log. All methods block; run them in worker threads."""
+
+    def __init__(
+        self,
+        backend: LogBackend,
+        peer_id: str,
+        clock: HybridLogicalClock,
+        *,
+        window_ms: int = DEFAULT_WINDOW_MS,
+        liveness_timeout_ms: int = DEFAULT_LIVENESS_TIMEOUT_MS,
+        lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+        wall_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.backend = backend
+        self.peer_id = validate_peer_id(peer_id)
+        self.clock = clock
+        self.window_ms = _positive(window_ms, "window_ms")
+        self.liveness_timeout_ms = _positive(liveness_timeout_ms, "liveness_timeout_ms")
+        self.lease_ttl_ms = _positive(lease_ttl_ms, "lease_ttl_ms")
+        self._wall_ms = wall_ms
+        #: Things skipped rather than failed on, by reason (for metrics).
+        self.counters: Counter[str] = Counter()
+
+    @property
+    def window_hlc(self) -> int:
+        return ms_to_hlc_span(self.window_ms)
+
+    # ---- writing ----------------------------------------------------------------
+
+    def prepare(self, entries: Sequence[Entry], seq: int) -> PreparedSegment:
+        """Encode `entries` under a fresh key whose HLC is above every entry's."""
+        if not entries:
+            raise EmptySegment(f"refusing to prepare an empty segment (peer {self.peer_id})")
+        for entry in entries:
+            self.clock.observe(entry.hlc)
+        hlc = self.clock.now()
+        key = segment_key(hlc, self.peer_id, seq)
+        return PreparedSegment(key=key, data=encode_segment(entries), hlc=hlc, seq=seq)
+
+    def publish(self, prepared: PreparedSegment) -> PublishResult:
+        """Claim the sequence number, then create the segment; idempotent for a retry."""
+        self._claim(prepared)
+        try:
+            self.backend.create(prepared.key, prepared.data)
+        except KeyExists:
+            if self._read_or_none(prepared.key) != prepared.data:
+                raise FencedOut(
+                    f"another process is publishing as peer {self.peer_id}: "
+                    f"segment {prepared.key} exists with different content"
+                ) from None
+        elapsed_ms = self._wall_ms() - HybridLogicalClock.physical_ms(prepared.hlc)
+        return PublishResult(key=prepared.key, late=elapsed_ms > self.window_ms // 2)
+
+    def _claim(self, prepared: PreparedSegment) -> None:
+        claim = claim_key(self.peer_id, prepared.seq)
+        wanted = prepared.key.encode("utf-8")
+        try:
+            self.backend.create(claim, wanted)
+            return
+        except KeyExists:
+            existing = self._read_or_none(claim)
+        if existing != wanted:
+            named = "nothing readable" if existing is None else existing.decode("utf-8", "replace")
+            raise FencedOut(
+                f"another process is publishing as peer {self.peer_id}: claim for seq "
+                f"{prepared.seq} names key {named}, not {prepared.key}"
+            )
+
+    def _read_or_none(self, key: str) -> bytes | None:
+        try:
+            return self.backend.read(key)
+        except KeyError:
+            return None
+
+    def last_claimed_seq(self) -> int | None:
+        """The highest sequence number this peer id has a claim for, if any remains.
+
+        A peer that lost its local state starts above this so it does not fence itself.
+        """
+        seqs = []
+        for key in self.backend.list_after(claim_prefix(self.peer_id), ""):
+            try:
+                seqs.append(parse_claim_key(key).seq)
+            except InvalidKey:
+                self.counters["claim_key_malformed"] += 1
+        return max(seqs, default=None)
+
+    # ---- reading ----------------------------------------------------------------
+
+    def poll(self, cursor_hlc: int, is_applied: Callable[[str], bool]) -> list[str]:
+        """Unapplied segment keys from `cursor_hlc - window` on, ascending; one listing."""
+        start_hlc = max(0, check_hlc(cursor_hlc, "cursor_hlc") - self.window_hlc)
+        fresh: list[str] = []
+        for key in self.backend.list_after(SEGMENT_PREFIX, segment_listing_start(start_hlc)):
+            try:
+                parsed = parse_segment_key(key)
+            except InvalidKey as exc:
+                self.counters["segment_key_malformed"] += 1
+                logger.warning("ignoring a malformed segment key: %s", exc)
+                continue
+            self.clock.observe(parsed.hlc)
+            if not is_applied(key):
+                fresh.append(key)
+        return fresh
+
+    def fetch(self, key: str) -> DecodedSegment:
+        """Read and decode one segment.
+
+        Raises CorruptSegment for bytes that are not a segment, and KeyError if the
+        segment was compacted away meanwhile (its entries are in the newest snapshot).
+        """
+        return decode_segment(self.backend.read(key))
+
+    # ---- heartbeats -------------------------------------------------------------
+
+    def heartbeat(self, beat: Heartbeat) -> None:
+        if beat.peer_id != self.peer_id:
+            raise InvalidHeartbeat(
+                f"peer {self.peer_id} cannot write the heartbeat of peer {beat.peer_id}"
+            )
+        self.backend.write_overwrite(heartbeat_key(self.peer_id), beat.to_bytes())
+
+    def heartbeats(self) -> list[Heartbeat]:
+        """Every readable heartbeat; unreadable ones are counted and skipped."""
+        beats: list[Heartbeat] = []
+        for key in self.backend.list_after(HEARTBEAT_PREFIX, ""):
+            try:
+                peer_id = parse_heartbeat_key(key)
+                data = self.backend.read(key)
+                beat = Heartbeat.from_bytes(data)
+                if beat.peer_id != peer_id:
+                    raise InvalidHeartbeat(f"{key} holds the heartbeat of peer {beat.peer_id}")
+            except KeyError:
+                continue  # removed between listing and reading
+            except (InvalidKey, InvalidHeartbeat) as exc:
+                self.counters["heartbeat_unreadable"] += 1
+                logger.warning("skipping heartbeat %s: %s", key, exc)
+                continue
+            beats.append(beat)
+        return beats
+
+    def live_peers(self, now_ms: int) -> list[Heartbeat]:
+        """Peers seen within the liveness timeout."""
+        return [b for b in self.heartbeats() if now_ms - b.last_seen_ms <= self.liveness_timeout_ms]
+
+    # ---- snapshots and compaction -------------------------------------------------
+
+    def latest_snapshot(self) -> Snapshot | None:
+        """The newest readable snapshot; an unreadable one falls back to the one before."""
+        keys = []
+        for key in self.backend.list_after(SNAPSHOT_PREFIX, ""):
+            try:
+                keys.append((parse_snapshot_key(key), key))
+            except InvalidKey:
+                self.counters["snapshot_key_malformed"] += 1
+        for parsed, key in sorted(keys, reverse=True):
+            try:
+                decoded = self.fetch(key)
+            except KeyError:
+                continue
+            except CorruptSegment as exc:
+                self.counters["snapshot_corrupt"] += 1
+                logger.error("snapshot %s is unreadable, trying an older one: %s", key, exc)
+                continue
+            self.counters["snapshot_rejected_lines"] += len(decoded.rejected)
+            return Snapshot(
+                key=key, hlc=parsed.hlc, entries=decoded.entries, unknown=decoded.unknown
+            )
+        return None
+
+    def bootstrap(self) -> Snapshot | None:
+        """What a new (or long-silent) peer reads first; it then polls from snapshot.hlc."""
+        return self.latest_snapshot()
+
+    def compact(self, now_ms: int) -> CompactionReport | None:
+        """Fold old segments into a snapshot; None if another live peer holds the lease."""
+        lease = self._acquire_lease(now_ms)
+        if lease is None:
+            return None
+        try:
+            return self._compact_under_lease(lease, now_ms)
+        finally:
+            self._release_lease(lease)
+
+    def _compact_under_lease(self, lease: _Lease, now_ms: int) -> CompactionReport:
+        live = self.live_peers(now_ms)
+        if not live:
+            return CompactionReport(CompactionOutcome.NO_LIVE_PEERS)
+        horizon = max(0, min(beat.cursor_hlc for beat in live) - self.window_hlc)
+        previous = self.latest_snapshot()
+        if previous is not None and horizon <= previous.hlc:
+            return CompactionReport(CompactionOutcome.NOTHING_TO_FOLD, horizon_hlc=horizon)
+        gathered = self._gather_below(horizon)
+        if gathered.vanished:
+            return CompactionReport(CompactionOutcome.CONCURRENT, horizon_hlc=horizon)
+        if not gathered.keys:
+            return CompactionReport(
+                CompactionOutcome.NOTHING_TO_FOLD,
+                horizon_hlc=horizon,
+                corrupt_segments=tuple(gathered.corrupt),
+            )
+        base_entries = previous.entries if previous is not None else []
+        base_unknown = previous.unknown if previous is not None else []
+        fold = fold_entries(
+            [*base_entries, *gathered.entries], [*base_unknown, *gathered.unknown], now_ms
+        )
+        new_key = snapshot_key(horizon, self.peer_id)
+        self._create_once(new_key, encode_segment(fold.entries, fold.unknown))
+        report = CompactionReport(
+            CompactionOutcome.COMPACTED,
+            horizon_hlc=horizon,
+            snapshot_key=new_key,
+            segments_folded=len(gathered.keys),
+            entries_written=len(fold.entries),
+            unknown_written=len(fold.unknown),
+            duplicates_dropped=fold.duplicates_dropped,
+            expired_pulses_dropped=fold.expired_pulses_dropped,
+            forget_pulses_stripped=fold.forget_pulses_stripped,
+            rejected_lines=gathered.rejected_lines,
+            corrupt_segments=tuple(gathered.corrupt),
+        )
+        if not self._still_holding(lease):
+            return replace(report, outcome=CompactionOutcome.LEASE_LOST)
+        segments = [parsed.key for parsed in gathered.keys]
+        claims = [claim_key(parsed.peer_id, parsed.seq) for parsed in gathered.keys]
+        # Keep the snapshot this one was folded from as a fallback; delete anything older.
+        older = (
+            [k for k in self.backend.list_after(SNAPSHOT_PREFIX, "") if k < previous.key]
+            if previous is not None
+            else []
+        )
+        self.backend.delete(segments)
+        self.backend.delete(claims)
+        self.backend.delete(older)
+        return replace(
+            report,
+            segments_deleted=len(segments),
+            claims_deleted=len(claims),
+            snapshots_deleted=len(older),
+        )
+
+    def _gather_below(self, horizon: int) -> _Gathered:
+        gathered = _Gathered()
+        for key in self.backend.list_after(SEGMENT_PREFIX, ""):
+            try:
+                parsed = parse_segment_key(key)
+            except InvalidKey:
+                continue
+            if parsed.hlc >= horizon:
+                break  # keys are listed in HLC order
+            try:
+                decoded = self.fetch(key)
+            except KeyError:
+                gathered.vanished = True
+                return gathered
+            except CorruptSegment as exc:
+                # Kept, not deleted: the bytes may still help someone diagnose it.
+                logger.error("compaction leaves corrupt segment %s in place: %s", key, exc)
+                gathered.corrupt.append(key)
+                continue
+            gathered.keys.append(parsed)
+            gathered.entries.extend(decoded.entries)
+            gathered.unknown.extend(decoded.unknown)
+            gathered.rejected_lines += len(decoded.rejected)
+        return gathered
+
+    def _create_once(self, key: str, data: bytes) -> None:
+        """Create `key`, accepting an identical object left by our own earlier attempt."""
+        try:
+            self.backend.create(key, data)
+        except KeyExists:
+            if self._read_or_none(key) != data:
+                raise FencedOut(
+                    f"another process is compacting as peer {self.peer_id}: "
+                    f"{key} exists with different content"
+                ) from None
+
+    # ---- compaction lease ----------------------------------------------------------
+
+    def _lease_body(self, expires_ms: int) -> bytes:
+        return canonical_json({"holder": self.peer_id, "expires_ms": expires_ms})
+
+    def _acquire_lease(self, now_ms: int) -> _Lease | None:
+        current = self.backend.read_versioned(LEASE_KEY)
+        if current is not None:
+            holder, expires_ms = _parse_lease(current.data)
+            if holder != self.peer_id and expires_ms >= now_ms:
+                return None
+        expires_ms = now_ms + self.lease_ttl_ms
+        expect = None if current is None else current.etag
+        try:
+            etag = self.backend.write_versioned(LEASE_KEY, self._lease_body(expires_ms), expect)
+        except PreconditionFailed:
+            return None
+        return _Lease(etag=etag, expires_ms=expires_ms)
+
+    def _still_holding(self, lease: _Lease) -> bool:
+        """Re-assert the lease with a compare-and-swap before deleting anything."""
+        try:
+            self.backend.write_versioned(
+                LEASE_KEY, self._lease_body(lease.expires_ms), expect=lease.etag
+            )
+        except PreconditionFailed:
+            self.counters["compaction_lease_lost"] += 1
+            return False
+        return True
+
+    def _release_lease(self, lease: _Lease) -> None:
+        current = self.backend.read_versioned(LEASE_KEY)
+        if current is None or _parse_lease(current.data)[0] != self.peer_id:
+            return
+        # Losing this race means someone else took the lease over; it is theirs now.
+        with contextlib.suppress(PreconditionFailed):
+            self.backend.write_versioned(LEASE_KEY, self._lease_body(0), expect=current.etag)
+
+
+def _parse_lease(data: bytes) -> tuple[str | None, int]:
+    """(holder, expires_ms); an unreadable lease counts as expired so it can be taken over."""
+    try:
+        obj = json.loads(data)
+        holder, expires_ms = obj["holder"], obj["expires_ms"]
+    except (ValueError, KeyError, TypeError):
+        return None, 0
+    if (
+        not isinstance(holder, str)
+        or isinstance(expires_ms, bool)
+        or not isinstance(expires_ms, int)
+    ):
+        return None, 0
+    return holder, expires_ms

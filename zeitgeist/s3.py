@@ -1,0 +1,418 @@
+"""The zeitgeist on S3 and S3-compatible stores (AWS, MinIO, SeaweedFS).
+
+Correctness rests on conditional writes: a log segment is created with
+``PutObject(IfNoneMatch='*')`` and never overwritten; heartbeats and the compaction
+lease are swapped with ``IfMatch=<etag>``. `probe()` refuses a store that ignores
+these headers, since it would silently let one writer overwrite another's entries.
+
+botocore's own retries are disabled; `zeitgeist.retry.RetryPolicy` retries transient
+failures (5xx, throttling, timeouts, dropped connections) until its deadline, after
+which `BackendError` names the operation, key, bucket and endpoint.
+
+Store quirks measured and handled here:
+- ``IfMatch`` on a missing key answers 412 on SeaweedFS and 404 on AWS / moto.
+- MinIO before April 2024 answered 304 instead of 412 to failed conditional puts.
+- SeaweedFS keeps keys as filer paths: a listing that spans sub-folders is not in
+  byte order, so `list_after` sorts and filters the keys it receives.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final, TypeVar
+
+import boto3  # type: ignore[import-untyped, unused-ignore]
+from botocore.config import Config  # type: ignore[import-untyped, unused-ignore]
+from botocore.exceptions import (  # type: ignore[import-untyped, unused-ignore]
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+    SSLError,
+)
+from botocore.exceptions import (  # type: ignore[import-untyped, unused-ignore]
+    ConnectionError as BotoConnectionError,
+)
+
+from zeitgeist.backend import (
+    BackendError,
+    KeyExists,
+    PreconditionFailed,
+    UnsupportedStore,
+    Versioned,
+)
+from zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
+
+T = TypeVar("T")
+
+BACKEND_NAME: Final = "s3"
+DEFAULT_REGION: Final = "us-east-1"
+#: Seconds to open a TCP (and TLS) connection before the attempt counts as failed.
+DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
+#: Seconds to wait for response bytes; a 2 KB put takes ~5 ms on a local store.
+DEFAULT_READ_TIMEOUT_S: Final = 15.0
+#: Concurrent HTTP connections per backend; the daemon's thread limiter stays below it.
+DEFAULT_MAX_POOL_CONNECTIONS: Final = 16
+#: Keys per ListObjectsV2 page (S3's maximum); an idle poll fits in one page.
+DEFAULT_LIST_PAGE_SIZE: Final = 1000
+#: S3's limit on keys per DeleteObjects request.
+DELETE_BATCH_SIZE: Final = 1000
+#: S3's limit on the length of an object key, in UTF-8 bytes.
+MAX_KEY_BYTES: Final = 1024
+#: Folder (relative to the mesh prefix) for the objects that probe() writes and removes.
+PROBE_FOLDER: Final = "probe/"
+
+#: Error codes that S3 and compatible stores use for conditions that heal by themselves.
+TRANSIENT_ERROR_CODES: Final = frozenset(
+    {
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestThrottled",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        # 409s that AWS documents as "retry": a concurrent conditional write or bucket
+        # operation was in flight; the retry then gets the real answer (e.g. 412).
+        "ConditionalRequestConflict",
+        "OperationAborted",
+    }
+)
+HTTP_NOT_MODIFIED: Final = 304
+HTTP_MOVED_PERMANENTLY: Final = 301
+HTTP_FORBIDDEN: Final = 403
+HTTP_NOT_FOUND: Final = 404
+HTTP_PRECONDITION_FAILED: Final = 412
+HTTP_TOO_MANY_REQUESTS: Final = 429
+HTTP_SERVER_ERROR: Final = 500
+#: Statuses with which a conditional put says "the condition did not hold".
+CONDITION_FAILED_STATUSES: Final = frozenset({HTTP_PRECONDITION_FAILED, HTTP_NOT_MODIFIED})
+NO_SUCH_BUCKET: Final = "NoSuchBucket"
+#: The put condition "only if no object has this key".
+CREATE_ONLY: Final[Mapping[str, str]] = MappingProxyType({"IfNoneMatch": "*"})
+
+
+class S3ConfigError(ValueError):
+    """The S3 backend was configured with values that cannot work."""
+
+
+class InvalidKey(ValueError):
+    """A key cannot be stored as an S3 object key."""
+
+
+def error_status(error: Any) -> int:
+    """The HTTP status of a botocore ClientError (0 if it carries none)."""
+    return int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+def error_code(error: Any) -> str:
+    """The S3 error code of a botocore ClientError, e.g. 'NoSuchKey' or '412'."""
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether retrying the same request may succeed: outages, throttling, timeouts."""
+    if isinstance(error, SSLError):
+        return False  # a certificate problem does not heal by waiting
+    if isinstance(error, BotoConnectionError | HTTPClientError | IncompleteReadError):
+        return True
+    if isinstance(error, ClientError):
+        status = error_status(error)
+        return (
+            status >= HTTP_SERVER_ERROR
+            or status == HTTP_TOO_MANY_REQUESTS
+            or error_code(error) in TRANSIENT_ERROR_CODES
+        )
+    return False
+
+
+class S3Backend:
+    """A mesh's zeitgeist under `prefix` in one bucket.
+
+    Credentials: pass `access_key_id` / `secret_access_key` (and `session_token`), or
+    leave them out to use boto3's standard chain (environment, shared config and
+    credentials files, instance / container roles). `endpoint_url` selects an
+    S3-compatible store (MinIO, SeaweedFS) and switches to path-style addressing.
+    """
+
+    name: str = BACKEND_NAME
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        endpoint_url: str | None = None,
+        region: str = DEFAULT_REGION,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+        session_token: str | None = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+        max_pool_connections: int = DEFAULT_MAX_POOL_CONNECTIONS,
+        list_page_size: int = DEFAULT_LIST_PAGE_SIZE,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if not bucket or "/" in bucket:
+            raise S3ConfigError(f"S3 bucket name must be non-empty without '/', got {bucket!r}")
+        if (access_key_id is None) != (secret_access_key is None):
+            raise S3ConfigError(
+                "S3 static credentials need both access_key_id and secret_access_key "
+                "(or neither, to use boto3's standard credential chain)"
+            )
+        if not connect_timeout_s > 0 or not read_timeout_s > 0:
+            raise S3ConfigError(
+                f"S3 timeouts must be > 0 s, got connect_timeout_s={connect_timeout_s!r}, "
+                f"read_timeout_s={read_timeout_s!r}"
+            )
+        if not 1 <= list_page_size <= DEFAULT_LIST_PAGE_SIZE:
+            raise S3ConfigError(
+                f"list_page_size must be within 1..{DEFAULT_LIST_PAGE_SIZE}, got {list_page_size!r}"
+            )
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.endpoint_url = endpoint_url or None
+        self.list_page_size = list_page_size
+        self.region = region
+        self.requests = RequestCounter()
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._key_root = f"{self.prefix}/" if self.prefix else ""
+        session = boto3.session.Session(
+            aws_access_key_id=access_key_id,
+            aws_secret_access_key=secret_access_key,
+            aws_session_token=session_token,
+            region_name=region,
+        )
+        config = Config(
+            connect_timeout=connect_timeout_s,
+            read_timeout=read_timeout_s,
+            # One attempt per call: retries belong to RetryPolicy, which owns the deadline.
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            s3={"addressing_style": "path"} if self.endpoint_url else {},
+            max_pool_connections=max_pool_connections,
+        )
+        self._client: Any = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+        self._client.meta.events.register("before-send.s3", self._count_request)
+
+    @property
+    def client(self) -> Any:
+        """The underlying boto3 S3 client (for tests and diagnostics)."""
+        return self._client
+
+    @property
+    def location(self) -> str:
+        """Where this backend writes, for error messages."""
+        endpoint = self.endpoint_url or f"AWS S3 ({self.region})"
+        return f"s3://{self.bucket}/{self._key_root} at {endpoint}"
+
+    def probe(self) -> None:
+        self._check_bucket()
+        probe_key = f"{PROBE_FOLDER}{uuid.uuid4().hex}"
+        try:
+            if self._conditional_put(probe_key, b"probe: first write", CREATE_ONLY) is None:
+                raise BackendError(f"probe key {probe_key!r} already existed in {self.location}")
+            # Different bytes, so the retry reconciliation cannot mistake an overwrite.
+            if self._conditional_put(probe_key, b"probe: second write", CREATE_ONLY) is not None:
+                raise UnsupportedStore(
+                    f"{self.location} does not honour If-None-Match conditional writes; "
+                    "using it could silently lose log entries"
+                )
+        finally:
+            self.delete([probe_key])
+
+    def create(self, key: str, data: bytes) -> None:
+        if self._conditional_put(key, data, CREATE_ONLY) is None:
+            raise KeyExists(f"{key!r} already exists in {self.location}")
+
+    def read(self, key: str) -> bytes:
+        current = self.read_versioned(key)
+        if current is None:
+            raise KeyError(key)
+        return current.data
+
+    def list_after(self, prefix: str, start_after: str) -> list[str]:
+        object_prefix = self._object_key(prefix, allow_empty=True)
+        request: dict[str, str | int] = {
+            "Bucket": self.bucket,
+            "Prefix": object_prefix,
+            "MaxKeys": self.list_page_size,
+        }
+        if start_after:
+            request["StartAfter"] = self._object_key(start_after)
+        found: list[str] = []
+        while True:
+            page = self._run(
+                "ListObjectsV2",
+                object_prefix,
+                functools.partial(self._client.list_objects_v2, **request),
+            )
+            found.extend(str(item["Key"]) for item in page.get("Contents", []))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                break
+            request["ContinuationToken"] = str(token)
+        keys = (object_key[len(self._key_root) :] for object_key in found)
+        return sorted({key for key in keys if key > start_after and key.startswith(prefix)})
+
+    def delete(self, keys: list[str]) -> None:
+        object_keys = [self._object_key(key) for key in keys]
+        for start in range(0, len(object_keys), DELETE_BATCH_SIZE):
+            batch = object_keys[start : start + DELETE_BATCH_SIZE]
+            request = {
+                "Bucket": self.bucket,
+                "Delete": {"Objects": [{"Key": key} for key in batch], "Quiet": True},
+            }
+            response = self._run(
+                "DeleteObjects", batch[0], functools.partial(self._client.delete_objects, **request)
+            )
+            failures = [
+                failure
+                for failure in response.get("Errors", [])
+                if failure.get("Code") != "NoSuchKey"
+            ]
+            if failures:
+                described = ", ".join(
+                    f"{failure.get('Key')!r}: {failure.get('Code')} {failure.get('Message', '')}"
+                    for failure in failures[:5]
+                )
+                raise BackendError(
+                    f"s3 DeleteObjects in {self.location} failed for {len(failures)} key(s): "
+                    f"{described}"
+                )
+
+    def read_versioned(self, key: str) -> Versioned | None:
+        object_key = self._object_key(key)
+
+        def attempt() -> Versioned | None:
+            try:
+                response = self._client.get_object(Bucket=self.bucket, Key=object_key)
+            except ClientError as error:
+                if error_status(error) == HTTP_NOT_FOUND and error_code(error) != NO_SUCH_BUCKET:
+                    return None
+                raise
+            # The body is read inside the attempt so a connection dropped mid-body is retried.
+            return Versioned(data=response["Body"].read(), etag=str(response["ETag"]))
+
+        return self._run("GetObject", object_key, attempt)
+
+    def write_versioned(self, key: str, data: bytes, expect: str | None) -> str:
+        condition = CREATE_ONLY if expect is None else {"IfMatch": expect}
+        etag = self._conditional_put(key, data, condition)
+        if etag is None:
+            expected = "absent" if expect is None else f"at version {expect}"
+            raise PreconditionFailed(f"{key!r} in {self.location} is no longer {expected}")
+        return etag
+
+    def write_overwrite(self, key: str, data: bytes) -> None:
+        object_key = self._object_key(key)
+        self._run(
+            "PutObject",
+            object_key,
+            functools.partial(
+                self._client.put_object, Bucket=self.bucket, Key=object_key, Body=data
+            ),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _conditional_put(self, key: str, data: bytes, condition: Mapping[str, str]) -> str | None:
+        """Put `data` under `condition`; the new ETag, or None if the condition did not hold.
+
+        A retried put may meet the effect of its own earlier attempt, one whose response
+        was lost to a timeout: the condition then fails although this very write landed.
+        So after a retry, a failed condition is checked against the stored bytes.
+        """
+        object_key = self._object_key(key)
+        # AWS and moto answer an If-Match on a missing key with 404 rather than 412.
+        missing_means_failed = "IfMatch" in condition
+        attempts = 0
+
+        def attempt() -> str | None:
+            nonlocal attempts
+            attempts += 1
+            try:
+                response = self._client.put_object(
+                    Bucket=self.bucket, Key=object_key, Body=data, **condition
+                )
+            except ClientError as error:
+                status = error_status(error)
+                if status in CONDITION_FAILED_STATUSES or (
+                    missing_means_failed
+                    and status == HTTP_NOT_FOUND
+                    and error_code(error) != NO_SUCH_BUCKET
+                ):
+                    return None
+                raise
+            return str(response["ETag"])
+
+        etag = self._run("PutObject", object_key, attempt)
+        if etag is None and attempts > 1:
+            current = self.read_versioned(key)
+            if current is not None and current.data == data:
+                return current.etag
+        return etag
+
+    def _check_bucket(self) -> None:
+        def attempt() -> None:
+            try:
+                self._client.head_bucket(Bucket=self.bucket)
+            except ClientError as error:
+                status = error_status(error)
+                if status == HTTP_NOT_FOUND:
+                    raise BackendError(
+                        f"bucket {self.bucket!r} does not exist at "
+                        f"{self.endpoint_url or 'AWS S3'}; create it first (docs/s3.md)"
+                    ) from error
+                if status == HTTP_FORBIDDEN:
+                    raise BackendError(
+                        f"access to bucket {self.bucket!r} at {self.endpoint_url or 'AWS S3'} "
+                        "was denied: check the credentials and the IAM policy in docs/s3.md"
+                    ) from error
+                if status == HTTP_MOVED_PERMANENTLY:
+                    raise BackendError(
+                        f"bucket {self.bucket!r} is not in region {self.region!r}: "
+                        "set the bucket's region in the configuration"
+                    ) from error
+                raise
+
+        self._run("HeadBucket", "", attempt)
+
+    def _run(self, operation: str, object_key: str, call: Callable[[], T]) -> T:
+        """Run one request under the retry policy; failures become BackendError in context."""
+        try:
+            return self._retry.call(call, is_transient)
+        except RetryDeadlineExceeded as error:
+            raise BackendError(
+                f"s3 {operation} of {object_key!r} in {self.location}: {error}"
+            ) from error
+        except ClientError as error:
+            raise BackendError(
+                f"s3 {operation} of {object_key!r} in {self.location} failed: "
+                f"{error_code(error)} (HTTP {error_status(error)}): "
+                f"{error.response.get('Error', {}).get('Message', '')}"
+            ) from error
+        except BotoCoreError as error:
+            raise BackendError(
+                f"s3 {operation} of {object_key!r} in {self.location} failed: {error}"
+            ) from error
+
+    def _object_key(self, key: str, *, allow_empty: bool = False) -> str:
+        if not key and not allow_empty:
+            raise InvalidKey(f"empty key for {self.location}")
+        if key.startswith("/"):
+            raise InvalidKey(f"key {key!r} must be relative to the mesh prefix (no leading '/')")
+        object_key = self._key_root + key
+        if len(object_key.encode("utf-8")) > MAX_KEY_BYTES:
+            raise InvalidKey(f"object key {object_key!r} is longer than {MAX_KEY_BYTES} bytes")
+        return object_key
+
+    def _count_request(self, event_name: str, **_: Any) -> None:
+        self.requests.record(event_name.rsplit(".", 1)[-1])
