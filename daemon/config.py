@@ -86,7 +86,9 @@ class ZeitgeistConfig:
         _positive("zeitgeist.compaction_interval_s", self.compaction_interval_s)
         if self.backend == "s3" and not self.s3.bucket:
             raise ConfigError("zeitgeist.s3.bucket must be set when zeitgeist.backend = 's3'")
-        if self.backend == "redis" and not self.redis.url.startswith(("redis://", "rediss://", "unix://")):
+        if self.backend == "redis" and not self.redis.url.startswith(
+            ("redis://", "rediss://", "unix://")
+        ):
             raise ConfigError(f"zeitgeist.redis.url {self.redis.url!r} is not a redis:// URL")
 
 
@@ -341,7 +343,9 @@ def _set_dotted(config: Config, dotted: str, value: Any, *, source: str) -> None
         if not hasattr(target, part):
             raise ConfigError(f"{source}: unknown setting {dotted!r}")
         target = getattr(target, part)
-    if not dataclasses.is_dataclass(target) or leaf not in {f.name for f in dataclasses.fields(target)}:
+    if not dataclasses.is_dataclass(target) or leaf not in {
+        f.name for f in dataclasses.fields(target)
+    }:
         raise ConfigError(f"{source}: unknown setting {dotted!r}")
     setattr(target, leaf, _coerce(type(target), leaf, value, dotted=dotted, source=source))
 
@@ -360,7 +364,7 @@ def _coerce(owner: type, key: str, value: Any, *, dotted: str, source: str) -> A
                 return False
             raise ValueError("expected true or false")
         if expected is int:
-            if isinstance(value, bool) or isinstance(value, float):
+            if isinstance(value, bool | float):
                 raise ValueError("expected an integer")
             return int(value)
         if expected is float:

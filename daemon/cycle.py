@@ -26,6 +26,9 @@ from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
 from pulses.sweep import SweepCandidate, SweepPlan, downscale, plan_sweep
 from store.database import NewObservation, Observation, PendingChunk
+from store.hashing import content_hash
+from store.index import HnswIndex
+from store.salience import SalienceCache
 from store.timefmt import ms_from_iso
 from zeitgeist.entries import (
     AssertEntry,
@@ -41,8 +44,9 @@ from zeitgeist.entries import (
     encode_entry,
     entry_order_key,
 )
+from zeitgeist.hlc import HybridLogicalClock
 from zeitgeist.keys import parse_segment_key
-from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment
+from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment, Zeitgeist
 
 log = logging.getLogger("dreamcycle.cycle")
 
@@ -124,9 +128,13 @@ def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
         except KeyError:
             continue  # compacted away between LIST and GET; its entries are in the snapshot
         for bad in decoded.rejected:
-            log.warning("entry rejected", extra={"key": key, "line": bad.line_no, "reason": bad.reason})
+            log.warning(
+                "entry rejected", extra={"key": key, "line": bad.line_no, "reason": bad.reason}
+            )
         st.segments.append(
-            FetchedSegment(key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values()))
+            FetchedSegment(
+                key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values())
+            )
         )
         fetched += 1
         rejected_lines += len(decoded.rejected)
@@ -176,13 +184,24 @@ def _admit_pending(rt: Runtime, st: CycleState) -> int:
     if not pending:
         return 0
     missing = [c for c in pending if c.embedding is None or c.index_version != version]
-    fresh = dict(zip((c.rowid for c in missing), rt.embedder.embed([c.text for c in missing]), strict=True))
-    vectors = np.stack([fresh[c.rowid] if c.rowid in fresh else c.embedding for c in pending]).astype(np.float32)
+    fresh = dict(
+        zip((c.rowid for c in missing), rt.embedder.embed([c.text for c in missing]), strict=True)
+    )
+    vectors = np.stack(
+        [
+            fresh[c.rowid] if c.embedding is None or c.rowid in fresh else c.embedding
+            for c in pending
+        ]
+    ).astype(np.float32)
     rowids = [c.rowid for c in pending]
     with db.transaction():
         if fresh:
-            db.set_embeddings(list(fresh), np.stack(list(fresh.values())),
-                              model_id=rt.embedder.model_id, index_version=version)  # fmt: skip
+            db.set_embeddings(
+                list(fresh),
+                np.stack(list(fresh.values())),
+                model_id=rt.embedder.model_id,
+                index_version=version,
+            )
         observations = db.observations(rowids)
         for i, chunk in enumerate(pending):
             obs = observations[chunk.rowid]
@@ -190,8 +209,14 @@ def _admit_pending(rt: Runtime, st: CycleState) -> int:
             db.mark_admitted(chunk.rowid, seq)
             if chunk.origin_peer in (None, rt.peer_id):
                 entry = _assert_entry(rt, obs, vectors[i])
-                db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry),
-                              now_ms=st.now_ms, applied=True)  # fmt: skip
+                db.outbox_add(
+                    entry.id,
+                    entry.KIND,
+                    entry.hlc,
+                    encode_entry(entry),
+                    now_ms=st.now_ms,
+                    applied=True,
+                )
         _persist_clock(rt)
     # After the commit: the index is derived state, and its stamp tells when it lags.
     index.add(np.array(rowids, dtype=np.int64), vectors)
@@ -266,15 +291,21 @@ def reconsolidate(rt: Runtime, st: CycleState) -> dict[str, Any]:
                 continue
             status, reason = _apply_structural(rt, st, entry, hidden, adopted)
             db.record_entry(
-                entry.id, kind=entry.KIND, hlc=entry.hlc, origin=entry.origin,
-                status=status, reason=reason,
-            )  # fmt: skip
+                entry.id,
+                kind=entry.KIND,
+                hlc=entry.hlc,
+                origin=entry.origin,
+                status=status,
+                reason=reason,
+            )
             counts[f"{entry.KIND}:{status}"] = counts.get(f"{entry.KIND}:{status}", 0) + 1
         db.outbox_mark_applied([e.id for e in st.local if not isinstance(e, PulseEntry)])
         _salience(rt).flush()
     index = _index(rt)
     if adopted:
-        index.add(np.array([r for r, _ in adopted], dtype=np.int64), np.stack([v for _, v in adopted]))
+        index.add(
+            np.array([r for r, _ in adopted], dtype=np.int64), np.stack([v for _, v in adopted])
+        )
         _salience(rt).refresh()
     if hidden:
         index.mark_deleted(np.array(hidden, dtype=np.int64))
@@ -303,10 +334,14 @@ def _apply_structural(
         )
         if entry.forget_pulse is not None and not db.pulse_seen(entry.forget_pulse.pulse_id):
             db.record_pulse(
-                entry.forget_pulse.pulse_id, status="applied", origin_peer=entry.origin,
-                reason=entry.forget_pulse.reason, changed=0 if rowid is None else 1,
-                journal_seq=journal_seq, now_ms=st.now_ms,
-            )  # fmt: skip
+                entry.forget_pulse.pulse_id,
+                status="applied",
+                origin_peer=entry.origin,
+                reason=entry.forget_pulse.reason,
+                changed=0 if rowid is None else 1,
+                journal_seq=journal_seq,
+                now_ms=st.now_ms,
+            )
         if rowid is not None:
             cache.mark_tombstoned(rowid)
             hidden.append(rowid)
@@ -323,12 +358,21 @@ def _apply_structural(
             },
             now_ms=st.now_ms,
         )
-        if old is not None and new is not None and old.deleted_at is None and new.deleted_at is None:
+        if (
+            old is not None
+            and new is not None
+            and old.deleted_at is None
+            and new.deleted_at is None
+        ):
             cache.set_salience(new.rowid, cache.salience(old.rowid))
         rowid = db.tombstone(
-            entry.old_hash, reason=SUPERSEDED_REASON, origin_peer=entry.origin, now_ms=st.now_ms,
-            collectable_after_ms=None, journal_seq=journal_seq,
-        )  # fmt: skip
+            entry.old_hash,
+            reason=SUPERSEDED_REASON,
+            origin_peer=entry.origin,
+            now_ms=st.now_ms,
+            collectable_after_ms=None,
+            journal_seq=journal_seq,
+        )
         if rowid is not None:
             cache.mark_tombstoned(rowid)
             hidden.append(rowid)
@@ -339,44 +383,51 @@ def _apply_structural(
         return _adopt(rt, st, entry, adopted)
     if isinstance(entry, AttributionEntry):
         db.record_attribution(
-            entry.decision_hash, entry.chunk_hashes, peer=entry.origin, hlc=entry.hlc,
-            ts_ms=entry.hlc >> 16, decision_text=entry.decision_text,
-        )  # fmt: skip
+            entry.decision_hash,
+            entry.chunk_hashes,
+            peer=entry.origin,
+            hlc=entry.hlc,
+            ts_ms=entry.hlc >> 16,
+            decision_text=entry.decision_text,
+        )
         return "applied", None
     if isinstance(entry, OutcomeEntry):
         db.record_outcome(
-            entry.id, decision_hash=entry.decision_hash, reward=entry.reward,
-            observer_peer=entry.observer_peer, hlc=entry.hlc, reason=entry.reason,
+            entry.id,
+            decision_hash=entry.decision_hash,
+            reward=entry.reward,
+            observer_peer=entry.observer_peer,
+            hlc=entry.hlc,
+            reason=entry.reason,
             expires_ms=(entry.hlc >> 16) + int(rt.config.pulses.outcome_wait_s * 1000),
-        )  # fmt: skip
+        )
         return "applied", None
     return "skipped", f"unhandled kind {entry.KIND}"
 
 
-_RECONSOLIDATE_COLUMNS: Final = {"title": "title", "topic_key": "topic_key", "importance": "importance"}
-
-
-def _reconsolidate_entry(rt: Runtime, st: CycleState, entry: ReconsolidateEntry) -> tuple[str, str | None]:
+def _reconsolidate_entry(
+    rt: Runtime, st: CycleState, entry: ReconsolidateEntry
+) -> tuple[str, str | None]:
     db = rt.db
     obs = db.observation_by_hash(entry.content_hash)
     if obs is None or obs.deleted_at is not None:
         return "skipped", "chunk not held here"
-    for name, value in sorted(entry.changes.items()):
-        if name == "pin_floor":
-            floor = float(value or 0.0)
-            db.conn.execute("UPDATE observations SET pin_floor = ? WHERE id = ?", (floor, obs.rowid))
-            db.journal("reconsolidate", obs.content_hash, {"rowid": obs.rowid, "pin_floor": floor},
-                       now_ms=st.now_ms)  # fmt: skip
-            _salience(rt).set_pin_floor(obs.rowid, floor)
-            cache = _salience(rt)
-            if cache.salience(obs.rowid) < floor:
-                cache.set_salience(obs.rowid, floor)
-        else:
-            db.conn.execute(
-                f"UPDATE observations SET {_RECONSOLIDATE_COLUMNS[name]} = ?, "
-                "revision_count = revision_count + 1 WHERE id = ?",
-                (value, obs.rowid),
-            )
+    changes = dict(entry.changes)
+    if "pin_floor" in changes:
+        floor = float(changes.pop("pin_floor") or 0.0)
+        db.set_pin_floor(obs.rowid, floor, now_ms=st.now_ms)
+        db.journal(
+            "reconsolidate",
+            obs.content_hash,
+            {"rowid": obs.rowid, "pin_floor": floor},
+            now_ms=st.now_ms,
+        )
+        cache = _salience(rt)
+        cache.set_pin_floor(obs.rowid, floor)
+        if cache.salience(obs.rowid) < floor:
+            cache.set_salience(obs.rowid, floor)
+    if changes:
+        db.revise(obs.rowid, changes, now_ms=st.now_ms)
     return "applied", None
 
 
@@ -390,27 +441,37 @@ def _adopt(
         return "skipped", "adopt_remote_chunks is off"
     if entry.index_version != rt.embedder.index_version:
         return "skipped", f"index_version {entry.index_version} != local"
+    if content_hash(entry.content) != entry.content_hash:
+        return "rejected", "content_hash does not match the content"
     db = rt.db
     if db.is_tombstoned_hash(entry.content_hash):
         return "skipped", "tombstoned here"
     added = db.add_observations(
         [
             NewObservation(
-                content=entry.content, title=entry.title, type=entry.obs_type,
-                kind=entry.chunk_kind, project=entry.project, topic_key=entry.topic_key,
-                pin_floor=entry.pin_floor, origin_peer=entry.origin,
+                content=entry.content,
+                title=entry.title,
+                type=entry.obs_type,
+                kind=entry.chunk_kind,
+                project=entry.project,
+                topic_key=entry.topic_key,
+                pin_floor=entry.pin_floor,
+                origin_peer=entry.origin,
             )
         ],
         now_ms=st.now_ms,
-    )[0]  # fmt: skip
+    )[0]
     if not added.created:
         return "applied", "already held"
     vector = np.asarray(entry.embedding, dtype=np.float32)
-    db.set_embeddings([added.rowid], vector[None, :], model_id=entry.model_id,
-                      index_version=entry.index_version)  # fmt: skip
+    db.set_embeddings(
+        [added.rowid], vector[None, :], model_id=entry.model_id, index_version=entry.index_version
+    )
     chunk = db.pending_admission_of(added.rowid)
-    db.mark_admitted(added.rowid, db.journal("chunk", entry.content_hash, _chunk_journal(chunk),
-                                             now_ms=st.now_ms))  # fmt: skip
+    db.mark_admitted(
+        added.rowid,
+        db.journal("chunk", entry.content_hash, _chunk_journal(chunk), now_ms=st.now_ms),
+    )
     adopted.append((added.rowid, vector))
     return "applied", None
 
@@ -422,8 +483,15 @@ def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
     """Outcomes become pulses (where the attribution is ours), then every pulse propagates."""
     db, cache, index = rt.db, _salience(rt), _index(rt)
     rule = UpdateRule(rt.config.pulses.update_rule)
-    stats = {"applied": 0, "rejected": 0, "expired": 0, "duplicate": 0, "changed": 0,
-             "from_outcomes": 0, "knn_queries": 0}  # fmt: skip
+    stats = {
+        "applied": 0,
+        "rejected": 0,
+        "expired": 0,
+        "duplicate": 0,
+        "changed": 0,
+        "from_outcomes": 0,
+        "knn_queries": 0,
+    }
     with db.transaction():
         derived = _convert_outcomes(rt, st)
         stats["from_outcomes"] = len(derived)
@@ -434,8 +502,14 @@ def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
             status, reason, changed = "applied", pulse.reason, 0
             if db.pulse_seen(pulse.pulse_id):
                 stats["duplicate"] += 1
-                db.record_entry(entry.id, kind=entry.KIND, hlc=entry.hlc,
-                                origin=entry.origin, status="duplicate", reason=None)  # fmt: skip
+                db.record_entry(
+                    entry.id,
+                    kind=entry.KIND,
+                    hlc=entry.hlc,
+                    origin=entry.origin,
+                    status="duplicate",
+                    reason=None,
+                )
                 continue
             journal_seq: int | None = None
             if entry.id in st.rejected:
@@ -449,17 +523,32 @@ def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
                 changed = len(result.changes)
                 stats["knn_queries"] += result.knn_queries
                 journal_seq = db.journal(
-                    "pulse", pulse.pulse_id, {"pulse": pulse.to_json(), "rule": rule.value},
+                    "pulse",
+                    pulse.pulse_id,
+                    {"pulse": pulse.to_json(), "rule": rule.value},
                     now_ms=st.now_ms,
-                )  # fmt: skip
-            stats["applied" if status == "applied" else status if status in stats else "rejected"] += 1
+                )
+            stats[
+                "applied" if status == "applied" else status if status in stats else "rejected"
+            ] += 1
             stats["changed"] += changed
             db.record_pulse(
-                pulse.pulse_id, status=status, origin_peer=pulse.origin_peer, reason=reason,
-                changed=changed, journal_seq=journal_seq, now_ms=st.now_ms,
-            )  # fmt: skip
-            db.record_entry(entry.id, kind=entry.KIND, hlc=entry.hlc, origin=entry.origin,
-                            status=status, reason=None if status == "applied" else reason)  # fmt: skip
+                pulse.pulse_id,
+                status=status,
+                origin_peer=pulse.origin_peer,
+                reason=reason,
+                changed=changed,
+                journal_seq=journal_seq,
+                now_ms=st.now_ms,
+            )
+            db.record_entry(
+                entry.id,
+                kind=entry.KIND,
+                hlc=entry.hlc,
+                origin=entry.origin,
+                status=status,
+                reason=None if status == "applied" else reason,
+            )
             if status == "rejected":
                 log.warning("pulse rejected", extra={"pulse_id": pulse.pulse_id, "reason": reason})
         cache.flush()
@@ -467,9 +556,12 @@ def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
         cursor = _cursor(rt)
         for segment in st.segments:
             db.record_segment(
-                segment.key, entries=len(segment.entries), rejected=segment.rejected,
-                skipped=segment.skipped, now_ms=st.now_ms,
-            )  # fmt: skip
+                segment.key,
+                entries=len(segment.entries),
+                rejected=segment.rejected,
+                skipped=segment.skipped,
+                now_ms=st.now_ms,
+            )
             if segment.key.startswith("seg/"):
                 cursor = max(cursor, parse_segment_key(segment.key).hlc)
         db.set_meta(CURSOR_META_KEY, str(cursor))
@@ -492,16 +584,24 @@ def _convert_outcomes(rt: Runtime, st: CycleState) -> list[PulseEntry]:
             db.settle_outcome(outcome_id, "foreign")
             continue
         pulses = outcome_to_pulses(
-            Outcome(decision_hash=decision, reward=reward, observer_peer=observer, ts=hlc, reason=reason),
-            Attribution(decision_hash=decision, chunk_hashes=tuple(chunk_hashes), peer=peer,
-                        ts=attr_hlc, decision_text=text),
+            Outcome(
+                decision_hash=decision, reward=reward, observer_peer=observer, ts=hlc, reason=reason
+            ),
+            Attribution(
+                decision_hash=decision,
+                chunk_hashes=tuple(chunk_hashes),
+                peer=peer,
+                ts=attr_hlc,
+                decision_text=text,
+            ),
             db.embedding_of_hash,
             index_version=rt.embedder.index_version,
-        )  # fmt: skip
+        )
         for pulse in pulses:
             entry = PulseEntry(hlc=pulse.ts, origin=rt.peer_id, pulse=pulse)
-            if db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry),
-                             now_ms=st.now_ms, applied=True):  # fmt: skip
+            if db.outbox_add(
+                entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=st.now_ms, applied=True
+            ):
                 derived.append(entry)
         db.settle_outcome(outcome_id, "converted", len(pulses))
     return derived
@@ -518,22 +618,18 @@ def downscale_phase(rt: Runtime, st: CycleState) -> dict[str, Any]:
     changed = 0
     with db.transaction():
         db.journal("downscale", str(st.now_ms), {"now_ms": st.now_ms}, now_ms=st.now_ms)
-        rows = db.conn.execute(
-            "SELECT id, kind, last_decay_ts, created_at FROM observations WHERE deleted_at IS NULL"
-        ).fetchall()
-        for rowid, kind, last_decay, created in rows:
-            elapsed_s = (st.now_ms - ms_from_iso(str(last_decay or created))) / 1000.0
-            before = cache.salience(int(rowid))
-            after = downscale(before, cache.pin_floor(int(rowid)), elapsed_s,
-                              rt.config.downscale.half_life(str(kind)))  # fmt: skip
+        rows = db.decay_candidates()
+        for rowid, kind, decay_from in rows:
+            elapsed_s = (st.now_ms - ms_from_iso(decay_from)) / 1000.0
+            before = cache.salience(rowid)
+            after = downscale(
+                before, cache.pin_floor(rowid), elapsed_s, rt.config.downscale.half_life(kind)
+            )
             if after != before:
-                cache.set_salience(int(rowid), after)
+                cache.set_salience(rowid, after)
                 changed += 1
         cache.flush()
-        db.conn.execute(
-            "UPDATE observations SET last_decay_ts = ? WHERE deleted_at IS NULL",
-            (_iso(st.now_ms),),
-        )
+        db.mark_decayed(st.now_ms)
     return {"live": len(rows), "changed": changed}
 
 
@@ -594,8 +690,14 @@ def tombstone_labels(rt: Runtime, labels: Iterable[int], *, reason: str, now_ms:
         for label in sorted(observations):
             digest = observations[label].content_hash
             seq = db.journal("tombstone", digest, {"hash": digest}, now_ms=now_ms)
-            rowid = db.tombstone(digest, reason=reason, origin_peer=rt.peer_id, now_ms=now_ms,
-                                 collectable_after_ms=None, journal_seq=seq)  # fmt: skip
+            rowid = db.tombstone(
+                digest,
+                reason=reason,
+                origin_peer=rt.peer_id,
+                now_ms=now_ms,
+                collectable_after_ms=None,
+                journal_seq=seq,
+            )
             if rowid is not None:
                 cache.mark_tombstoned(rowid)
                 hidden.append(rowid)
@@ -645,7 +747,9 @@ def promote(rt: Runtime, st: CycleState) -> dict[str, Any]:
     }
 
 
-def _prepare(rt: Runtime, entries: list[Entry], entry_ids: list[str], now_ms: int) -> PreparedSegment:
+def _prepare(
+    rt: Runtime, entries: list[Entry], entry_ids: list[str], now_ms: int
+) -> PreparedSegment:
     db, zg = rt.db, _zeitgeist(rt)
     with db.transaction():
         seq = db.next_counter(PUBLISH_SEQ_META_KEY)
@@ -705,28 +809,22 @@ def _persist_clock(rt: Runtime) -> None:
     rt.db.set_meta(HLC_META_KEY, str(max(current, clock.last)))
 
 
-def _iso(ms: int) -> str:
-    from store.timefmt import iso_from_ms
-
-    return iso_from_ms(ms)
-
-
-def _index(rt: Runtime) -> Any:
+def _index(rt: Runtime) -> HnswIndex:
     assert rt.index is not None, "open_for_cycles() first"
     return rt.index
 
 
-def _salience(rt: Runtime) -> Any:
+def _salience(rt: Runtime) -> SalienceCache:
     assert rt.salience is not None, "open_for_cycles() first"
     return rt.salience
 
 
-def _zeitgeist(rt: Runtime) -> Any:
+def _zeitgeist(rt: Runtime) -> Zeitgeist:
     assert rt.zeitgeist is not None, "open_for_cycles() first"
     return rt.zeitgeist
 
 
-def _clock(rt: Runtime) -> Any:
+def _clock(rt: Runtime) -> HybridLogicalClock:
     assert rt.clock is not None, "open_for_cycles() first"
     return rt.clock
 
@@ -739,4 +837,3 @@ def run_cycle_blocking(rt: Runtime, should_stop: Callable[[], bool] = lambda: Fa
             break
         st.stats[name] = {**st.stats.get(name, {}), **PHASE_FUNCTIONS[name](rt, st)}
     return st
-

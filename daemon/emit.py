@@ -46,9 +46,13 @@ class PulseRequest:
 
 
 def _request_key(verb: str, **fields: Any) -> str:
-    return verb + ":" + blake3.blake3(
-        json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()[:32]
+    return (
+        verb
+        + ":"
+        + blake3.blake3(
+            json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()[:32]
+    )
 
 
 def _queue(rt: Runtime, request_key: str, build: Any) -> Emitted:
@@ -58,19 +62,34 @@ def _queue(rt: Runtime, request_key: str, build: Any) -> Emitted:
         if existing is not None:
             return Emitted(existing, new=False)
         entry: Entry = build(issue_hlc(db))
-        db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=wall_ms(),
-                      request_key=request_key)  # fmt: skip
+        db.outbox_add(
+            entry.id,
+            entry.KIND,
+            entry.hlc,
+            encode_entry(entry),
+            now_ms=wall_ms(),
+            request_key=request_key,
+        )
     return Emitted(entry.id, new=True)
 
 
 def emit_outcome(rt: Runtime, *, decision: str, reward: float, reason: str) -> Emitted:
-    Outcome(decision_hash=decision, reward=reward, observer_peer=rt.peer_id, ts=0,
-            reason=reason).validate()  # fmt: skip
+    Outcome(
+        decision_hash=decision, reward=reward, observer_peer=rt.peer_id, ts=0, reason=reason
+    ).validate()
     key = _request_key("outcome", decision=decision, reward=reward, reason=reason)
-    return _queue(rt, key, lambda hlc: OutcomeEntry(
-        hlc=hlc, origin=rt.peer_id, decision_hash=decision, reward=reward,
-        observer_peer=rt.peer_id, reason=reason,
-    ))  # fmt: skip
+    return _queue(
+        rt,
+        key,
+        lambda hlc: OutcomeEntry(
+            hlc=hlc,
+            origin=rt.peer_id,
+            decision_hash=decision,
+            reward=reward,
+            observer_peer=rt.peer_id,
+            reason=reason,
+        ),
+    )
 
 
 def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
@@ -83,12 +102,20 @@ def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
 
     def build(hlc: int) -> PulseEntry:
         pulse = SalientPulse(
-            seed_embedding=seed, kind=request.kind, strength=request.strength,
-            sigma=request.sigma, max_hops=request.max_hops, k=request.k,
-            decay_per_hop=request.decay_per_hop, ts=hlc, origin_peer=rt.peer_id,
-            reason=request.reason, ttl_s=request.ttl_s,
-            index_version=rt.embedder.index_version, seed_hash=seed_hash,
-        ).with_id()  # fmt: skip
+            seed_embedding=seed,
+            kind=request.kind,
+            strength=request.strength,
+            sigma=request.sigma,
+            max_hops=request.max_hops,
+            k=request.k,
+            decay_per_hop=request.decay_per_hop,
+            ts=hlc,
+            origin_peer=rt.peer_id,
+            reason=request.reason,
+            ttl_s=request.ttl_s,
+            index_version=rt.embedder.index_version,
+            seed_hash=seed_hash,
+        ).with_id()
         pulse.validate()
         return PulseEntry(hlc=hlc, origin=rt.peer_id, pulse=pulse)
 
@@ -109,12 +136,27 @@ def emit_tombstone(rt: Runtime, *, digest: str, reason: str, ttl_s: float) -> Em
         forget = None
         if seed is not None:
             forget = SalientPulse(
-                seed_embedding=seed, kind=PulseKind.FORGET, strength=math.inf, sigma=1.0,
-                max_hops=0, k=1, decay_per_hop=0.0, ts=hlc, origin_peer=rt.peer_id,
-                reason=reason, ttl_s=ttl_s, index_version=rt.embedder.index_version,
+                seed_embedding=seed,
+                kind=PulseKind.FORGET,
+                strength=math.inf,
+                sigma=1.0,
+                max_hops=0,
+                k=1,
+                decay_per_hop=0.0,
+                ts=hlc,
+                origin_peer=rt.peer_id,
+                reason=reason,
+                ttl_s=ttl_s,
+                index_version=rt.embedder.index_version,
                 seed_hash=digest,
-            ).with_id()  # fmt: skip
-        return TombstoneEntry(hlc=hlc, origin=rt.peer_id, content_hash=digest, reason=reason,
-                              collectable_after_ms=None, forget_pulse=forget)  # fmt: skip
+            ).with_id()
+        return TombstoneEntry(
+            hlc=hlc,
+            origin=rt.peer_id,
+            content_hash=digest,
+            reason=reason,
+            collectable_after_ms=None,
+            forget_pulse=forget,
+        )
 
     return _queue(rt, _request_key("tombstone", digest=digest), build)

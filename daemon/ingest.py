@@ -41,7 +41,9 @@ def read_file(path: Path) -> list[NewObservation]:
         raise IngestError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise IngestError(f"{path}: cannot be read: {exc.strerror}") from None
-    items = list(_jsonl(path, text) if path.suffix in (".jsonl", ".ndjson") else _paragraphs(path, text))
+    items = list(
+        _jsonl(path, text) if path.suffix in (".jsonl", ".ndjson") else _paragraphs(path, text)
+    )
     for number, item in enumerate(items, 1):
         try:
             item.validate()
@@ -113,9 +115,11 @@ def embed_stored(rt: Runtime, *, progress: Callable[[str, int], None] | None = N
         vectors = rt.embedder.embed([text for _, text in pending])
         with rt.db.transaction():
             rt.db.set_embeddings(
-                [rowid for rowid, _ in pending], vectors,
-                model_id=rt.embedder.model_id, index_version=rt.embedder.index_version,
-            )  # fmt: skip
+                [rowid for rowid, _ in pending],
+                vectors,
+                model_id=rt.embedder.model_id,
+                index_version=rt.embedder.index_version,
+            )
         done += len(pending)
         if progress:
             progress("embedded", len(pending))

@@ -9,25 +9,42 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 REGISTRY: Final = CollectorRegistry()
 NAMESPACE: Final = "dreamcycle"
 
-CYCLES = Counter("cycles", "Dream cycles finished, by result", ["result"],
-                 namespace=NAMESPACE, registry=REGISTRY)  # fmt: skip
+CYCLES = Counter(
+    "cycles", "Dream cycles finished, by result", ["result"], namespace=NAMESPACE, registry=REGISTRY
+)
 PHASE_SECONDS = Histogram(
-    "phase_seconds", "Wall time of each dream-cycle phase", ["phase"],
-    namespace=NAMESPACE, registry=REGISTRY,
+    "phase_seconds",
+    "Wall time of each dream-cycle phase",
+    ["phase"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
     buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60, 300),
-)  # fmt: skip
+)
 PHASE_EVENTS = Counter(
-    "phase_events", "Counts reported by phases (entries applied, pulses rejected, ...)",
-    ["phase", "event"], namespace=NAMESPACE, registry=REGISTRY,
-)  # fmt: skip
+    "phase_events",
+    "Counts reported by phases (entries applied, pulses rejected, ...)",
+    ["phase", "event"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
 LIVE_CHUNKS = Gauge("live_chunks", "Chunks not tombstoned", namespace=NAMESPACE, registry=REGISTRY)
 TOMBSTONES = Gauge("tombstones", "Tombstoned hashes", namespace=NAMESPACE, registry=REGISTRY)
-LAST_CYCLE = Gauge("last_cycle_timestamp_seconds", "When the last cycle finished",
-                   namespace=NAMESPACE, registry=REGISTRY)  # fmt: skip
-PUBLISH_SECONDS = Histogram("publish_seconds", "Time to write one segment",
-                            namespace=NAMESPACE, registry=REGISTRY)  # fmt: skip
-CYCLE_ERRORS = Counter("cycle_errors", "Cycles that failed, by exception type", ["error"],
-                       namespace=NAMESPACE, registry=REGISTRY)  # fmt: skip
+LAST_CYCLE = Gauge(
+    "last_cycle_timestamp_seconds",
+    "When the last cycle finished",
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+PUBLISH_SECONDS = Histogram(
+    "publish_seconds", "Time to write one segment", namespace=NAMESPACE, registry=REGISTRY
+)
+CYCLE_ERRORS = Counter(
+    "cycle_errors",
+    "Cycles that failed, by exception type",
+    ["error"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
 
 
 def serve(address: tuple[str, int]) -> None:

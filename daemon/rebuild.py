@@ -18,8 +18,11 @@ from pulses.memory import InMemorySalience
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import SalientPulse
 from pulses.sweep import downscale
-from store.database import blob_to_vector
 from store.index import HnswIndex
+
+
+class RebuildError(RuntimeError):
+    """The journal cannot be replayed; the message names the step."""
 
 
 @dataclass(frozen=True)
@@ -32,25 +35,34 @@ class RebuildReport:
     max_difference: float
 
 
-def replay(rt: Runtime, progress: Callable[[int], None] | None = None) -> tuple[InMemorySalience, HnswIndex]:
+def replay(
+    rt: Runtime, progress: Callable[[int], None] | None = None
+) -> tuple[InMemorySalience, HnswIndex]:
     db, cfg = rt.db, rt.config
-    index = HnswIndex.create(cfg.index_path, rt.embedder.dim, rt.embedder.index_version,
-                             m=cfg.index.m, ef_construction=cfg.index.ef_construction,
-                             ef=cfg.index.ef)  # fmt: skip
+    index = HnswIndex.create(
+        cfg.index_path,
+        rt.embedder.dim,
+        rt.embedder.index_version,
+        m=cfg.index.m,
+        ef_construction=cfg.index.ef_construction,
+        ef=cfg.index.ef,
+    )
     state = InMemorySalience()
     kinds: dict[int, str] = {}
     decayed_at: dict[int, int] = {}
-    rowid_of = {str(h): int(r) for r, h in db.conn.execute("SELECT id, content_hash FROM observations")}
+    rowid_of = db.rowids_by_hash()
     for steps, (_seq, kind, ref, body, _at) in enumerate(db.journal_entries(), 1):
         if kind == "chunk":
             rowid = int(body["rowid"])
-            blob = db.conn.execute("SELECT embedding FROM observations WHERE id = ?", (rowid,)).fetchone()
+            vector = db.embedding_of_rowid(rowid)
+            if vector is None:
+                raise RebuildError(f"chunk {rowid} was admitted but has no stored embedding")
             state.add(rowid, 1.0)
             if body["pin_floor"] > 0:
                 state.pin(rowid, float(body["pin_floor"]))
             kinds[rowid] = str(body["kind"])
             decayed_at[rowid] = int(body["decay_from_ms"])
-            index.add(np.array([rowid], dtype=np.int64), blob_to_vector(bytes(blob[0]))[None, :])
+            index.add(np.array([rowid], dtype=np.int64), vector[None, :])
         elif kind == "pulse":
             pulse = SalientPulse.from_json(body["pulse"])
             propagate(pulse, index, state, UpdateRule(body["rule"]))
@@ -73,8 +85,12 @@ def replay(rt: Runtime, progress: Callable[[int], None] | None = None) -> tuple[
                 if state.is_tombstoned(label):
                     continue
                 elapsed_s = (now_ms - decayed_at[label]) / 1000.0
-                value = downscale(state.salience(label), state.pin_floor(label), elapsed_s,
-                                  cfg.downscale.half_life(kinds[label]))  # fmt: skip
+                value = downscale(
+                    state.salience(label),
+                    state.pin_floor(label),
+                    elapsed_s,
+                    cfg.downscale.half_life(kinds[label]),
+                )
                 state.set_salience(label, value)
                 decayed_at[label] = now_ms
         if progress:
@@ -92,15 +108,17 @@ def rebuild(rt: Runtime, *, progress: Callable[[int], None] | None = None) -> Re
     replayed = state.snapshot()
     db = rt.db
     stored = {rowid: salience for rowid, salience, _f, _t, _p in db.salience_rows()}
-    differences = {r: abs(stored[r] - v) for r, v in replayed.items() if r in stored and stored[r] != v}
+    differences = {
+        r: abs(stored[r] - v) for r, v in replayed.items() if r in stored and stored[r] != v
+    }
     with db.transaction():
         db.write_salience({r: replayed[r] for r in differences})
     index.save(db.change_stamp())
-    counts = dict(db.conn.execute("SELECT kind, count(*) FROM journal GROUP BY kind").fetchall())
+    counts = db.journal_counts()
     return RebuildReport(
-        steps=sum(int(v) for v in counts.values()),
-        chunks=int(counts.get("chunk", 0)),
-        pulses=int(counts.get("pulse", 0)),
+        steps=sum(counts.values()),
+        chunks=counts.get("chunk", 0),
+        pulses=counts.get("pulse", 0),
         live=index.live_count,
         changed=len(differences),
         max_difference=max(differences.values(), default=0.0),

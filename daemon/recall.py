@@ -60,7 +60,9 @@ def recall(
         stored = rt.db.embedding_of_hash(obs.content_hash)
         similarity = 0.0 if stored is None else float(np.dot(stored, vector))
         score = cfg.similarity_weight * similarity + cfg.salience_weight * obs.salience
-        hits.append(Hit(rowid, obs.content_hash, obs.title, obs.content, similarity, obs.salience, score))
+        hits.append(
+            Hit(rowid, obs.content_hash, obs.title, obs.content, similarity, obs.salience, score)
+        )
     hits.sort(key=lambda h: (-h.score, h.rowid))
     hits = hits[:top_k]
     if not record or not hits:
@@ -96,10 +98,16 @@ def _record_attribution(rt: Runtime, hits: list[Hit], decision_text: str) -> str
     with db.transaction():
         hlc = issue_hlc(db)
         digest = decision_hash(rt.peer_id, hlc, chunks, decision_text)
-        db.record_attribution(digest, chunks, peer=rt.peer_id, hlc=hlc, ts_ms=now,
-                              decision_text=decision_text)  # fmt: skip
-        entry = AttributionEntry(hlc=hlc, origin=rt.peer_id, decision_hash=digest,
-                                 chunk_hashes=tuple(chunks), decision_text=decision_text)  # fmt: skip
+        db.record_attribution(
+            digest, chunks, peer=rt.peer_id, hlc=hlc, ts_ms=now, decision_text=decision_text
+        )
+        entry = AttributionEntry(
+            hlc=hlc,
+            origin=rt.peer_id,
+            decision_hash=digest,
+            chunk_hashes=tuple(chunks),
+            decision_text=decision_text,
+        )
         db.outbox_add(entry.id, entry.KIND, hlc, encode_entry(entry), now_ms=now, applied=True)
         db.bump_access([h.rowid for h in hits], now_ms=now)
     return digest

@@ -164,4 +164,3 @@ class Runtime:
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
-

@@ -9,10 +9,12 @@ and returns 0.
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import time
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 import trio
 
@@ -21,6 +23,7 @@ from daemon.cycle import PHASE_FUNCTIONS, PHASES, CycleState, FatalCycleError
 from daemon.runtime import Runtime, wall_ms
 
 log = logging.getLogger("dreamcycle.service")
+T = TypeVar("T")
 
 EXIT_OK: Final = 0
 EXIT_FATAL: Final = 3
@@ -89,7 +92,7 @@ class Service:
                     break
                 started = time.monotonic()
                 phase = PHASE_FUNCTIONS[name]
-                stats = await self._blocking(lambda phase=phase: phase(self.rt, st))  # type: ignore[misc]
+                stats = await self._blocking(functools.partial(phase, self.rt, st))
                 elapsed = time.monotonic() - started
                 st.stats[name] = {**st.stats.get(name, {}), **stats, "seconds": round(elapsed, 4)}
                 metrics.record_phase(name, elapsed, stats)
@@ -107,7 +110,7 @@ class Service:
         log.info("cycle %s", status, extra={"phases": st.stats})
         return st
 
-    async def _blocking(self, fn):  # type: ignore[no-untyped-def]
+    async def _blocking(self, fn: Callable[[], T]) -> T:
         return await trio.to_thread.run_sync(fn, limiter=self._limiter)
 
     def _recover(self) -> None:

@@ -319,6 +319,8 @@ def start_seaweedfs(
         "-webdav=false",
         "-s3.port.iceberg=0",
         "-s3.port.lance=0",
+        # No drain period for load balancers on stop: nothing sits in front of it.
+        "-volume.preStopSeconds=0",
         f"-master.port={ports.master}",
         f"-volume.port={ports.volume}",
         f"-filer.port={ports.filer}",

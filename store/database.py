@@ -28,6 +28,8 @@ BUSY_TIMEOUT_MS: Final = 10_000
 #: Kinds of chunk; each has its own decay half-life (seed 001's memory kinds).
 CHUNK_KINDS: Final = ("fact", "preference", "insight", "summary", "note")
 DELETION_POLICIES: Final = ("auto_prune", "manual_only", "never")
+#: Metadata a `reconsolidate` entry may change without changing the chunk's content.
+REVISABLE_COLUMNS: Final = ("title", "topic_key", "importance")
 
 apsw.bestpractice.apply(apsw.bestpractice.recommended)
 
@@ -139,12 +141,19 @@ class Database:
             raise DatabaseError(f"{path} is corrupt: {exc}") from None
 
     def _check_integrity_quick(self) -> None:
-        rows = self.conn.execute("PRAGMA quick_check(1)").fetchall()
+        rows = self._all("PRAGMA quick_check(1)")
         if rows and rows[0][0] != "ok":
             raise DatabaseError(f"{self.path} failed its integrity check: {rows[0][0]}")
 
     def close(self) -> None:
         self.conn.close()
+
+    # apsw types a column as a union of every SQLite type; callers know the schema.
+    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        return self.conn.execute(sql, params).fetchone()
+
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        return self.conn.execute(sql, params).fetchall()
 
     @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:
@@ -155,7 +164,7 @@ class Database:
     # ---- meta -----------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        row = self._one("SELECT value FROM meta WHERE key = ?", (key,))
         return None if row is None else str(row[0])
 
     def set_meta(self, key: str, value: str) -> None:
@@ -180,9 +189,7 @@ class Database:
         for item in items:
             item.validate()
             digest = content_hash(item.content)
-            row = self.conn.execute(
-                "SELECT id FROM observations WHERE content_hash = ?", (digest,)
-            ).fetchone()
+            row = self._one("SELECT id FROM observations WHERE content_hash = ?", (digest,))
             if row is not None:
                 self.conn.execute(
                     "UPDATE observations SET duplicate_count = duplicate_count + 1, "
@@ -198,37 +205,55 @@ class Database:
                 "deletion_policy, origin_peer, source_ref) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0, ?, ?, ?, ?, ?, ?)",
                 (
-                    item.session_id, item.type, item.title, item.content, item.tool_name,
-                    item.project, item.scope, item.topic_key, digest, now, now, now, now,
-                    item.pin_floor, digest, item.kind, item.importance, item.deletion_policy,
-                    item.origin_peer, item.source_ref,
+                    item.session_id,
+                    item.type,
+                    item.title,
+                    item.content,
+                    item.tool_name,
+                    item.project,
+                    item.scope,
+                    item.topic_key,
+                    digest,
+                    now,
+                    now,
+                    now,
+                    now,
+                    item.pin_floor,
+                    digest,
+                    item.kind,
+                    item.importance,
+                    item.deletion_policy,
+                    item.origin_peer,
+                    item.source_ref,
                 ),
-            )  # fmt: skip
+            )
             results.append(Added(self.conn.last_insert_rowid(), digest, created=True))
         return results
 
     def unembedded(self, limit: int) -> list[tuple[int, str]]:
         """Live chunks without an embedding: (rowid, text to embed), oldest first."""
-        rows = self.conn.execute(
+        rows = self._all(
             "SELECT id, title, content FROM observations "
             "WHERE embedding IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?",
             (limit,),
-        ).fetchall()
+        )
         return [(int(r[0]), embedding_text(str(r[1]), str(r[2]))) for r in rows]
 
     def pending_admission(self, limit: int) -> list[PendingChunk]:
         """Live chunks the daemon has not indexed yet, oldest first, with any stored embedding."""
-        return self._pending("admitted_seq IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?", limit)
+        return self._pending(
+            "admitted_seq IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?", limit
+        )
 
     def pending_admission_of(self, rowid: int) -> PendingChunk:
         return self._pending("id = ?", rowid)[0]
 
     def _pending(self, where: str, arg: int) -> list[PendingChunk]:
-        rows = self.conn.execute(
+        rows = self._all(
             "SELECT id, title, content, embedding, index_version, pin_floor, kind, "
             "coalesce(last_decay_ts, created_at), origin_peer FROM observations WHERE " + where,
             (arg,),
-        ).fetchall()
+        )
         return [
             PendingChunk(
                 rowid=int(r[0]),
@@ -244,7 +269,9 @@ class Database:
         ]
 
     def mark_admitted(self, rowid: int, journal_seq: int) -> None:
-        self.conn.execute("UPDATE observations SET admitted_seq = ? WHERE id = ?", (journal_seq, rowid))
+        self.conn.execute(
+            "UPDATE observations SET admitted_seq = ? WHERE id = ?", (journal_seq, rowid)
+        )
 
     def set_embeddings(
         self,
@@ -269,7 +296,7 @@ class Database:
         live: list[int] = []
         blobs: list[bytes] = []
         dead: list[int] = []
-        for rowid, blob, deleted in self.conn.execute(
+        for rowid, blob, deleted in self._all(
             "SELECT id, embedding, deleted_at FROM observations "
             "WHERE admitted_seq IS NOT NULL AND index_version = ? AND id > ? ORDER BY id",
             (index_version, after_rowid),
@@ -287,30 +314,26 @@ class Database:
         return np.array(live, dtype=np.int64), vectors, np.array(dead, dtype=np.int64)
 
     def embedding_of_hash(self, digest: str) -> npt.NDArray[np.float32] | None:
-        row = self.conn.execute(
-            "SELECT embedding FROM observations WHERE content_hash = ?", (digest,)
-        ).fetchone()
+        row = self._one("SELECT embedding FROM observations WHERE content_hash = ?", (digest,))
         return None if row is None or row[0] is None else blob_to_vector(bytes(row[0]))
 
     def observation(self, rowid: int) -> Observation | None:
-        row = self.conn.execute(
-            f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE id = ?", (rowid,)
-        ).fetchone()
+        row = self._one(f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE id = ?", (rowid,))
         return None if row is None else _observation(row)
 
     def observation_by_hash(self, digest: str) -> Observation | None:
-        row = self.conn.execute(
+        row = self._one(
             f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE content_hash = ?", (digest,)
-        ).fetchone()
+        )
         return None if row is None else _observation(row)
 
     def observations(self, rowids: Sequence[int]) -> dict[int, Observation]:
         if not rowids:
             return {}
         marks = ",".join("?" * len(rowids))
-        rows = self.conn.execute(
+        rows = self._all(
             f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE id IN ({marks})", tuple(rowids)
-        ).fetchall()
+        )
         return {int(r[0]): _observation(r) for r in rows}
 
     def search_text(self, query: str, limit: int) -> list[int]:
@@ -318,11 +341,11 @@ class Database:
         terms = " ".join(f'"{t}"' for t in query.replace('"', " ").split())
         if not terms:
             return []
-        rows = self.conn.execute(
+        rows = self._all(
             "SELECT o.id FROM observations_fts f JOIN observations o ON o.id = f.rowid "
             "WHERE observations_fts MATCH ? AND o.deleted_at IS NULL ORDER BY rank LIMIT ?",
             (terms, limit),
-        ).fetchall()
+        )
         return [int(r[0]) for r in rows]
 
     def bump_access(self, rowids: Sequence[int], *, now_ms: int) -> None:
@@ -332,14 +355,16 @@ class Database:
         )
 
     def max_rowid(self) -> int:
-        row = self.conn.execute("SELECT coalesce(max(id), 0) FROM observations").fetchone()
+        row = self._one("SELECT coalesce(max(id), 0) FROM observations")
         return int(row[0]) if row else 0
 
     # ---- salience -----------------------------------------------------------------
 
-    def salience_rows(self, *, after_rowid: int = 0) -> Iterator[tuple[int, float, float, bool, str]]:
+    def salience_rows(
+        self, *, after_rowid: int = 0
+    ) -> Iterator[tuple[int, float, float, bool, str]]:
         """(rowid, salience, pin_floor, tombstoned, deletion_policy) of every chunk."""
-        for rowid, salience, floor, deleted, policy in self.conn.execute(
+        for rowid, salience, floor, deleted, policy in self._all(
             "SELECT id, salience, pin_floor, deleted_at IS NOT NULL, deletion_policy "
             "FROM observations WHERE id > ? ORDER BY id",
             (after_rowid,),
@@ -358,6 +383,53 @@ class Database:
             "UPDATE observations SET last_decay_ts = ? WHERE id = ?", [(stamp, r) for r in rowids]
         )
 
+    def decay_candidates(self) -> list[tuple[int, str, str]]:
+        """(rowid, kind, ISO time its decay counts from) of live indexed chunks."""
+        return [
+            (int(r[0]), str(r[1]), str(r[2]))
+            for r in self._all(
+                "SELECT id, kind, coalesce(last_decay_ts, created_at) FROM observations "
+                "WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL"
+            )
+        ]
+
+    def mark_decayed(self, now_ms: int) -> None:
+        self.conn.execute(
+            "UPDATE observations SET last_decay_ts = ? "
+            "WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL",
+            (iso_from_ms(now_ms),),
+        )
+
+    def set_pin_floor(self, rowid: int, floor: float, *, now_ms: int) -> None:
+        self.conn.execute(
+            "UPDATE observations SET pin_floor = ?, updated_at = ? WHERE id = ?",
+            (floor, iso_from_ms(now_ms), rowid),
+        )
+
+    def revise(self, rowid: int, changes: dict[str, Any], *, now_ms: int) -> None:
+        """Update metadata columns (title, topic_key, importance); counts a revision."""
+        unknown = set(changes) - set(REVISABLE_COLUMNS)
+        if unknown:
+            raise InvalidObservation(f"cannot revise {', '.join(sorted(unknown))}")
+        for column, value in sorted(changes.items()):
+            self.conn.execute(
+                f"UPDATE observations SET {column} = ?, updated_at = ?, "
+                "revision_count = revision_count + 1 WHERE id = ?",
+                (value, iso_from_ms(now_ms), rowid),
+            )
+
+    def rowids_by_hash(self) -> dict[str, int]:
+        return {str(h): int(r) for r, h in self._all("SELECT id, content_hash FROM observations")}
+
+    def embedding_of_rowid(self, rowid: int) -> npt.NDArray[np.float32] | None:
+        row = self._one("SELECT embedding FROM observations WHERE id = ?", (rowid,))
+        return None if row is None or row[0] is None else blob_to_vector(bytes(row[0]))
+
+    def journal_counts(self) -> dict[str, int]:
+        return {
+            str(k): int(n) for k, n in self._all("SELECT kind, count(*) FROM journal GROUP BY kind")
+        }
+
     # ---- tombstones -------------------------------------------------------------
 
     def tombstone(
@@ -374,7 +446,7 @@ class Database:
 
         A hash already tombstoned keeps its first tombstone: tombstones are permanent.
         """
-        inserted = self.conn.execute(
+        inserted = self._one(
             "INSERT INTO tombstones (hash, reason, origin_peer, ts, collectable_after, journal_seq) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING RETURNING hash",
             (
@@ -385,21 +457,18 @@ class Database:
                 None if collectable_after_ms is None else iso_from_ms(collectable_after_ms),
                 journal_seq,
             ),
-        ).fetchone()
+        )
         if inserted is None:
             return None
-        row = self.conn.execute(
+        row = self._one(
             "UPDATE observations SET deleted_at = ?, updated_at = ? "
             "WHERE content_hash = ? AND deleted_at IS NULL RETURNING id",
             (iso_from_ms(now_ms), iso_from_ms(now_ms), digest),
-        ).fetchone()
+        )
         return None if row is None else int(row[0])
 
     def is_tombstoned_hash(self, digest: str) -> bool:
-        return (
-            self.conn.execute("SELECT 1 FROM tombstones WHERE hash = ?", (digest,)).fetchone()
-            is not None
-        )
+        return self._one("SELECT 1 FROM tombstones WHERE hash = ?", (digest,)) is not None
 
     # ---- journal (the applied log that rebuild replays) ------------------------
 
@@ -411,7 +480,7 @@ class Database:
         return self.conn.last_insert_rowid()
 
     def journal_entries(self) -> Iterator[tuple[int, str, str, dict[str, Any], int]]:
-        for seq, kind, ref, body, at_ms in self.conn.execute(
+        for seq, kind, ref, body, at_ms in self._all(
             "SELECT seq, kind, ref, body, at_ms FROM journal ORDER BY seq"
         ):
             yield int(seq), str(kind), str(ref), json.loads(body), int(at_ms)
@@ -419,12 +488,7 @@ class Database:
     # ---- pulses -------------------------------------------------------------------
 
     def pulse_seen(self, pulse_id: str) -> bool:
-        return (
-            self.conn.execute(
-                "SELECT 1 FROM applied_pulses WHERE pulse_id = ?", (pulse_id,)
-            ).fetchone()
-            is not None
-        )
+        return self._one("SELECT 1 FROM applied_pulses WHERE pulse_id = ?", (pulse_id,)) is not None
 
     def record_pulse(
         self,
@@ -447,47 +511,66 @@ class Database:
     # ---- attributions and outcomes ---------------------------------------------
 
     def record_attribution(
-        self, decision_hash: str, chunk_hashes: Sequence[str], *, peer: str, hlc: int,
-        ts_ms: int, decision_text: str,
-    ) -> bool:  # fmt: skip
+        self,
+        decision_hash: str,
+        chunk_hashes: Sequence[str],
+        *,
+        peer: str,
+        hlc: int,
+        ts_ms: int,
+        decision_text: str,
+    ) -> bool:
         """False if the decision was already recorded (attributions are idempotent)."""
-        row = self.conn.execute(
+        row = self._one(
             "INSERT INTO attributions (decision_hash, chunk_hashes_json, peer, ts, hlc, decision_text) "
             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (decision_hash) DO NOTHING RETURNING 1",
-            (decision_hash, json.dumps(sorted(chunk_hashes)), peer, iso_from_ms(ts_ms), hlc,
-             decision_text),
-        ).fetchone()  # fmt: skip
+            (
+                decision_hash,
+                json.dumps(sorted(chunk_hashes)),
+                peer,
+                iso_from_ms(ts_ms),
+                hlc,
+                decision_text,
+            ),
+        )
         return row is not None
 
     def attribution(self, decision_hash: str) -> tuple[list[str], str, int, str] | None:
         """(chunk hashes, peer, hlc, decision text) of a recorded decision."""
-        row = self.conn.execute(
+        row = self._one(
             "SELECT chunk_hashes_json, peer, hlc, decision_text FROM attributions "
             "WHERE decision_hash = ?",
             (decision_hash,),
-        ).fetchone()
+        )
         if row is None:
             return None
         return list(json.loads(row[0])), str(row[1]), int(row[2]), str(row[3])
 
     def record_outcome(
-        self, outcome_id: str, *, decision_hash: str, reward: float, observer_peer: str,
-        hlc: int, reason: str, expires_ms: int,
-    ) -> bool:  # fmt: skip
-        row = self.conn.execute(
+        self,
+        outcome_id: str,
+        *,
+        decision_hash: str,
+        reward: float,
+        observer_peer: str,
+        hlc: int,
+        reason: str,
+        expires_ms: int,
+    ) -> bool:
+        row = self._one(
             "INSERT INTO outcomes (outcome_id, decision_hash, reward, observer_peer, hlc, reason, "
             "status, expires_ms) VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?) "
             "ON CONFLICT (outcome_id) DO NOTHING RETURNING 1",
             (outcome_id, decision_hash, reward, observer_peer, hlc, reason, expires_ms),
-        ).fetchone()
+        )
         return row is not None
 
     def waiting_outcomes(self) -> list[tuple[str, str, float, str, int, str, int]]:
         """(outcome_id, decision_hash, reward, observer, hlc, reason, expires_ms), oldest first."""
-        rows = self.conn.execute(
+        rows = self._all(
             "SELECT outcome_id, decision_hash, reward, observer_peer, hlc, reason, expires_ms "
             "FROM outcomes WHERE status = 'waiting' ORDER BY hlc, outcome_id"
-        ).fetchall()
+        )
         return [
             (str(a), str(b), float(c), str(d), int(e), str(f), int(g))
             for a, b, c, d, e, f, g in rows
@@ -502,12 +585,11 @@ class Database:
     # ---- log state: segments read, entries seen, outbox, segments written -------
 
     def segment_applied(self, key: str) -> bool:
-        return (
-            self.conn.execute("SELECT 1 FROM applied_segments WHERE key = ?", (key,)).fetchone()
-            is not None
-        )
+        return self._one("SELECT 1 FROM applied_segments WHERE key = ?", (key,)) is not None
 
-    def record_segment(self, key: str, *, entries: int, rejected: int, skipped: int, now_ms: int) -> None:
+    def record_segment(
+        self, key: str, *, entries: int, rejected: int, skipped: int, now_ms: int
+    ) -> None:
         self.conn.execute(
             "INSERT INTO applied_segments (key, applied_at, entries, rejected, skipped) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
@@ -515,10 +597,7 @@ class Database:
         )
 
     def entry_seen(self, entry_id: str) -> bool:
-        return (
-            self.conn.execute("SELECT 1 FROM seen_entries WHERE entry_id = ?", (entry_id,)).fetchone()
-            is not None
-        )
+        return self._one("SELECT 1 FROM seen_entries WHERE entry_id = ?", (entry_id,)) is not None
 
     def record_entry(
         self, entry_id: str, *, kind: str, hlc: int, origin: str, status: str, reason: str | None
@@ -530,33 +609,45 @@ class Database:
         )
 
     def outbox_add(
-        self, entry_id: str, kind: str, hlc: int, body: dict[str, Any], *, now_ms: int,
-        applied: bool = False, request_key: str | None = None,
-    ) -> bool:  # fmt: skip
+        self,
+        entry_id: str,
+        kind: str,
+        hlc: int,
+        body: dict[str, Any],
+        *,
+        now_ms: int,
+        applied: bool = False,
+        request_key: str | None = None,
+    ) -> bool:
         """Queue one of this peer's entries. False if the same entry is already queued.
 
         `applied` says the entry's effect is already in this database (a local
         chunk's assert, say), so only publishing remains.
         """
-        row = self.conn.execute(
+        row = self._one(
             "INSERT INTO outbox (entry_id, kind, hlc, body, created_at, applied, request_key) "
             "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING 1",
-            (entry_id, kind, hlc, json.dumps(body, sort_keys=True, separators=(",", ":")),
-             iso_from_ms(now_ms), int(applied), request_key),
-        ).fetchone()  # fmt: skip
+            (
+                entry_id,
+                kind,
+                hlc,
+                json.dumps(body, sort_keys=True, separators=(",", ":")),
+                iso_from_ms(now_ms),
+                int(applied),
+                request_key,
+            ),
+        )
         return row is not None
 
     def request_entry(self, request_key: str) -> str | None:
         """The entry id an earlier identical request queued, if any."""
-        row = self.conn.execute(
-            "SELECT entry_id FROM outbox WHERE request_key = ?", (request_key,)
-        ).fetchone()
+        row = self._one("SELECT entry_id FROM outbox WHERE request_key = ?", (request_key,))
         return None if row is None else str(row[0])
 
     def outbox_unapplied(self) -> list[tuple[str, dict[str, Any]]]:
-        rows = self.conn.execute(
+        rows = self._all(
             "SELECT entry_id, body FROM outbox WHERE applied = 0 ORDER BY hlc, entry_id"
-        ).fetchall()
+        )
         return [(str(r[0]), json.loads(r[1])) for r in rows]
 
     def outbox_mark_applied(self, entry_ids: Sequence[str]) -> None:
@@ -565,11 +656,11 @@ class Database:
         )
 
     def outbox_unpublished(self, limit: int) -> list[tuple[str, dict[str, Any]]]:
-        rows = self.conn.execute(
+        rows = self._all(
             "SELECT entry_id, body FROM outbox WHERE segment_seq IS NULL AND applied = 1 "
             "ORDER BY hlc, entry_id LIMIT ?",
             (limit,),
-        ).fetchall()
+        )
         return [(str(r[0]), json.loads(r[1])) for r in rows]
 
     def prepare_segment(
@@ -585,18 +676,18 @@ class Database:
         )
 
     def prepared_segments(self) -> list[tuple[int, str, bytes, int]]:
-        rows = self.conn.execute(
+        rows = self._all(
             "SELECT seq, key, data, hlc FROM segments_out WHERE status = 'prepared' ORDER BY seq"
-        ).fetchall()
+        )
         return [(int(r[0]), str(r[1]), bytes(r[2]), int(r[3])) for r in rows]
 
     def finish_segment(self, seq: int, status: str) -> None:
         self.conn.execute("UPDATE segments_out SET status = ? WHERE seq = ?", (status, seq))
 
     def segment_entry_ids(self, seq: int) -> list[str]:
-        rows = self.conn.execute(
+        rows = self._all(
             "SELECT entry_id FROM outbox WHERE segment_seq = ? ORDER BY hlc, entry_id", (seq,)
-        ).fetchall()
+        )
         return [str(r[0]) for r in rows]
 
     # ---- cycles and status ---------------------------------------------------------
@@ -607,17 +698,19 @@ class Database:
         )
         return self.conn.last_insert_rowid()
 
-    def finish_cycle(self, cycle_id: int, *, status: str, phases: dict[str, Any], now_ms: int) -> None:
+    def finish_cycle(
+        self, cycle_id: int, *, status: str, phases: dict[str, Any], now_ms: int
+    ) -> None:
         self.conn.execute(
             "UPDATE cycles SET finished_at = ?, status = ?, phases_json = ? WHERE id = ?",
             (iso_from_ms(now_ms), status, json.dumps(phases, sort_keys=True), cycle_id),
         )
 
     def last_cycle(self) -> dict[str, Any] | None:
-        row = self.conn.execute(
+        row = self._one(
             "SELECT id, started_at, finished_at, status, phases_json FROM cycles "
             "ORDER BY id DESC LIMIT 1"
-        ).fetchone()
+        )
         if row is None:
             return None
         return {
@@ -630,7 +723,7 @@ class Database:
 
     def counts(self) -> dict[str, int]:
         def one(sql: str) -> int:
-            row = self.conn.execute(sql).fetchone()
+            row = self._one(sql)
             return int(row[0]) if row else 0
 
         return {
@@ -657,7 +750,7 @@ class Database:
     def tombstones_by_reason(self) -> dict[str, int]:
         return {
             str(reason): int(n)
-            for reason, n in self.conn.execute(
+            for reason, n in self._all(
                 "SELECT coalesce(reason, ''), count(*) FROM tombstones GROUP BY 1 ORDER BY 2 DESC"
             )
         }
@@ -665,16 +758,16 @@ class Database:
     def live_saliences(self) -> npt.NDArray[np.float64]:
         values = [
             float(r[0])
-            for r in self.conn.execute("SELECT salience FROM observations WHERE deleted_at IS NULL")
+            for r in self._all("SELECT salience FROM observations WHERE deleted_at IS NULL")
         ]
         return np.array(values, dtype=np.float64)
 
     def change_stamp(self) -> str:
         """Changes whenever chunks are added, embedded or tombstoned: the index's freshness mark."""
-        row = self.conn.execute(
+        row = self._one(
             "SELECT coalesce(max(id), 0), count(admitted_seq), "
             "(SELECT count(*) FROM observations WHERE deleted_at IS NOT NULL) FROM observations"
-        ).fetchone()
+        )
         return "-".join(str(v) for v in row) if row else "0-0-0"
 
 

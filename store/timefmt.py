@@ -6,7 +6,10 @@ from datetime import UTC, datetime
 
 
 def iso_from_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return (
+        datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+        + f"{ms % 1000:03d}Z"
+    )
 
 
 def ms_from_iso(text: str) -> int:
@@ -17,4 +20,4 @@ def ms_from_iso(text: str) -> int:
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return int(round(parsed.timestamp() * 1000))
+    return round(parsed.timestamp() * 1000)

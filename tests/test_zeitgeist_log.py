@@ -19,6 +19,7 @@ from zeitgeist.keys import LEASE_KEY, heartbeat_key, parse_segment_key
 from zeitgeist.log import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_LIVENESS_TIMEOUT_MS,
+    DEFAULT_MAX_FUTURE_MS,
     DEFAULT_WINDOW_MS,
     CompactionOutcome,
     EmptySegment,
@@ -180,6 +181,21 @@ def test_idle_poll_is_a_single_request(tmp_path: Path) -> None:
     assert counting.calls == {"list_after": 1}
     # Polling observed the writer's keys, so the reader now stamps above them.
     assert reader.clock.now() > cursor
+
+
+def test_keys_from_far_in_the_future_are_deferred_not_observed(tmp_path: Path) -> None:
+    two_hours_ms = 2 * 3_600_000
+    future_wall = ManualClock(BASE_MS + two_hours_ms)
+    writer = make_zeitgeist(DirectoryBackend(tmp_path), "hasty", future_wall)
+    key = writer.publish(writer.prepare(one_of_each_kind("hasty", future_wall.ms), 0)).key
+    wall = ManualClock()
+    reader = make_zeitgeist(DirectoryBackend(tmp_path), "reader", wall)
+    assert reader.poll(0, lambda k: False) == []
+    assert reader.counters["segment_from_the_future"] == 1
+    assert HybridLogicalClock.physical_ms(reader.clock.now()) == BASE_MS
+    wall.advance(two_hours_ms - DEFAULT_MAX_FUTURE_MS + 1)
+    assert reader.poll(0, lambda k: False) == [key]
+    assert reader.clock.now() > parse_segment_key(key).hlc
 
 
 def test_late_publish_is_flagged(tmp_path: Path) -> None:

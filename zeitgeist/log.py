@@ -40,7 +40,13 @@ from zeitgeist.entries import (
     decode_segment,
     encode_segment,
 )
-from zeitgeist.hlc import HybridLogicalClock, check_hlc, ms_to_hlc_span, wall_clock_ms
+from zeitgeist.hlc import (
+    HybridLogicalClock,
+    check_hlc,
+    hlc_from_ms,
+    ms_to_hlc_span,
+    wall_clock_ms,
+)
 from zeitgeist.keys import (
     HEARTBEAT_PREFIX,
     LEASE_KEY,
@@ -69,6 +75,9 @@ DEFAULT_WINDOW_MS: Final = 60_000
 DEFAULT_LIVENESS_TIMEOUT_MS: Final = 600_000
 #: How long the compaction lease lasts without renewal.
 DEFAULT_LEASE_TTL_MS: Final = 120_000
+#: A segment key stamped further than this ahead of the wall clock is deferred: a
+#: broken clock or a corrupt key must not drag every peer's HLC into the future.
+DEFAULT_MAX_FUTURE_MS: Final = 3_600_000
 HEARTBEAT_FORMAT_VERSION: Final = 1
 
 logger = logging.getLogger(__name__)
@@ -236,6 +245,7 @@ class Zeitgeist:
         window_ms: int = DEFAULT_WINDOW_MS,
         liveness_timeout_ms: int = DEFAULT_LIVENESS_TIMEOUT_MS,
         lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+        max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
         wall_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.backend = backend
@@ -244,6 +254,7 @@ class Zeitgeist:
         self.window_ms = _positive(window_ms, "window_ms")
         self.liveness_timeout_ms = _positive(liveness_timeout_ms, "liveness_timeout_ms")
         self.lease_ttl_ms = _positive(lease_ttl_ms, "lease_ttl_ms")
+        self.max_future_ms = _positive(max_future_ms, "max_future_ms")
         self._wall_ms = wall_ms
         #: Things skipped rather than failed on, by reason (for metrics).
         self.counters: Counter[str] = Counter()
@@ -315,15 +326,26 @@ class Zeitgeist:
     # ---- reading ----------------------------------------------------------------
 
     def poll(self, cursor_hlc: int, is_applied: Callable[[str], bool]) -> list[str]:
-        """Unapplied segment keys from `cursor_hlc - window` on, ascending; one listing."""
+        """Unapplied segment keys from `cursor_hlc - window` on, ascending; one listing.
+
+        Keys stamped more than `max_future_ms` ahead of this peer's wall clock are
+        deferred (not returned, not observed) until the wall clock comes close.
+        """
         start_hlc = max(0, check_hlc(cursor_hlc, "cursor_hlc") - self.window_hlc)
         fresh: list[str] = []
+        horizon_ahead = hlc_from_ms(self._wall_ms() + self.max_future_ms)
         for key in self.backend.list_after(SEGMENT_PREFIX, segment_listing_start(start_hlc)):
             try:
                 parsed = parse_segment_key(key)
             except InvalidKey as exc:
                 self.counters["segment_key_malformed"] += 1
                 logger.warning("ignoring a malformed segment key: %s", exc)
+                continue
+            if parsed.hlc > horizon_ahead:
+                # Observing it would drag every clock (and cursor) of the mesh that far
+                # ahead; the key is left for a later poll, once the wall clock is near it.
+                self.counters["segment_from_the_future"] += 1
+                logger.warning("deferring %s: its time is beyond the allowed clock skew", key)
                 continue
             self.clock.observe(parsed.hlc)
             if not is_applied(key):

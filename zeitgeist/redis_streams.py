@@ -61,8 +61,8 @@ BACKEND_NAME: Final = "redis"
 #: Seconds to wait for a command's reply before the attempt counts as failed.
 DEFAULT_SOCKET_TIMEOUT_S: Final = 10.0
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
-#: Keys per ZRANGEBYLEX page and per delete script call; bounds the time one
-#: script holds the (single-threaded) server.
+#: Keys per ZRANGEBYLEX page and per delete or trim script call; bounds the time
+#: one script holds the (single-threaded) server.
 PAGE_SIZE: Final = 1000
 #: Folder (relative to the prefix) for the objects that probe() writes and removes.
 PROBE_FOLDER: Final = "probe/"
@@ -210,10 +210,13 @@ class RedisStreamsBackend:
         *,
         socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
         socket_connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        page_size: int = PAGE_SIZE,
         retry: RetryPolicy | None = None,
     ) -> None:
         if not prefix:
             raise RedisConfigError("the Redis key prefix must be non-empty")
+        if not page_size >= 1:
+            raise RedisConfigError(f"page_size must be >= 1, got {page_size!r}")
         if not socket_timeout_s > 0 or not socket_connect_timeout_s > 0:
             raise RedisConfigError(
                 f"Redis timeouts must be > 0 s, got socket_timeout_s={socket_timeout_s!r}, "
@@ -230,6 +233,7 @@ class RedisStreamsBackend:
         except ValueError as error:
             raise RedisConfigError(f"Redis URL {url!r} is not usable: {error}") from error
         self.url = url
+        self.page_size = page_size
         self.prefix = prefix
         self.requests = RequestCounter()
         self._retry = retry if retry is not None else RetryPolicy()
@@ -310,18 +314,18 @@ class RedisStreamsBackend:
                     "ZRANGEBYLEX",
                     prefix,
                     functools.partial(
-                        self._client.zrangebylex, self._index_key, low, high, 0, PAGE_SIZE
+                        self._client.zrangebylex, self._index_key, low, high, 0, self.page_size
                     ),
                 ),
             )
             keys.extend(member.decode() for member in page)
-            if len(page) < PAGE_SIZE:
+            if len(page) < self.page_size:
                 return keys
             low = b"(" + page[-1]
 
     def delete(self, keys: list[str]) -> None:
-        for start in range(0, len(keys), PAGE_SIZE):
-            batch = keys[start : start + PAGE_SIZE]
+        for start in range(0, len(keys), self.page_size):
+            batch = keys[start : start + self.page_size]
             self._script("delete", batch[0], batch)
 
     def read_versioned(self, key: str) -> Versioned | None:
@@ -361,9 +365,9 @@ class RedisStreamsBackend:
         high = b"(" + min_key.encode()
         removed = 0
         while True:
-            count = int(cast(int, self._script("trim_page", min_key, [low, high, PAGE_SIZE])))
+            count = int(self._script("trim_page", min_key, [low, high, self.page_size]))
             removed += count
-            if count < PAGE_SIZE:
+            if count < self.page_size:
                 break
         self._script("trim_stream", min_key, [])
         return removed

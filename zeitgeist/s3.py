@@ -361,9 +361,16 @@ class S3Backend:
         return etag
 
     def _check_bucket(self) -> None:
+        """Fail clearly if the bucket is missing, elsewhere, or closed to these credentials.
+
+        A one-key listing under the mesh prefix rather than HeadBucket: HeadBucket needs
+        s3:ListBucket on the whole bucket, which a policy scoped to the prefix (docs/s3.md)
+        rightly does not grant, and its error responses carry no error code.
+        """
+
         def attempt() -> None:
             try:
-                self._client.head_bucket(Bucket=self.bucket)
+                self._client.list_objects_v2(Bucket=self.bucket, Prefix=self._key_root, MaxKeys=1)
             except ClientError as error:
                 status = error_status(error)
                 if status == HTTP_NOT_FOUND:
@@ -383,7 +390,7 @@ class S3Backend:
                     ) from error
                 raise
 
-        self._run("HeadBucket", "", attempt)
+        self._run("ListObjectsV2", self._key_root, attempt)
 
     def _run(self, operation: str, object_key: str, call: Callable[[], T]) -> T:
         """Run one request under the retry policy; failures become BackendError in context."""

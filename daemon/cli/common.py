@@ -31,16 +31,24 @@ def config_options() -> argparse.ArgumentParser:
     """A parent parser with the options every command takes."""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("configuration")
-    group.add_argument("--config", type=Path, metavar="FILE",
-                       help="TOML config file (default: $DREAMCYCLE_CONFIG, else built-in defaults)")
-    group.add_argument("--data-dir", metavar="DIR",
-                       help="where the database and index live (peer.data_dir)")
+    group.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="TOML config file (default: $DREAMCYCLE_CONFIG, else built-in defaults)",
+    )
+    group.add_argument(
+        "--data-dir", metavar="DIR", help="where the database and index live (peer.data_dir)"
+    )
     group.add_argument("--peer-id", metavar="ID", help="this peer's id in the mesh (peer.id)")
-    group.add_argument("--zeitgeist-dir", metavar="DIR",
-                       help="shared directory for the local zeitgeist backend (zeitgeist.dir)")
+    group.add_argument(
+        "--zeitgeist-dir",
+        metavar="DIR",
+        help="shared directory for the local zeitgeist backend (zeitgeist.dir)",
+    )
     group.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     group.add_argument("--log-format", choices=("json", "text"))
-    return parent  # fmt: skip
+    return parent
 
 
 def load(args: argparse.Namespace) -> Config:
@@ -66,11 +74,17 @@ def run_guarded(action: Callable[[], int]) -> int:
     from store.migrations import MigrationError
 
     usage: tuple[type[BaseException], ...] = (
-        ConfigError, UsageError, InvalidObservation, ValueError,
-    )  # fmt: skip
+        ConfigError,
+        UsageError,
+        InvalidObservation,
+        ValueError,
+    )
     unavailable: tuple[type[BaseException], ...] = (
-        AlreadyRunning, DatabaseError, MigrationError, EmbedderUnavailable,
-    )  # fmt: skip
+        AlreadyRunning,
+        DatabaseError,
+        MigrationError,
+        EmbedderUnavailable,
+    )
     try:
         return action()
     except KeyboardInterrupt:
@@ -88,7 +102,9 @@ def run_guarded(action: Callable[[], int]) -> int:
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    widths = {c: max(len(c), *(len(_cell(r.get(c))) for r in rows)) if rows else len(c) for c in columns}
+    widths = {
+        c: max(len(c), *(len(_cell(r.get(c))) for r in rows)) if rows else len(c) for c in columns
+    }
     print("  ".join(c.ljust(widths[c]) for c in columns))
     print("  ".join("-" * widths[c] for c in columns))
     for row in rows:

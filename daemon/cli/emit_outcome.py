@@ -17,10 +17,12 @@ def register(verbs: Any) -> None:
         "A positive reward becomes Reward pulses at each chunk that was in context, a "
         "negative one Decay pulses (sigma 0.15, 2 hops, k 3, decay 0.3 per hop).",
     )
-    parser.add_argument("--decision", required=True, metavar="HASH",
-                        help="decision hash (64 hex digits)")  # fmt: skip
-    parser.add_argument("--reward", required=True, type=float, metavar="R",
-                        help="reward in [-1, 1]")  # fmt: skip
+    parser.add_argument(
+        "--decision", required=True, metavar="HASH", help="decision hash (64 hex digits)"
+    )
+    parser.add_argument(
+        "--reward", required=True, type=float, metavar="R", help="reward in [-1, 1]"
+    )
     parser.add_argument("--reason", required=True, metavar="TOPIC", help="topic key, for audit")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _emit(args)))
 

@@ -27,8 +27,9 @@ def register(verbs: Any) -> None:
     parser.add_argument("--decay-per-hop", type=float, help="attenuation per hop")
     parser.add_argument("--ttl", type=float, metavar="SECONDS", help="time to live")
     parser.add_argument("--reason", default="manual", metavar="TOPIC", help="topic key, for audit")
-    parser.add_argument("--nonce", default="",
-                        help="make an otherwise identical request a new pulse")  # fmt: skip
+    parser.add_argument(
+        "--nonce", default="", help="make an otherwise identical request a new pulse"
+    )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _emit(args)))
 
 

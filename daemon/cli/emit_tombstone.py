@@ -28,7 +28,9 @@ def _emit(args: argparse.Namespace) -> int:
     config = load(args)
     rt = Runtime.open(config)
     try:
-        emitted = emit_tombstone(rt, digest=args.hash, reason=args.reason, ttl_s=config.pulses.ttl_s)
+        emitted = emit_tombstone(
+            rt, digest=args.hash, reason=args.reason, ttl_s=config.pulses.ttl_s
+        )
     finally:
         rt.close()
     print(f"{'queued' if emitted.new else 'already queued'} tombstone {emitted.entry_id}")

@@ -22,8 +22,9 @@ def register(verbs: Any) -> None:
         "daemon indexes and announces them in its next cycle.",
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
-    parser.add_argument("--no-embed", action="store_true",
-                        help="store only; the daemon embeds in its next cycle")  # fmt: skip
+    parser.add_argument(
+        "--no-embed", action="store_true", help="store only; the daemon embeds in its next cycle"
+    )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _ingest(args)))
 
 

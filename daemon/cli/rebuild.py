@@ -30,9 +30,13 @@ def _rebuild(args: argparse.Namespace) -> int:
     rt = Runtime.open(load(args))
     try:
         rt.lock_data_dir()
-        total = int(rt.db.conn.execute("SELECT count(*) FROM journal").fetchone()[0])
+        total = sum(rt.db.journal_counts().values())
         with tqdm(total=total, desc="replay", unit="step", file=sys.stderr) as bar:
-            report = rebuild(rt, progress=lambda n: bar.update(n - bar.n))
+
+            def progress(done: int) -> None:
+                bar.update(done - bar.n)
+
+            report = rebuild(rt, progress=progress)
     finally:
         rt.close()
     print(

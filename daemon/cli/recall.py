@@ -21,8 +21,9 @@ def register(verbs: Any) -> None:
     )
     parser.add_argument("query")
     parser.add_argument("-k", "--top-k", type=int, metavar="N", help="chunks to return")
-    parser.add_argument("--decision", metavar="TEXT",
-                        help="the decision these chunks informed (default: the query)")  # fmt: skip
+    parser.add_argument(
+        "--decision", metavar="TEXT", help="the decision these chunks informed (default: the query)"
+    )
     parser.add_argument("--no-record", action="store_true", help="read only: no attribution")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _recall(args)))
@@ -36,19 +37,29 @@ def _recall(args: argparse.Namespace) -> int:
         raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
     rt = Runtime.open(load(args))
     try:
-        result = recall(rt, args.query, top_k=args.top_k, decision_text=args.decision,
-                        record=not args.no_record)  # fmt: skip
+        result = recall(
+            rt, args.query, top_k=args.top_k, decision_text=args.decision, record=not args.no_record
+        )
     finally:
         rt.close()
     if args.json:
-        print(json.dumps({"decision_hash": result.decision_hash,
-                          "hits": [asdict(h) for h in result.hits]}, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {"decision_hash": result.decision_hash, "hits": [asdict(h) for h in result.hits]},
+                indent=2,
+            )
+        )
         return 0
     rows = [
-        {"score": h.score, "similarity": h.similarity, "salience": h.salience,
-         "hash": h.content_hash[:12], "text": (h.title or h.content)[:70].replace("\n", " ")}
+        {
+            "score": h.score,
+            "similarity": h.similarity,
+            "salience": h.salience,
+            "hash": h.content_hash[:12],
+            "text": (h.title or h.content)[:70].replace("\n", " "),
+        }
         for h in result.hits
-    ]  # fmt: skip
+    ]
     print_table(rows, ["score", "similarity", "salience", "hash", "text"])
     if result.decision_hash:
         print(f"decision {result.decision_hash}")

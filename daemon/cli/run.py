@@ -19,8 +19,12 @@ def register(verbs: Any) -> None:
     )
     parser.add_argument("--once", action="store_true", help="run one cycle and exit")
     parser.add_argument("--cycles", type=int, metavar="N", help="run N cycles and exit")
-    parser.add_argument("--interval", type=float, metavar="SECONDS",
-                        help="seconds between cycle starts (cycle.interval_s)")  # fmt: skip
+    parser.add_argument(
+        "--interval",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between cycle starts (cycle.interval_s)",
+    )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _run(args)))
 
 

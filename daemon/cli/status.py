@@ -35,14 +35,17 @@ def _status(args: argparse.Namespace) -> int:
     try:
         saliences = db.live_saliences()
         counts_, edges = np.histogram(saliences, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
-        report = {
+        report: dict[str, Any] = {
             "peer": config.peer.id,
             "counts": db.counts(),
             "salience_histogram": [
-                {"from": round(float(edges[i]), 2), "to": round(float(edges[i + 1]), 2),
-                 "chunks": int(counts_[i])}
+                {
+                    "from": round(float(edges[i]), 2),
+                    "to": round(float(edges[i + 1]), 2),
+                    "chunks": int(counts_[i]),
+                }
                 for i in range(HISTOGRAM_BINS)
-            ],  # fmt: skip
+            ],
             "tombstones_by_reason": db.tombstones_by_reason(),
             "last_cycle": db.last_cycle(),
         }
@@ -64,7 +67,9 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  {reason or '(none)':20} {n}")
     cycle = report["last_cycle"]
     if cycle:
-        print(f"last cycle #{cycle['id']} {cycle['status']} {cycle['started_at']} -> {cycle['finished_at']}")
+        print(
+            f"last cycle #{cycle['id']} {cycle['status']} {cycle['started_at']} -> {cycle['finished_at']}"
+        )
         for phase, stats in cycle["phases"].items():
             print(f"  {phase:25} {json.dumps(stats, sort_keys=True)}")
     return 0

@@ -42,16 +42,24 @@ def _sweep(args: argparse.Namespace) -> int:
             rt.open_index()
         rt.salience = SalienceCache(rt.db)
         plan = sweep_plan(rt)
-        print(f"population {plan.population}  threshold {plan.threshold}  doomed {len(plan.doomed)}")
+        print(
+            f"population {plan.population}  threshold {plan.threshold}  doomed {len(plan.doomed)}"
+        )
         if plan.skipped_reason:
             print(f"no sweep: {plan.skipped_reason}")
             return 0
         shown = rt.db.observations(list(plan.doomed[: args.show]))
         print_table(
-            [{"salience": o.salience, "hash": o.content_hash[:12],
-              "text": (o.title or o.content)[:70].replace("\n", " ")} for o in shown.values()],
+            [
+                {
+                    "salience": o.salience,
+                    "hash": o.content_hash[:12],
+                    "text": (o.title or o.content)[:70].replace("\n", " "),
+                }
+                for o in shown.values()
+            ],
             ["salience", "hash", "text"],
-        )  # fmt: skip
+        )
         if args.dry_run:
             print("dry run: nothing tombstoned")
             return 0

