@@ -270,6 +270,7 @@ def load_config(
     """Defaults, then the TOML file, then DREAMCYCLE_* variables, then `overrides` ("section.key")."""
     env = os.environ if environ is None else environ
     config = Config()
+    sources: dict[str, str] = {}  # dotted key -> where its value came from
     if path is None and env.get(defaults.CONFIG_ENV):
         path = Path(env[defaults.CONFIG_ENV])
     if path is not None:
@@ -281,18 +282,29 @@ def load_config(
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         except OSError as exc:
             raise ConfigError(f"config file {path} cannot be read: {exc}") from None
-        _merge(config, data, source=str(path), prefix="")
-    _apply_environment(config, env)
+        _merge(config, data, source=str(path), prefix="", sources=sources)
+    _apply_environment(config, env, sources)
     for dotted, value in (overrides or {}).items():
         if value is not None:
-            _set_dotted(config, dotted, value, source="command line")
+            _set_dotted(config, dotted, value, source="command line", sources=sources)
     if not config.peer.id:
         config.peer.id = default_peer_id()
-    config.check()
+    try:
+        config.check()
+    except ConfigError as exc:
+        raise ConfigError(_with_source(str(exc), sources)) from None
     return config
 
 
-def _merge(target: Any, data: Mapping[str, Any], *, source: str, prefix: str) -> None:
+def _with_source(message: str, sources: Mapping[str, str]) -> str:
+    """A range error prefixed with where its value was set, like every other config error."""
+    key = message.split(" ", 1)[0]
+    return f"{sources[key]}: {message}" if key in sources else message
+
+
+def _merge(
+    target: Any, data: Mapping[str, Any], *, source: str, prefix: str, sources: dict[str, str]
+) -> None:
     known = {f.name: f for f in dataclasses.fields(target)}
     for key, value in data.items():
         dotted = f"{prefix}{key}"
@@ -304,12 +316,13 @@ def _merge(target: Any, data: Mapping[str, Any], *, source: str, prefix: str) ->
         if dataclasses.is_dataclass(current):
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{source}: {dotted!r} must be a table")
-            _merge(current, value, source=source, prefix=f"{dotted}.")
+            _merge(current, value, source=source, prefix=f"{dotted}.", sources=sources)
         else:
             setattr(target, key, _coerce(type(target), key, value, dotted=dotted, source=source))
+            sources[dotted] = source
 
 
-def _apply_environment(config: Config, env: Mapping[str, str]) -> None:
+def _apply_environment(config: Config, env: Mapping[str, str], sources: dict[str, str]) -> None:
     paths = dict(_leaf_paths(config, ""))
     for name, raw in env.items():
         if not name.startswith(defaults.ENV_PREFIX) or name == defaults.CONFIG_ENV:
@@ -320,7 +333,7 @@ def _apply_environment(config: Config, env: Mapping[str, str]) -> None:
                 f"environment variable {name} does not name a setting "
                 f"(expected {defaults.ENV_PREFIX}<SECTION>_<KEY>, e.g. DREAMCYCLE_CYCLE_INTERVAL_S)"
             )
-        _set_dotted(config, dotted, raw, source=f"environment variable {name}")
+        _set_dotted(config, dotted, raw, source=f"environment variable {name}", sources=sources)
 
 
 def _leaf_paths(target: Any, prefix: str) -> list[tuple[str, str]]:
@@ -336,7 +349,9 @@ def _leaf_paths(target: Any, prefix: str) -> list[tuple[str, str]]:
     return out
 
 
-def _set_dotted(config: Config, dotted: str, value: Any, *, source: str) -> None:
+def _set_dotted(
+    config: Config, dotted: str, value: Any, *, source: str, sources: dict[str, str]
+) -> None:
     *parents, leaf = dotted.split(".")
     target: Any = config
     for part in parents:
@@ -348,6 +363,7 @@ def _set_dotted(config: Config, dotted: str, value: Any, *, source: str) -> None
     }:
         raise ConfigError(f"{source}: unknown setting {dotted!r}")
     setattr(target, leaf, _coerce(type(target), leaf, value, dotted=dotted, source=source))
+    sources[dotted] = source
 
 
 def _coerce(owner: type, key: str, value: Any, *, dotted: str, source: str) -> Any:

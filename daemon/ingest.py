@@ -8,10 +8,11 @@ new chunks (and announces them to the mesh) in its next cycle.
 from __future__ import annotations
 
 import json
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, get_args, get_type_hints
 
 from daemon.runtime import Runtime, wall_ms
 from store.database import InvalidObservation, NewObservation
@@ -19,6 +20,20 @@ from store.database import InvalidObservation, NewObservation
 #: Rows written per transaction while ingesting.
 INGEST_BATCH: Final = 256
 _JSONL_FIELDS: Final = {f.name for f in fields(NewObservation)} - {"origin_peer", "source_ref"}
+
+
+def _json_types(annotation: Any) -> tuple[type, ...]:
+    """The JSON values a field accepts: `float` takes integers too, `X | None` takes null."""
+    accepted = get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    return tuple(t for a in accepted for t in ((int, float) if a is float else (a,)))
+
+
+#: Field -> accepted JSON value types, so a wrong type is refused with its line, not stored.
+_JSONL_TYPES: Final = {
+    name: _json_types(hint)
+    for name, hint in get_type_hints(NewObservation).items()
+    if name in _JSONL_FIELDS
+}
 
 
 class IngestError(ValueError):
@@ -77,10 +92,19 @@ def _jsonl(path: Path, text: str) -> Iterator[NewObservation]:
             )
         if not isinstance(obj.get("content"), str):
             raise IngestError(f"{path}:{line_no}: 'content' must be a string")
+        for name, value in obj.items():
+            accepted = _JSONL_TYPES[name]
+            if isinstance(value, bool) or not isinstance(value, accepted):
+                names = " or ".join("null" if t is type(None) else t.__name__ for t in accepted)
+                raise IngestError(
+                    f"{path}:{line_no}: field {name!r} must be {names}, got {json.dumps(value)}"
+                )
+        item = NewObservation(**obj, source_ref=f"file:{path.name}:{line_no}")
         try:
-            yield NewObservation(**obj, source_ref=f"file:{path.name}:{line_no}")
-        except TypeError as exc:
+            item.validate()
+        except InvalidObservation as exc:
             raise IngestError(f"{path}:{line_no}: {exc}") from None
+        yield item
 
 
 def ingest(

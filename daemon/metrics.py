@@ -47,8 +47,18 @@ CYCLE_ERRORS = Counter(
 )
 
 
+class MetricsUnavailable(RuntimeError):
+    """The metrics address cannot be bound."""
+
+
 def serve(address: tuple[str, int]) -> None:
-    start_http_server(address[1], addr=address[0], registry=REGISTRY)
+    try:
+        start_http_server(address[1], addr=address[0], registry=REGISTRY)
+    except OSError as exc:
+        raise MetricsUnavailable(
+            f"cannot serve metrics on {address[0]}:{address[1]}: {exc.strerror}; "
+            "set metrics.listen (DREAMCYCLE_METRICS_LISTEN) to a free HOST:PORT, or empty to disable"
+        ) from None
 
 
 def record_phase(phase: str, seconds: float, stats: dict[str, Any]) -> None:

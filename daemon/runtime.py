@@ -144,8 +144,11 @@ class Runtime:
         if self.index is None:
             self.open_index()
         self.salience = SalienceCache(self.db)
+        backend = open_backend(self.config)
+        # Refuse a store that would silently overwrite log entries before writing any.
+        backend.probe()
         self.zeitgeist = Zeitgeist(
-            open_backend(self.config),
+            backend,
             self.peer_id,
             self.clock,
             window_ms=int(self.config.zeitgeist.window_s * 1000),

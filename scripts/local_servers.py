@@ -18,20 +18,24 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import boto3  # type: ignore[import-untyped, unused-ignore]
+import boto3
 import redis
-from botocore.config import Config  # type: ignore[import-untyped, unused-ignore]
-from botocore.exceptions import (  # type: ignore[import-untyped, unused-ignore]
+from botocore.config import Config
+from botocore.exceptions import (
     BotoCoreError,
     ClientError,
 )
 
 from zeitgeist.redis_streams import RedisStreamsBackend
 from zeitgeist.s3 import DEFAULT_REGION, S3Backend
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 LOOPBACK: Final = "127.0.0.1"
 #: SeaweedFS binds a gRPC port at every HTTP port + 10000.
@@ -143,7 +147,8 @@ def _launch(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            # Its own session: a Ctrl-C in the terminal reaches us, and we stop it in order.
+            # Detached from the terminal's process group: a Ctrl-C reaches only us, and
+            # we stop the server in order.
             start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
@@ -164,7 +169,7 @@ def _wait_until_ready(
     process: subprocess.Popen[bytes],
     what: str,
     log_path: Path,
-    is_ready: Any,
+    is_ready: Callable[[], object],
     timeout_s: float,
 ) -> None:
     """Poll `is_ready()` until it returns True; fail fast if the process exits."""
@@ -235,7 +240,7 @@ class RunningS3:
     def endpoint_url(self) -> str:
         return f"http://{LOOPBACK}:{self.ports.s3}"
 
-    def client(self) -> Any:
+    def client(self) -> S3Client:
         """A raw boto3 S3 client for this server."""
         return _s3_client(
             self.endpoint_url, self.region, self.access_key_id, self.secret_access_key
@@ -271,7 +276,9 @@ def seaweedfs_log_path(data_dir: Path) -> Path:
     return data_dir / "weed.log"
 
 
-def _s3_client(endpoint_url: str, region: str, access_key_id: str, secret_access_key: str) -> Any:
+def _s3_client(
+    endpoint_url: str, region: str, access_key_id: str, secret_access_key: str
+) -> S3Client:
     return boto3.session.Session(
         aws_access_key_id=access_key_id,
         aws_secret_access_key=secret_access_key,

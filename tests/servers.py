@@ -1,7 +1,7 @@
-"""Real servers for the test session: SeaweedFS (S3) and redis-server, on loopback.
+"""Real servers for the tests: SeaweedFS (S3) and redis-server, on loopback.
 
 Loaded by tests/conftest.py through `pytest_plugins`. Each server starts at most
-once per session, on the first test that asks for it, and is stopped at the end.
+once per test run, on the first test that asks for it, and is stopped at the end.
 A missing binary fails the test with the command that installs it: these servers
 are part of the test setup, not optional extras.
 """

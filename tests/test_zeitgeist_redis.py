@@ -28,7 +28,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scripts.local_servers import RunningRedis, start_redis
 from zeitgeist.backend import BackendError, KeyExists, PreconditionFailed
 from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import segment_key
+from zeitgeist.keys import InvalidKey, segment_key
 from zeitgeist.log import Heartbeat, Zeitgeist
 from zeitgeist.redis_streams import RedisConfigError, RedisStreamsBackend, is_transient
 from zeitgeist.retry import RetryPolicy
@@ -214,6 +214,8 @@ def test_trim_drops_older_keys_of_the_folder_and_keeps_late_arrivals(
     assert stream_length(redis_server, prefix) == 5
 
     assert backend.trim("seg/0003") == 0
+    with pytest.raises(InvalidKey, match="folder"):
+        backend.trim("seg")
     backend.delete([*backend.list_after("seg/", ""), "snap/0002"])
     backend.trim("seg/0099")
     assert stream_length(redis_server, prefix) == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from botocore.exceptions import (  # type: ignore[import-untyped, unused-ignore]
+from botocore.exceptions import (
     ClientError,
     EndpointConnectionError,
     ReadTimeoutError,
@@ -53,10 +53,11 @@ def s3(s3_server: RunningS3) -> S3Backend:
 
 
 def client_error(status: int, code: str) -> ClientError:
-    return ClientError(
-        {"Error": {"Code": code, "Message": "x"}, "ResponseMetadata": {"HTTPStatusCode": status}},
-        "PutObject",
-    )
+    response: Any = {
+        "Error": {"Code": code, "Message": "x"},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return ClientError(response, "PutObject")
 
 
 # ---- conditional writes on a real store ----------------------------------------------
@@ -192,7 +193,7 @@ def lose_first_reply(backend: S3Backend) -> list[int]:
     def drop_reply(**_: Any) -> None:
         calls.append(1)
         if len(calls) == 1:
-            raise ReadTimeoutError(endpoint_url=backend.endpoint_url)
+            raise ReadTimeoutError(endpoint_url=str(backend.endpoint_url))
 
     backend.client.meta.events.register("after-call.s3.PutObject", drop_reply)
     return calls
@@ -306,7 +307,7 @@ def test_idle_poll_is_one_list_request_with_twenty_peers(s3: S3Backend) -> None:
         (client_error(403, "AccessDenied"), False),
         (ReadTimeoutError(endpoint_url="http://x"), True),
         (EndpointConnectionError(endpoint_url="http://x"), True),
-        (SSLError(endpoint_url="http://x", error="bad certificate"), False),
+        (SSLError(endpoint_url="http://x", error=OSError("bad certificate")), False),
         (ValueError("not a store error"), False),
     ],
 )

@@ -13,8 +13,9 @@ them to one Redis Cluster slot, since the scripts declare every key they touch):
             re-created object cannot be mistaken for its earlier self
 
 Every write is one Lua script, so create-only and compare-and-swap are atomic.
-Compaction deletes folded segments and then calls `trim(min_key)`, which drops the
-entries sorting before the minimum live cursor and XTRIMs the stream with MINID.
+`delete` XDELs stream entries. Compaction, once it has folded and deleted old
+segments, calls `trim(min_key)` with the minimum live cursor: it drops whatever
+sorts before that key in its folder and XTRIMs the stream with MINID.
 
 Durability: `create` returns once Redis has the entry in memory. Run Redis with
 ``appendonly yes`` (``appendfsync always`` to survive a power cut) for the log to
@@ -238,7 +239,7 @@ class RedisStreamsBackend:
         self.requests = RequestCounter()
         self._retry = retry if retry is not None else RetryPolicy()
         self._keys = [f"{prefix}:{suffix}" for suffix in _KEY_SUFFIXES]
-        self._log_key, self._index_key = self._keys[0], self._keys[1]
+        self._index_key = self._keys[_KEY_SUFFIXES.index("keys")]
         self._scripts = {
             name: self._client.register_script(_PRELUDE + body)
             for name, body in (
@@ -360,8 +361,11 @@ class RedisStreamsBackend:
         the number of keys removed.
         """
         self._check_key(min_key)
+        if "/" not in min_key:
+            # Without a folder the range would reach heartbeats and the lease.
+            raise InvalidKey(f"trim needs a key inside a folder such as 'seg/', got {min_key!r}")
         folder = min_key[: min_key.rfind("/") + 1]
-        low = b"[" + folder.encode() if folder else b"-"
+        low = b"[" + folder.encode()
         high = b"(" + min_key.encode()
         removed = 0
         while True:

@@ -20,20 +20,19 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import boto3  # type: ignore[import-untyped, unused-ignore]
-from botocore.config import Config  # type: ignore[import-untyped, unused-ignore]
-from botocore.exceptions import (  # type: ignore[import-untyped, unused-ignore]
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     HTTPClientError,
     IncompleteReadError,
     SSLError,
 )
-from botocore.exceptions import (  # type: ignore[import-untyped, unused-ignore]
+from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
@@ -44,7 +43,16 @@ from zeitgeist.backend import (
     UnsupportedStore,
     Versioned,
 )
+from zeitgeist.keys import InvalidKey
 from zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import (
+        DeleteObjectsOutputTypeDef,
+        ListObjectsV2OutputTypeDef,
+        ListObjectsV2RequestTypeDef,
+    )
 
 T = TypeVar("T")
 
@@ -95,16 +103,10 @@ HTTP_SERVER_ERROR: Final = 500
 #: Statuses with which a conditional put says "the condition did not hold".
 CONDITION_FAILED_STATUSES: Final = frozenset({HTTP_PRECONDITION_FAILED, HTTP_NOT_MODIFIED})
 NO_SUCH_BUCKET: Final = "NoSuchBucket"
-#: The put condition "only if no object has this key".
-CREATE_ONLY: Final[Mapping[str, str]] = MappingProxyType({"IfNoneMatch": "*"})
 
 
 class S3ConfigError(ValueError):
     """The S3 backend was configured with values that cannot work."""
-
-
-class InvalidKey(ValueError):
-    """A key cannot be stored as an S3 object key."""
 
 
 def error_status(error: Any) -> int:
@@ -184,12 +186,6 @@ class S3Backend:
         self.requests = RequestCounter()
         self._retry = retry if retry is not None else RetryPolicy()
         self._key_root = f"{self.prefix}/" if self.prefix else ""
-        session = boto3.session.Session(
-            aws_access_key_id=access_key_id,
-            aws_secret_access_key=secret_access_key,
-            aws_session_token=session_token,
-            region_name=region,
-        )
         config = Config(
             connect_timeout=connect_timeout_s,
             read_timeout=read_timeout_s,
@@ -197,12 +193,22 @@ class S3Backend:
             retries={"total_max_attempts": 1, "mode": "standard"},
             s3={"addressing_style": "path"} if self.endpoint_url else {},
             max_pool_connections=max_pool_connections,
+            # Checksums only where S3 demands them (DeleteObjects): several S3-compatible
+            # stores reject the CRC headers that boto3 adds to every put by default.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
         )
-        self._client: Any = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+        # A Session of our own: boto3's default one is shared and not thread-safe.
+        self._client: S3Client = boto3.session.Session(
+            aws_access_key_id=access_key_id,
+            aws_secret_access_key=secret_access_key,
+            aws_session_token=session_token,
+            region_name=region,
+        ).client("s3", endpoint_url=self.endpoint_url, config=config)
         self._client.meta.events.register("before-send.s3", self._count_request)
 
     @property
-    def client(self) -> Any:
+    def client(self) -> S3Client:
         """The underlying boto3 S3 client (for tests and diagnostics)."""
         return self._client
 
@@ -216,10 +222,10 @@ class S3Backend:
         self._check_bucket()
         probe_key = f"{PROBE_FOLDER}{uuid.uuid4().hex}"
         try:
-            if self._conditional_put(probe_key, b"probe: first write", CREATE_ONLY) is None:
+            if self._conditional_put(probe_key, b"probe: first write", if_match=None) is None:
                 raise BackendError(f"probe key {probe_key!r} already existed in {self.location}")
             # Different bytes, so the retry reconciliation cannot mistake an overwrite.
-            if self._conditional_put(probe_key, b"probe: second write", CREATE_ONLY) is not None:
+            if self._conditional_put(probe_key, b"probe: second write", if_match=None) is not None:
                 raise UnsupportedStore(
                     f"{self.location} does not honour If-None-Match conditional writes; "
                     "using it could silently lose log entries"
@@ -228,7 +234,7 @@ class S3Backend:
             self.delete([probe_key])
 
     def create(self, key: str, data: bytes) -> None:
-        if self._conditional_put(key, data, CREATE_ONLY) is None:
+        if self._conditional_put(key, data, if_match=None) is None:
             raise KeyExists(f"{key!r} already exists in {self.location}")
 
     def read(self, key: str) -> bytes:
@@ -239,7 +245,7 @@ class S3Backend:
 
     def list_after(self, prefix: str, start_after: str) -> list[str]:
         object_prefix = self._object_key(prefix, allow_empty=True)
-        request: dict[str, str | int] = {
+        request: ListObjectsV2RequestTypeDef = {
             "Bucket": self.bucket,
             "Prefix": object_prefix,
             "MaxKeys": self.list_page_size,
@@ -248,30 +254,19 @@ class S3Backend:
             request["StartAfter"] = self._object_key(start_after)
         found: list[str] = []
         while True:
-            page = self._run(
-                "ListObjectsV2",
-                object_prefix,
-                functools.partial(self._client.list_objects_v2, **request),
-            )
-            found.extend(str(item["Key"]) for item in page.get("Contents", []))
+            page = self._list_page(request)
+            found.extend(item["Key"] for item in page.get("Contents", []) if "Key" in item)
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 break
-            request["ContinuationToken"] = str(token)
+            request["ContinuationToken"] = token
         keys = (object_key[len(self._key_root) :] for object_key in found)
         return sorted({key for key in keys if key > start_after and key.startswith(prefix)})
 
     def delete(self, keys: list[str]) -> None:
         object_keys = [self._object_key(key) for key in keys]
         for start in range(0, len(object_keys), DELETE_BATCH_SIZE):
-            batch = object_keys[start : start + DELETE_BATCH_SIZE]
-            request = {
-                "Bucket": self.bucket,
-                "Delete": {"Objects": [{"Key": key} for key in batch], "Quiet": True},
-            }
-            response = self._run(
-                "DeleteObjects", batch[0], functools.partial(self._client.delete_objects, **request)
-            )
+            response = self._delete_batch(object_keys[start : start + DELETE_BATCH_SIZE])
             failures = [
                 failure
                 for failure in response.get("Errors", [])
@@ -303,8 +298,7 @@ class S3Backend:
         return self._run("GetObject", object_key, attempt)
 
     def write_versioned(self, key: str, data: bytes, expect: str | None) -> str:
-        condition = CREATE_ONLY if expect is None else {"IfMatch": expect}
-        etag = self._conditional_put(key, data, condition)
+        etag = self._conditional_put(key, data, if_match=expect)
         if etag is None:
             expected = "absent" if expect is None else f"at version {expect}"
             raise PreconditionFailed(f"{key!r} in {self.location} is no longer {expected}")
@@ -323,8 +317,10 @@ class S3Backend:
     def close(self) -> None:
         self._client.close()
 
-    def _conditional_put(self, key: str, data: bytes, condition: Mapping[str, str]) -> str | None:
-        """Put `data` under `condition`; the new ETag, or None if the condition did not hold.
+    def _conditional_put(self, key: str, data: bytes, *, if_match: str | None) -> str | None:
+        """Put `data` if the object has ETag `if_match` (None: if there is no object).
+
+        Returns the new ETag, or None if the condition did not hold.
 
         A retried put may meet the effect of its own earlier attempt, one whose response
         was lost to a timeout: the condition then fails although this very write landed.
@@ -332,16 +328,21 @@ class S3Backend:
         """
         object_key = self._object_key(key)
         # AWS and moto answer an If-Match on a missing key with 404 rather than 412.
-        missing_means_failed = "IfMatch" in condition
+        missing_means_failed = if_match is not None
         attempts = 0
 
         def attempt() -> str | None:
             nonlocal attempts
             attempts += 1
             try:
-                response = self._client.put_object(
-                    Bucket=self.bucket, Key=object_key, Body=data, **condition
-                )
+                if if_match is None:
+                    response = self._client.put_object(
+                        Bucket=self.bucket, Key=object_key, Body=data, IfNoneMatch="*"
+                    )
+                else:
+                    response = self._client.put_object(
+                        Bucket=self.bucket, Key=object_key, Body=data, IfMatch=if_match
+                    )
             except ClientError as error:
                 status = error_status(error)
                 if status in CONDITION_FAILED_STATUSES or (
@@ -359,6 +360,23 @@ class S3Backend:
             if current is not None and current.data == data:
                 return current.etag
         return etag
+
+    def _list_page(self, request: ListObjectsV2RequestTypeDef) -> ListObjectsV2OutputTypeDef:
+        return self._run(
+            "ListObjectsV2",
+            request.get("Prefix", ""),
+            lambda: self._client.list_objects_v2(**request),
+        )
+
+    def _delete_batch(self, object_keys: list[str]) -> DeleteObjectsOutputTypeDef:
+        return self._run(
+            "DeleteObjects",
+            object_keys[0],
+            lambda: self._client.delete_objects(
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": key} for key in object_keys], "Quiet": True},
+            ),
+        )
 
     def _check_bucket(self) -> None:
         """Fail clearly if the bucket is missing, elsewhere, or closed to these credentials.

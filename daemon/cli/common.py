@@ -68,10 +68,12 @@ def load(args: argparse.Namespace) -> Config:
 
 def run_guarded(action: Callable[[], int]) -> int:
     """Run a command, turning known failures into one clear line and an exit code."""
+    from daemon.metrics import MetricsUnavailable
     from daemon.runtime import AlreadyRunning
     from store.database import DatabaseError, InvalidObservation
     from store.embedder import EmbedderUnavailable
     from store.migrations import MigrationError
+    from zeitgeist.backend import BackendError
 
     usage: tuple[type[BaseException], ...] = (
         ConfigError,
@@ -81,6 +83,8 @@ def run_guarded(action: Callable[[], int]) -> int:
     )
     unavailable: tuple[type[BaseException], ...] = (
         AlreadyRunning,
+        BackendError,
+        MetricsUnavailable,
         DatabaseError,
         MigrationError,
         EmbedderUnavailable,

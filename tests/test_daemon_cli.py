@@ -1,0 +1,379 @@
+"""The console scripts as a user runs them: real processes, the real model, real files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.cli.main import build_parser as dreamcycle_parser
+from daemon.cli.pulse_emit import build_parser as pulse_emit_parser
+from tests.daemon_helpers import (
+    CLI_TIMEOUT_S,
+    DREAMCYCLE,
+    HEX_DECISION,
+    PULSE_EMIT,
+    Peer,
+    documentation_chunks,
+    emitted_id,
+    write_jsonl,
+)
+
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+TOPICS = ("assert", "for", "while", "try", "raise", "with", "return", "import", "class")
+CHUNK_COUNT = 110
+QUERY = "how does an assert statement raise AssertionError"
+#: Settings of every peer here: no automatic sweep, so chunks stay until a test sweeps.
+SETTINGS = {"DREAMCYCLE_SWEEP_ENABLED": "false"}
+A_DECISION = "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def ingested(tmp_path_factory: pytest.TempPathFactory) -> Peer:
+    """Chunks stored and embedded by `ingest`, no cycle run yet (copy before changing)."""
+    root = tmp_path_factory.mktemp("cli")
+    peer = Peer(root / "template", "cli", root / "template-zeitgeist", dict(SETTINGS))
+    chunks = write_jsonl(root / "chunks.jsonl", documentation_chunks(TOPICS, CHUNK_COUNT))
+    peer.dreamcycle("ingest", str(chunks))
+    return peer
+
+
+@pytest.fixture(scope="module")
+def admitted(ingested: Peer, tmp_path_factory: pytest.TempPathFactory) -> Peer:
+    """The ingested chunks after one dream cycle: indexed, announced, salience decayed a little."""
+    root = tmp_path_factory.mktemp("cli-admitted")
+    peer = ingested.copy_to(root / "template", zeitgeist_dir=root / "template-zeitgeist")
+    peer.dreamcycle("run", "--once")
+    return peer
+
+
+@pytest.fixture
+def peer(admitted: Peer, tmp_path: Path) -> Peer:
+    """A private copy of the admitted peer, with its own (empty) zeitgeist."""
+    return admitted.copy_to(tmp_path / "data", zeitgeist_dir=tmp_path / "zeitgeist")
+
+
+def subcommands(parser: argparse.ArgumentParser) -> list[str]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return sorted(action.choices)
+    raise AssertionError(f"{parser.prog} has no subcommands")
+
+
+# ---- help -------------------------------------------------------------------------------
+
+
+def help_commands() -> Iterator[list[str]]:
+    for program, parser in ((DREAMCYCLE, dreamcycle_parser()), (PULSE_EMIT, pulse_emit_parser())):
+        yield [program, "--help"]
+        for verb in subcommands(parser):
+            yield [program, verb, "--help"]
+
+
+def test_every_command_and_subcommand_has_help() -> None:
+    assert subcommands(dreamcycle_parser()) == sorted(
+        ["run", "ingest", "recall", "status", "sweep", "rebuild"]
+    )
+    assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]
+    commands = list(help_commands())
+    running = [
+        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for c in commands
+    ]
+    for command, process in zip(commands, running, strict=True):
+        out, err = process.communicate(timeout=CLI_TIMEOUT_S)
+        assert process.returncode == 0, f"{command}: exit {process.returncode}\n{err}"
+        assert out.startswith("usage: "), f"{command} printed no usage:\n{out}"
+        if len(command) == 3:
+            assert command[1] in out
+            assert "--data-dir" in out  # every verb takes the shared configuration options
+
+
+def test_missing_subcommand_is_a_usage_error() -> None:
+    result = subprocess.run([PULSE_EMIT], capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert result.returncode == EXIT_USAGE
+    assert "required" in result.stderr
+
+
+# ---- pulse-emit ---------------------------------------------------------------------------
+
+PULSE = ("--text", "assert statements for debugging", "--kind", "decay")
+
+
+INVALID_EMITS = [
+    ("pulse", (*PULSE, "--k", "4", "--decay-per-hop", "0.25"), "decay_per_hop * k must be < 1"),
+    ("pulse", (*PULSE, "--k", "3", "--decay-per-hop", "0.4"), "decay_per_hop * k must be < 1"),
+    ("pulse", (*PULSE, "--sigma", "0.5", "--max-hops", "14"), "max_hops 14 exceeds"),
+    ("pulse", (*PULSE, "--sigma", "0"), "sigma must be > 0"),
+    ("pulse", (*PULSE, "--strength", "-0.5"), "strength must be finite and >= 0"),
+    ("pulse", (*PULSE, "--strength", "inf"), "strength must be finite and >= 0"),
+    ("pulse", (*PULSE, "--ttl", "0"), "ttl must be > 0"),
+    ("pulse", ("--text", "   ", "--kind", "reward"), "--text is empty"),
+    ("pulse", ("--text", "anything", "--kind", "forget"), "pulse-emit tombstone"),
+    ("outcome", ("--decision", "xyz", "--reward", "0.5", "--reason", "r"), "decision_hash"),
+    ("outcome", ("--decision", "AB" * 32, "--reward", "0.5", "--reason", "r"), "decision_hash"),
+    ("outcome", ("--decision", A_DECISION, "--reward", "1.5", "--reason", "r"), "reward"),
+    ("outcome", ("--decision", A_DECISION, "--reward", "-2", "--reason", "r"), "reward"),
+    ("outcome", ("--decision", A_DECISION, "--reward", "nan", "--reason", "r"), "reward"),
+    ("outcome", ("--decision", A_DECISION, "--reward", "0.5", "--reason", ""), "reason"),
+    ("tombstone", ("not-a-hash", "--reason", "wrong"), "is not a chunk hash"),
+    ("tombstone", ("A" * 64, "--reason", "wrong"), "is not a chunk hash"),
+    ("tombstone", ("a" * 64, "--reason", "  "), "--reason is empty"),
+]
+
+
+def test_pulse_emit_refuses_invalid_input_and_writes_nothing(peer: Peer) -> None:
+    before = peer.dump()
+    results = peer.run_concurrently([(PULSE_EMIT, verb, *args) for verb, args, _ in INVALID_EMITS])
+    for (verb, args, problem), result in zip(INVALID_EMITS, results, strict=True):
+        case = f"pulse-emit {verb} {' '.join(args)}: exit {result.returncode}\n{result.stderr}"
+        assert result.returncode == EXIT_USAGE, case
+        assert problem in result.stderr, case
+        assert result.stderr.startswith("error: "), case
+        assert "Traceback" not in result.stderr, case
+    assert peer.dump() == before
+
+
+def test_pulse_emit_is_idempotent(peer: Peer) -> None:
+    args = (*PULSE, "--strength", "0.4", "--reason", "python/assert")
+    first = peer.pulse_emit("pulse", *args)
+    second = peer.pulse_emit("pulse", *args)
+    assert first.stdout.startswith("queued pulse ")
+    assert second.stdout.startswith("already queued pulse ")
+    assert emitted_id(first) == emitted_id(second)
+    rows = peer.query("SELECT entry_id FROM outbox WHERE kind = 'salience_pulse'")
+    assert rows == [(emitted_id(first),)]
+
+    other = peer.pulse_emit("pulse", *args, "--nonce", "again")
+    assert other.stdout.startswith("queued pulse ")
+    assert emitted_id(other) != emitted_id(first)
+    assert peer.scalar("SELECT count(*) FROM outbox WHERE kind = 'salience_pulse'") == 2
+
+    outcome = ("--decision", A_DECISION, "--reward", "0.5", "--reason", "python/assert")
+    assert peer.pulse_emit("outcome", *outcome).stdout.startswith("queued outcome ")
+    assert peer.pulse_emit("outcome", *outcome).stdout.startswith("already queued outcome ")
+    assert peer.scalar("SELECT count(*) FROM outbox WHERE kind = 'outcome'") == 1
+
+
+def test_emitted_pulse_is_applied_by_the_next_cycle(peer: Peer) -> None:
+    queued = emitted_id(peer.pulse_emit("pulse", *PULSE, "--strength", "0.5"))
+    assert peer.pulse_status(queued) is None
+    peer.dreamcycle("run", "--once")
+    assert peer.pulse_status(queued) == "applied"
+    assert peer.scalar("SELECT count(*) FROM outbox WHERE segment_seq IS NULL") == 0
+
+
+# ---- ingest -------------------------------------------------------------------------------
+
+GOOD_LINE = json.dumps({"content": "A paragraph that would be stored if its file were valid."})
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "problem"),
+    [
+        ("{not json", "invalid JSON"),
+        ('["a", "list"]', "expected a JSON object"),
+        ('{"content": "text", "colour": "red"}', "unknown field(s) colour"),
+        ('{"title": "no content"}', "'content' must be a string"),
+        ('{"content": "   "}', "content is empty"),
+        ('{"content": "text", "kind": "rumour"}', "kind 'rumour' is not one of"),
+        ('{"content": "text", "pin_floor": 2}', "pin_floor 2 is outside [0, 1]"),
+        ('{"content": "text", "pin_floor": "high"}', "field 'pin_floor' must be"),
+        ('{"content": "text", "title": null}', "field 'title' must be str"),
+        ('{"content": "text", "importance": 11}', "importance 11 is outside"),
+    ],
+)
+def test_ingest_refuses_a_bad_line_naming_file_and_line(
+    peer: Peer, tmp_path: Path, bad_line: str, problem: str
+) -> None:
+    source = tmp_path / "memories.jsonl"
+    # Line 3 is bad; the blank line 2 makes "line" and "item" numbers differ.
+    source.write_text(f"{GOOD_LINE}\n\n{bad_line}\n{GOOD_LINE}\n", encoding="utf-8")
+    before = peer.dump()
+    result = peer.dreamcycle("ingest", str(source), expect=EXIT_USAGE)
+    assert f"{source}:3: " in result.stderr
+    assert problem in result.stderr
+    assert "Traceback" not in result.stderr
+    assert peer.dump() == before
+
+
+def test_ingest_deduplicates_by_content(peer: Peer, tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "again.jsonl", documentation_chunks(TOPICS, 5))
+    result = peer.dreamcycle("ingest", str(source))
+    assert "new 0" in result.stdout
+    assert "duplicates 5" in result.stdout
+    assert peer.scalar("SELECT count(*) FROM observations") == CHUNK_COUNT
+
+
+# ---- recall -------------------------------------------------------------------------------
+
+
+def test_recall_prints_a_decision_and_records_its_attribution(peer: Peer) -> None:
+    result = peer.dreamcycle("recall", QUERY, "--json")
+    report = json.loads(result.stdout)
+    decision = report["decision_hash"]
+    assert re.fullmatch("[0-9a-f]{64}", decision)
+    hits = report["hits"]
+    assert len(hits) == 5
+    assert all(hit["title"] == "assert" for hit in hits[:2]), "the closest topic ranks first"
+    chunks, recorded_peer = peer.query(
+        "SELECT chunk_hashes_json, peer FROM attributions WHERE decision_hash = ?", (decision,)
+    )[0]
+    assert json.loads(chunks) == sorted(hit["content_hash"] for hit in hits)
+    assert recorded_peer == peer.peer_id
+
+    table = peer.dreamcycle("recall", QUERY, "--top-k", "3")
+    match = re.search(HEX_DECISION, table.stdout)
+    assert match is not None, table.stdout
+    assert match.group(1) != decision  # a new decision, recorded at another time
+    assert peer.scalar("SELECT count(*) FROM attributions") == 2
+
+    quiet = peer.dreamcycle("recall", QUERY, "--no-record")
+    assert "decision" not in quiet.stdout
+    assert peer.scalar("SELECT count(*) FROM attributions") == 2
+
+
+def test_recall_refuses_an_empty_query(peer: Peer) -> None:
+    result = peer.dreamcycle("recall", "  ", expect=EXIT_USAGE)
+    assert "empty" in result.stderr
+
+
+# ---- status -------------------------------------------------------------------------------
+
+
+def test_status_of_a_fresh_data_dir_after_ingest(ingested: Peer, tmp_path: Path) -> None:
+    fresh = ingested.copy_to(tmp_path / "fresh", zeitgeist_dir=tmp_path / "zeitgeist")
+    report = json.loads(fresh.dreamcycle("status", "--json").stdout)
+    assert report["peer"] == fresh.peer_id
+    assert report["counts"]["observations"] == CHUNK_COUNT
+    assert report["counts"]["live"] == CHUNK_COUNT
+    assert report["counts"]["pending_admission"] == CHUNK_COUNT
+    assert report["counts"]["tombstones"] == 0
+    assert sum(b["chunks"] for b in report["salience_histogram"]) == CHUNK_COUNT
+    assert report["salience_histogram"][-1]["chunks"] == CHUNK_COUNT  # all start at 1.0
+    assert report["last_cycle"] is None
+
+    text = fresh.dreamcycle("status").stdout
+    assert f"peer {fresh.peer_id}" in text
+    assert re.search(rf"observations\s+{CHUNK_COUNT}", text)
+
+
+def test_status_without_a_database_says_so(tmp_path: Path) -> None:
+    empty = Peer(tmp_path / "nothing", "cli", tmp_path / "zeitgeist", dict(SETTINGS))
+    result = empty.dreamcycle("status", expect=EXIT_USAGE)
+    assert "no database" in result.stderr
+    assert not empty.database_path.exists()
+
+
+def test_status_after_a_cycle_reports_it(peer: Peer) -> None:
+    report = json.loads(peer.dreamcycle("status", "--json").stdout)
+    assert report["counts"]["pending_admission"] == 0
+    assert report["last_cycle"]["status"] == "done"
+    assert report["last_cycle"]["phases"]["classify"]["admitted"] == CHUNK_COUNT
+
+
+def test_bad_config_file_is_a_usage_error(peer: Peer, tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[sweep]\npercentile = 150\n", encoding="utf-8")
+    result = peer.dreamcycle("status", "--config", str(config), expect=EXIT_USAGE)
+    assert "sweep.percentile" in result.stderr
+    assert str(config) in result.stderr
+
+
+# ---- sweep --------------------------------------------------------------------------------
+
+
+def test_sweep_dry_run_changes_nothing(peer: Peer) -> None:
+    # A decay pulse spreads salience so that a sweep has something to choose.
+    peer.pulse_emit("pulse", *PULSE, "--strength", "0.9")
+    peer.dreamcycle("run", "--once")
+    before = peer.dump()
+    options = ("--percentile", "30", "--min-population", "10")
+    result = peer.dreamcycle("sweep", "--dry-run", *options)
+    doomed = int(re.search(r"doomed (\d+)", result.stdout).group(1))  # type: ignore[union-attr]
+    assert doomed > 0
+    assert "dry run: nothing tombstoned" in result.stdout
+    assert peer.dump() == before
+
+    result = peer.dreamcycle("sweep", *options)
+    assert f"tombstoned {doomed}" in result.stdout
+    assert (
+        peer.scalar("SELECT count(*) FROM tombstones WHERE reason = 'percentile_sweep'") == doomed
+    )
+    assert (
+        peer.scalar("SELECT count(*) FROM observations WHERE deleted_at IS NULL")
+        == CHUNK_COUNT - doomed
+    )
+
+
+def test_sweep_skips_a_cold_database(peer: Peer) -> None:
+    before = peer.dump()
+    result = peer.dreamcycle("sweep", "--min-population", str(CHUNK_COUNT + 1))
+    assert "no sweep" in result.stdout
+    assert peer.dump() == before
+
+
+# ---- unusable database, busy data dir ------------------------------------------------------
+
+
+def garbage_file(path: Path) -> None:
+    path.write_bytes(random.Random(7).randbytes(64 * 1024))
+
+
+def corrupt_pages(path: Path) -> None:
+    """Keep the header and schema page, scramble everything after them."""
+    data = bytearray(path.read_bytes())
+    noise = random.Random(11).randbytes(len(data) - 4096)
+    data[4096:] = noise
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [garbage_file, corrupt_pages])
+def test_corrupt_database_is_refused_without_touching_it(
+    peer: Peer, damage: object, tmp_path: Path
+) -> None:
+    for leftover in peer.data_dir.glob("dreamcycle.db-*"):
+        leftover.unlink()  # a stopped daemon's WAL is checkpointed; start from the main file only
+    assert callable(damage)
+    damage(peer.database_path)
+    before = peer.database_path.read_bytes()
+    chunks = write_jsonl(tmp_path / "one.jsonl", [{"content": "a memory that has nowhere to go"}])
+    commands = [
+        (DREAMCYCLE, "run", "--once"),
+        (DREAMCYCLE, "status"),
+        (DREAMCYCLE, "recall", QUERY),
+        (DREAMCYCLE, "ingest", str(chunks)),
+        (DREAMCYCLE, "sweep", "--dry-run"),
+        (DREAMCYCLE, "rebuild"),
+        (PULSE_EMIT, "pulse", *PULSE),
+    ]
+    for program, verb, *args in commands:
+        result = peer.run_cli(program, verb, *args, expect=EXIT_UNAVAILABLE)
+        assert str(peer.database_path) in result.stderr, result.stderr
+        assert re.search(
+            r"is not an SQLite database|is corrupt|failed its integrity check", result.stderr
+        )
+        assert "Traceback" not in result.stderr
+        assert peer.database_path.read_bytes() == before, f"{verb} modified the damaged file"
+
+
+@pytest.mark.slow
+def test_second_daemon_on_the_same_data_dir_is_refused(peer: Peer) -> None:
+    with peer.start("--interval", "30") as first:
+        first.wait_ready()
+        for verb, *args in (("run", "--once"), ("sweep",), ("rebuild",)):
+            result = peer.dreamcycle(verb, *args, expect=EXIT_UNAVAILABLE)
+            assert "in use" in result.stderr
+            assert str(peer.data_dir) in result.stderr
+        # Readers and emitters share the database with a running daemon.
+        peer.dreamcycle("status")
+        peer.pulse_emit("pulse", *PULSE)
+        assert first.terminate() == 0
+    assert "daemon stopped" in first.log()

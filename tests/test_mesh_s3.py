@@ -1,0 +1,466 @@
+"""Four dreamcycle daemons (separate processes) sharing one zeitgeist on a real S3 server.
+
+p1 and p2 hold the same chunks, p3 a different slice of the documentation. Pulses
+are emitted on every peer with `pulse-emit` while the daemons run, so each peer
+receives them in its own order. The test checks that every pulse reaches every
+peer within the delivery bound, exactly once, and that the two replicas holding
+the same chunks agree bit for bit wherever the order of application cannot
+matter. Then the log is compacted into a snapshot and a fourth peer joins from
+it. Downscale and sweep are off, so salience changes only through pulses.
+
+Why replicas can differ at all: each pulse adds its deltas to the chunks it
+reaches (the same chunks on every peer with the same index), then clamps into
+[pin_floor, 1.0]. Without clamping the updates commute in exact arithmetic, but
+not in floating point: (a + b) + c and (a + c) + b may differ in the last bit.
+With clamping the order matters more: a Reward on a chunk at 1.0 is lost, while
+after a Decay it is not. Both effects are reproduced here by replaying each
+peer's order in-process over the same index and comparing with what it stored.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import pytest
+
+from pulses.memory import InMemorySalience
+from pulses.propagate import UpdateRule, propagate
+from pulses.pulse import SalientPulse
+from scripts.local_servers import RunningS3
+from store.index import HnswIndex
+from store.timefmt import ms_from_iso
+from tests.daemon_helpers import Daemon, Peer, documentation_chunks, emitted_id, wait_until, write_jsonl
+from zeitgeist.hlc import HybridLogicalClock, wall_clock_ms
+from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key
+from zeitgeist.log import CompactionOutcome, CompactionReport, Zeitgeist
+
+pytestmark = pytest.mark.slow
+
+CYCLE_INTERVAL_S: Final = 1.0
+#: Short, so that compaction's horizon (min cursor - window) moves within the test.
+WINDOW_S: Final = 3.0
+#: Slack for the operating system's scheduling: the bound itself is measured, not guessed.
+SCHEDULING_SLACK_S: Final = 0.5
+WATCH_INTERVAL_S: Final = 0.05
+SHARED_TOPICS: Final = ("for", "while", "try", "with", "function", "class", "raise", "import")
+OTHER_TOPICS: Final = ("string-methods", "formatstrings")
+CHUNKS_PER_PEER: Final = 100
+#: Chunks of this topic are pinned, so Decay pulses meet a floor above 0.
+PINNED_TOPIC: Final = "try"
+PIN_FLOOR: Final = 0.95
+#: Two floats that went through the same updates in another order differ by rounding
+#: only: a few units in the last place of values near 1.
+ROUNDING_TOLERANCE: Final = 1e-12
+
+
+@dataclass(frozen=True)
+class PulsePlan:
+    peer: str
+    kind: str
+    strength: float
+    text: str
+
+
+#: Round one is emitted concurrently on all three peers; round two after a pause longer
+#: than the window, so compaction can fold everything of round one.
+ROUND_ONE: Final = (
+    PulsePlan("p1", "decay", 0.4, "an exception raised in the try clause is handled by except"),
+    PulsePlan("p1", "reward", 0.3, "the for statement iterates over the items of a sequence"),
+    PulsePlan("p1", "decay", 0.2, "a with statement calls the context manager's __exit__"),
+    PulsePlan("p2", "reward", 0.5, "the finally clause runs on the way out of a try statement"),
+    PulsePlan("p2", "decay", 0.3, "the loop's else clause runs when the loop was not broken"),
+    PulsePlan("p2", "decay", 0.5, "default parameter values are evaluated once per definition"),
+    PulsePlan("p3", "decay", 0.4, "str.format replaces fields in braces with arguments"),
+    PulsePlan("p3", "reward", 0.4, "raise re-raises the exception that is being handled"),
+    PulsePlan("p3", "decay", 0.3, "import finds a module and binds it in the local namespace"),
+)
+ROUND_TWO: Final = (
+    PulsePlan("p1", "reward", 0.2, "a class definition creates a class object"),
+    PulsePlan("p2", "decay", 0.3, "the while statement repeats while an expression is true"),
+    PulsePlan("p3", "decay", 0.2, "exception chaining with raise from sets __cause__"),
+)
+
+
+# ---- the mesh ---------------------------------------------------------------------------
+
+
+def mesh_settings(server: RunningS3, prefix: str) -> dict[str, str]:
+    """Every peer on one bucket and prefix; salience changes only through pulses."""
+    return {
+        "DREAMCYCLE_ZEITGEIST_BACKEND": "s3",
+        "DREAMCYCLE_ZEITGEIST_S3_BUCKET": server.bucket,
+        "DREAMCYCLE_ZEITGEIST_S3_PREFIX": prefix,
+        "DREAMCYCLE_ZEITGEIST_S3_ENDPOINT_URL": server.endpoint_url,
+        "DREAMCYCLE_ZEITGEIST_S3_REGION": server.region,
+        "DREAMCYCLE_ZEITGEIST_WINDOW_S": str(WINDOW_S),
+        "DREAMCYCLE_DOWNSCALE_ENABLED": "false",
+        "DREAMCYCLE_SWEEP_ENABLED": "false",
+        "AWS_ACCESS_KEY_ID": server.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
+    }
+
+
+def chunk_file(path: Path, topics: Sequence[str]) -> Path:
+    rows: list[dict[str, object]] = []
+    for chunk in documentation_chunks(topics, limit=CHUNKS_PER_PEER):
+        pinned = chunk["title"] == PINNED_TOPIC
+        rows.append({**chunk, "pin_floor": PIN_FLOOR} if pinned else dict(chunk))
+    return write_jsonl(path, rows)
+
+
+def make_peer(root: Path, name: str, settings: Mapping[str, str]) -> Peer:
+    return Peer(
+        data_dir=root / name,
+        peer_id=name,
+        zeitgeist_dir=root / "unused-zeitgeist-dir",
+        settings=dict(settings),
+    )
+
+
+def ingest_all(pairs: Sequence[tuple[Peer, Path]]) -> None:
+    with concurrent.futures.ThreadPoolExecutor(len(pairs)) as pool:
+        for result in pool.map(lambda pair: pair[0].dreamcycle("ingest", str(pair[1])), pairs):
+            assert "new" in result.stdout
+
+
+def admitted(peer: Peer) -> int:
+    if peer.cycles_done() == 0:
+        return 0
+    return int(peer.scalar("SELECT count(*) FROM observations WHERE admitted_seq IS NOT NULL"))
+
+
+def applied_ids(peer: Peer) -> set[str]:
+    if not peer.database_path.exists():
+        return set()
+    rows = peer.query("SELECT pulse_id FROM applied_pulses WHERE status = 'applied'")
+    return {str(row[0]) for row in rows}
+
+
+def wait_started(peers: Sequence[Peer], daemons: Sequence[Daemon]) -> None:
+    def context() -> str:
+        return "\n".join(d.log_tail() for d in daemons)
+
+    for peer in peers:
+        wait_until(
+            lambda peer=peer: admitted(peer) == CHUNKS_PER_PEER,  # type: ignore[misc]
+            what=f"{peer.peer_id} to admit its {CHUNKS_PER_PEER} chunks",
+            context=context,
+        )
+
+
+@dataclass
+class ApplicationWatch:
+    """Records, per peer and pulse, the wall time at which 'applied' first became visible."""
+
+    peers: Sequence[Peer]
+    first_seen_ms: dict[tuple[str, str], int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> ApplicationWatch:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.poll_once()
+            self._stop.wait(WATCH_INTERVAL_S)
+
+    def poll_once(self) -> None:
+        for peer in self.peers:
+            now = wall_clock_ms()
+            for pulse_id in applied_ids(peer):
+                self.first_seen_ms.setdefault((peer.peer_id, pulse_id), now)
+
+
+def emit_round(peers: Mapping[str, Peer], plans: Sequence[PulsePlan], nonce: str) -> list[str]:
+    """Every peer emits its share of `plans` at the same time as the others; ids in plan order."""
+
+    def emit_for(peer_name: str) -> list[tuple[int, str]]:
+        peer = peers[peer_name]
+        done = []
+        for number, plan in enumerate(plans):
+            if plan.peer != peer_name:
+                continue
+            result = peer.pulse_emit(
+                "pulse",
+                "--text", plan.text,
+                "--kind", plan.kind,
+                "--strength", str(plan.strength),
+                "--reason", "mesh/test",
+                "--nonce", f"{nonce}-{number}",
+            )  # fmt: skip
+            done.append((number, emitted_id(result)))
+        return done
+
+    names = sorted({plan.peer for plan in plans})
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        numbered = [pair for pairs in pool.map(emit_for, names) for pair in pairs]
+    return [pulse_id for _, pulse_id in sorted(numbered)]
+
+
+def wait_applied_everywhere(
+    peers: Sequence[Peer], pulse_ids: Sequence[str], daemons: Sequence[Daemon]
+) -> None:
+    wanted = set(pulse_ids)
+    wait_until(
+        lambda: all(wanted <= applied_ids(peer) for peer in peers),
+        what=f"{len(wanted)} pulses to be applied on {[p.peer_id for p in peers]}",
+        context=lambda: "\n".join(
+            [f"{p.peer_id} lacks {sorted(wanted - applied_ids(p))}" for p in peers]
+            + [d.log_tail() for d in daemons]
+        ),
+    )
+
+
+def emitted_at_ms(peers: Mapping[str, Peer], pulse_ids: Sequence[str]) -> dict[str, int]:
+    """When each pulse was committed to its origin's outbox (what the daemon picks up)."""
+    found: dict[str, int] = {}
+    for peer in peers.values():
+        for entry_id, created in peer.query("SELECT entry_id, created_at FROM outbox"):
+            if entry_id in pulse_ids:
+                found[str(entry_id)] = ms_from_iso(str(created))
+    assert set(found) == set(pulse_ids), "every emitted pulse is in its origin's outbox"
+    return found
+
+
+def longest_cycle_s(peers: Sequence[Peer]) -> float:
+    longest = 0.0
+    for peer in peers:
+        for started, finished in peer.query(
+            "SELECT started_at, finished_at FROM cycles WHERE finished_at IS NOT NULL"
+        ):
+            longest = max(longest, (ms_from_iso(finished) - ms_from_iso(started)) / 1000)
+    return longest
+
+
+def journal_pulse_order(peer: Peer) -> list[str]:
+    return [str(r[0]) for r in peer.query("SELECT ref FROM journal WHERE kind = 'pulse' ORDER BY seq")]
+
+
+def check_exactly_once(peer: Peer, emitted: set[str]) -> None:
+    """Applied equals emitted: nothing lost, nothing rejected, nothing applied twice."""
+    statuses = dict(peer.query("SELECT pulse_id, status FROM applied_pulses"))
+    assert set(statuses) == emitted, f"{peer.peer_id} recorded other pulses than were emitted"
+    assert set(statuses.values()) == {"applied"}, f"{peer.peer_id}: {statuses}"
+    order = journal_pulse_order(peer)
+    assert sorted(order) == sorted(emitted), f"{peer.peer_id} journals each pulse exactly once"
+
+
+# ---- replaying a peer's order in-process ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Replay:
+    salience: dict[str, float]  # content hash -> salience
+    clamped: frozenset[str]  # chunks where at least one update was clamped
+
+
+@dataclass(frozen=True)
+class ReplicaComparison:
+    same_order: bool
+    differing: int
+    explained_by_clamping: int
+    rounding_only: int
+    max_difference: float
+
+
+def admitted_chunks(peer: Peer) -> list[tuple[int, str, float, bytes, str]]:
+    """(rowid, content hash, pin floor, embedding blob, index version) in admission order."""
+    rows = peer.query(
+        "SELECT o.id, o.content_hash, o.pin_floor, o.embedding, o.index_version "
+        "FROM journal j JOIN observations o ON o.id = json_extract(j.body, '$.rowid') "
+        "WHERE j.kind = 'chunk' ORDER BY j.seq"
+    )
+    return [(int(r[0]), str(r[1]), float(r[2]), bytes(r[3]), str(r[4])) for r in rows]
+
+
+def journal_pulses(peer: Peer) -> dict[str, SalientPulse]:
+    rows = peer.query("SELECT ref, body FROM journal WHERE kind = 'pulse'")
+    return {str(ref): SalientPulse.from_json(json.loads(body)["pulse"]) for ref, body in rows}
+
+
+def replay(chunks_of: Peer, order: Sequence[str], pulses: Mapping[str, SalientPulse], workdir: Path) -> Replay:
+    """Build the index as `chunks_of` built it, then apply `order` as the daemon does."""
+    chunks = admitted_chunks(chunks_of)
+    vectors = np.stack([np.frombuffer(blob, dtype="<f4") for _, _, _, blob, _ in chunks])
+    index = HnswIndex.create(workdir / f"replay-{uuid.uuid4().hex}.hnsw", vectors.shape[1], chunks[0][4])
+    state = InMemorySalience()
+    for rowid, _, floor, _, _ in chunks:
+        state.add(rowid)
+        if floor > 0:
+            state.pin(rowid, floor)
+    index.add(np.array([c[0] for c in chunks], dtype=np.int64), vectors.astype(np.float32))
+    clamped: set[int] = set()
+    for pulse_id in order:
+        for change in propagate(pulses[pulse_id], index, state, UpdateRule.BFS).changes:
+            if change.after != change.before + change.delta:
+                clamped.add(change.label)
+    hash_of = {rowid: digest for rowid, digest, _, _, _ in chunks}
+    return Replay(
+        salience={hash_of[label]: state.salience(label) for label in hash_of},
+        clamped=frozenset(hash_of[label] for label in clamped),
+    )
+
+
+def compare_replicas(reference: Peer, other: Peer, workdir: Path) -> ReplicaComparison:
+    """Assert `other` agrees with `reference` except where the order of application matters."""
+    ref_chunks, other_chunks = admitted_chunks(reference), admitted_chunks(other)
+    assert [(c[1], c[2], c[3]) for c in ref_chunks] == [(c[1], c[2], c[3]) for c in other_chunks], (
+        f"{reference.peer_id} and {other.peer_id} must admit the same chunks, with the same "
+        "embeddings, in the same order (else their k-NN graphs differ)"
+    )
+    pulses = {**journal_pulses(reference), **journal_pulses(other)}
+    ref_order, other_order = journal_pulse_order(reference), journal_pulse_order(other)
+    stored_ref, stored_other = reference.salience(), other.salience()
+    replay_ref = replay(reference, ref_order, pulses, workdir)
+    replay_other = replay(reference, other_order, pulses, workdir)
+    # The replays reproduce what each daemon stored, bit for bit: so any difference
+    # between the peers comes from the order of application and nothing else.
+    assert replay_ref.salience == stored_ref, f"replaying {reference.peer_id}'s order"
+    assert replay_other.salience == stored_other, f"replaying {other.peer_id}'s order"
+    differences = {
+        digest: abs(stored_ref[digest] - stored_other[digest])
+        for digest in stored_ref
+        if stored_ref[digest] != stored_other[digest]
+    }
+    max_difference = max(differences.values(), default=0.0)
+    clamped = replay_ref.clamped | replay_other.clamped
+    rounding = {digest: diff for digest, diff in differences.items() if digest not in clamped}
+    comparison = ReplicaComparison(
+        same_order=ref_order == other_order,
+        differing=len(differences),
+        explained_by_clamping=len(differences) - len(rounding),
+        rounding_only=len(rounding),
+        max_difference=max_difference,
+    )
+    print(f"{reference.peer_id} vs {other.peer_id}: {comparison}")
+    if comparison.same_order:
+        assert max_difference == 0.0, f"same order, yet salience differs: {comparison}"
+    assert all(diff <= ROUNDING_TOLERANCE for diff in rounding.values()), (
+        f"chunks that hit no clamp differ by more than rounding: {rounding}"
+    )
+    return comparison
+
+
+# ---- compaction ---------------------------------------------------------------------------
+
+
+def compact_past(server: RunningS3, prefix: str, pulse_ids: set[str]) -> CompactionReport:
+    """Compact until a snapshot holds `pulse_ids` (heartbeats must first pass their segments)."""
+    zeitgeist = Zeitgeist(
+        server.backend(prefix),
+        "compactor",
+        HybridLogicalClock(),
+        window_ms=int(WINDOW_S * 1000),
+    )
+    reports: list[CompactionReport] = []
+
+    def folded() -> CompactionReport | None:
+        report = zeitgeist.compact(wall_clock_ms())
+        if report is not None:
+            reports.append(report)
+        snapshot = zeitgeist.latest_snapshot()
+        covered = snapshot is not None and pulse_ids <= {e.id for e in snapshot.entries}
+        if report is not None and report.outcome is CompactionOutcome.COMPACTED and covered:
+            return report
+        return None
+
+    return wait_until(folded, what="a compaction folding round one", context=lambda: f"{reports}")
+
+
+def segment_keys(server: RunningS3, prefix: str) -> list[str]:
+    return server.backend(prefix).list_after(SEGMENT_PREFIX, "")
+
+
+# ---- the test ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    running: list[Daemon] = []
+    yield running
+    for daemon in running:
+        daemon.kill()
+
+
+def test_four_peers_share_one_zeitgeist_on_s3(
+    s3_server: RunningS3, tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    prefix = f"mesh-{uuid.uuid4().hex[:12]}"
+    settings = mesh_settings(s3_server, prefix)
+    shared = chunk_file(tmp_path / "shared.jsonl", SHARED_TOPICS)
+    other = chunk_file(tmp_path / "other.jsonl", OTHER_TOPICS)
+    peers = {name: make_peer(tmp_path, name, settings) for name in ("p1", "p2", "p3")}
+    ingest_all([(peers["p1"], shared), (peers["p2"], shared), (peers["p3"], other)])
+    for peer in peers.values():
+        daemons.append(peer.start("--interval", str(CYCLE_INTERVAL_S)))
+    wait_started(list(peers.values()), daemons)
+
+    with ApplicationWatch(list(peers.values())) as watch:
+        round_one = emit_round(peers, ROUND_ONE, "r1")
+        wait_applied_everywhere(list(peers.values()), round_one, daemons)
+        # Past the window, so round two's segments lift every cursor beyond round one's.
+        time.sleep(WINDOW_S + CYCLE_INTERVAL_S)
+        round_two = emit_round(peers, ROUND_TWO, "r2")
+        wait_applied_everywhere(list(peers.values()), round_two, daemons)
+        watch.poll_once()
+    emitted = round_one + round_two
+    assert len(set(emitted)) == len(ROUND_ONE) + len(ROUND_TWO), "every --nonce makes a new pulse"
+
+    # Delivery: the origin applies and publishes in its next cycle, every other peer
+    # applies in its next cycle after that.
+    emitted_ms = emitted_at_ms(peers, emitted)
+    cycle_s = longest_cycle_s(list(peers.values()))
+    bound_ms = (2 * CYCLE_INTERVAL_S + 2 * cycle_s + SCHEDULING_SLACK_S) * 1000
+    latencies = {
+        (peer, pulse_id): seen - emitted_ms[pulse_id]
+        for (peer, pulse_id), seen in watch.first_seen_ms.items()
+    }
+    print(
+        f"delivery: longest cycle {cycle_s:.3f} s, bound {bound_ms / 1000:.3f} s, "
+        f"slowest {max(latencies.values()) / 1000:.3f} s"
+    )
+    late = {key: ms for key, ms in latencies.items() if ms > bound_ms}
+    assert not late, f"pulses applied later than {bound_ms:.0f} ms after emission: {late}"
+
+    for peer in peers.values():
+        check_exactly_once(peer, set(emitted))
+    compare_replicas(peers["p1"], peers["p2"], tmp_path)
+
+    # Compaction folds round one (and the chunk announcements) into a snapshot.
+    before = set(segment_keys(s3_server, prefix))
+    report = compact_past(s3_server, prefix, set(round_one))
+    after = set(segment_keys(s3_server, prefix))
+    assert report.segments_deleted > 0 and len(after) < len(before)
+    horizon = report.horizon_hlc
+    assert horizon is not None
+    assert all(parse_segment_key(key).hlc >= horizon for key in after)
+
+    # p4 holds p1's chunks, joins after the compaction and bootstraps from the snapshot.
+    p4 = make_peer(tmp_path, "p4", settings)
+    p4.dreamcycle("ingest", str(shared))
+    daemons.append(p4.start("--interval", str(CYCLE_INTERVAL_S)))
+    wait_applied_everywhere([p4], emitted, daemons)
+    bootstrapped = p4.query("SELECT key FROM applied_segments WHERE key LIKE 'snap/%'")
+    assert [str(row[0]) for row in bootstrapped] == [report.snapshot_key]
+    check_exactly_once(p4, set(emitted))
+    compare_replicas(peers["p1"], p4, tmp_path)
+
+    for daemon in daemons:
+        assert daemon.terminate() == 0, daemon.log_tail()
