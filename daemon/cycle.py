@@ -20,16 +20,19 @@ from typing import Any, Final
 
 import numpy as np
 
+from daemon import metrics
+from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
 from daemon.runtime import HLC_META_KEY, Runtime, wall_ms
 from pulses.outcome import Attribution, Outcome, outcome_to_pulses
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
 from pulses.sweep import SweepCandidate, SweepPlan, downscale, plan_sweep
-from store.database import NewObservation, Observation, PendingChunk
+from store.database import CHUNK_KINDS, NewObservation, Observation, PendingChunk
 from store.hashing import content_hash
 from store.index import HnswIndex
 from store.salience import SalienceCache
 from store.timefmt import ms_from_iso
+from zeitgeist.backend import BackendError
 from zeitgeist.entries import (
     AssertEntry,
     AttributionEntry,
@@ -41,11 +44,12 @@ from zeitgeist.entries import (
     SupersedeEntry,
     TombstoneEntry,
     decode_entry,
+    decode_segment,
     encode_entry,
     entry_order_key,
 )
 from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import parse_segment_key
+from zeitgeist.keys import parse_segment_key, parse_snapshot_key
 from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment, Zeitgeist
 
 log = logging.getLogger("dreamcycle.cycle")
@@ -62,7 +66,6 @@ PHASES: Final = (
 )
 
 CURSOR_META_KEY: Final = "cursor_hlc"
-BOOTSTRAPPED_META_KEY: Final = "bootstrapped"
 PUBLISH_SEQ_META_KEY: Final = "publish_seq"
 LAST_SWEEP_META_KEY: Final = "last_sweep_ms"
 LAST_COMPACTION_META_KEY: Final = "last_compaction_ms"
@@ -103,15 +106,15 @@ def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
     """New log segments (after the cursor, inside the window) and local unapplied entries."""
     zg, db = _zeitgeist(rt), rt.db
     fetched = rejected_lines = 0
-    if db.get_meta(BOOTSTRAPPED_META_KEY) is None:
-        snapshot = zg.bootstrap()
-        if snapshot is not None and not db.segment_applied(snapshot.key):
-            st.segments.append(FetchedSegment(snapshot.key, list(snapshot.entries), 0, 0))
-            with db.transaction():
-                db.set_meta(CURSOR_META_KEY, str(max(_cursor(rt), snapshot.hlc)))
-        with db.transaction():
-            db.set_meta(BOOTSTRAPPED_META_KEY, "1")
-    keys = zg.poll(_cursor(rt), db.segment_applied)
+    try:
+        if rt.snapshot_check_due:
+            _read_snapshot(rt, st)
+        keys = zg.poll(_cursor(rt), db.segment_applied)
+    except BackendError as exc:
+        # The log is unreachable: carry on with local work; read it again next cycle.
+        log.warning("zeitgeist unreachable; cycle runs on local entries", extra={"error": str(exc)})
+        rt.snapshot_check_due = True
+        keys = []
     own = [k for k in keys if parse_segment_key(k).peer_id == rt.peer_id]
     if own:
         with db.transaction():
@@ -148,6 +151,17 @@ def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
         "local": len(st.local),
         "new_chunks": new_chunks,
     }
+
+
+def _read_snapshot(rt: Runtime, st: CycleState) -> None:
+    """Fold in the newest snapshot if not yet applied (first start, or back from an absence
+    long enough that segments this peer never read may have been compacted away)."""
+    snapshot = _zeitgeist(rt).latest_snapshot()
+    rt.snapshot_check_due = False
+    if snapshot is None or rt.db.segment_applied(snapshot.key):
+        return
+    # Entries already applied are skipped by id in interleave; the rest are new here.
+    st.segments.append(FetchedSegment(snapshot.key, list(snapshot.entries), 0, 0))
 
 
 # ---- classify -------------------------------------------------------------------------
@@ -562,8 +576,7 @@ def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
                 skipped=segment.skipped,
                 now_ms=st.now_ms,
             )
-            if segment.key.startswith("seg/"):
-                cursor = max(cursor, parse_segment_key(segment.key).hlc)
+            cursor = max(cursor, _key_hlc(segment.key))
         db.set_meta(CURSOR_META_KEY, str(cursor))
         _persist_clock(rt)
     return stats
@@ -617,14 +630,15 @@ def downscale_phase(rt: Runtime, st: CycleState) -> dict[str, Any]:
     db, cache = rt.db, _salience(rt)
     changed = 0
     with db.transaction():
-        db.journal("downscale", str(st.now_ms), {"now_ms": st.now_ms}, now_ms=st.now_ms)
+        # Journaled with the half-lives used, so a replay decays alike whatever the config is then.
+        half_lives = {kind: rt.config.downscale.half_life(kind) for kind in CHUNK_KINDS}
+        body = {"now_ms": st.now_ms, "half_life_s": half_lives}
+        db.journal("downscale", str(st.now_ms), body, now_ms=st.now_ms)
         rows = db.decay_candidates()
         for rowid, kind, decay_from in rows:
             elapsed_s = (st.now_ms - ms_from_iso(decay_from)) / 1000.0
             before = cache.salience(rowid)
-            after = downscale(
-                before, cache.pin_floor(rowid), elapsed_s, rt.config.downscale.half_life(kind)
-            )
+            after = downscale(before, cache.pin_floor(rowid), elapsed_s, half_lives[kind])
             if after != before:
                 cache.set_salience(rowid, after)
                 changed += 1
@@ -710,41 +724,62 @@ def tombstone_labels(rt: Runtime, labels: Iterable[int], *, reason: str, now_ms:
 
 
 def promote(rt: Runtime, st: CycleState) -> dict[str, Any]:
-    """Publish this cycle's own entries as one segment, heartbeat, save the index, compact."""
-    db, zg = rt.db, _zeitgeist(rt)
-    published = republished = 0
+    """Publish this cycle's own entries, heartbeat, save the index, compact when due.
+
+    While the log is unreachable, entries wait in the outbox (prepared segments
+    are retried byte for byte) and the index is still saved.
+    """
+    stats: dict[str, Any] = {"published_entries": 0, "segments": 0, "republished": 0}
+    try:
+        _publish_outbox(rt, st, stats)
+        _heartbeat(rt)
+        stats["compacted"] = _maybe_compact(rt, st)
+    except BackendError as exc:
+        log.warning("publishing stalled; entries stay queued", extra={"error": str(exc)})
+        rt.snapshot_check_due = True
+        stats["stalled"] = str(exc)
+    rt.save_index()
+    return stats
+
+
+def _publish_outbox(rt: Runtime, st: CycleState, stats: dict[str, Any]) -> None:
+    db = rt.db
+    # Segments prepared before a crash or an outage go first, byte for byte.
     for seq, key, data, hlc in db.prepared_segments():
-        published += _publish_prepared(rt, seq, key, data, hlc)
-    pending = db.outbox_unpublished(rt.config.cycle.max_segments and 5000)
-    if pending:
+        stats["segments"] += 1
+        if _publish_prepared(rt, seq, key, data, hlc):
+            _republish(rt, decode_segment(data).entries, stats)
+    while pending := db.outbox_unpublished(MAX_ENTRIES_PER_SEGMENT):
         entries = [decode_entry(body) for _, body in pending]
         prepared = _prepare(rt, entries, [entry_id for entry_id, _ in pending], st.now_ms)
         started = time.monotonic()
-        late = _publish_prepared(rt, prepared.seq, prepared.key, prepared.data, prepared.hlc) < 0
-        st.stats.setdefault("promote", {})["publish_s"] = time.monotonic() - started
-        published += 1
+        late = _publish_prepared(rt, prepared.seq, prepared.key, prepared.data, prepared.hlc)
+        metrics.PUBLISH_SECONDS.observe(time.monotonic() - started)
+        stats["segments"] += 1
+        stats["published_entries"] += len(pending)
         if late:
-            again = _prepare(rt, entries, [], wall_ms())
-            _publish_prepared(rt, again.seq, again.key, again.data, again.hlc)
-            republished += 1
-    zg.heartbeat(
+            _republish(rt, entries, stats)
+
+
+def _republish(rt: Runtime, entries: list[Entry], stats: dict[str, Any]) -> None:
+    """Readers may have moved past a late key's time: a copy under a fresh key is
+    harmless (entries are idempotent) and makes sure they see it."""
+    again = _prepare(rt, entries, [], wall_ms())
+    _publish_prepared(rt, again.seq, again.key, again.data, again.hlc)
+    stats["republished"] += 1
+
+
+def _heartbeat(rt: Runtime) -> None:
+    _zeitgeist(rt).heartbeat(
         Heartbeat(
             peer_id=rt.peer_id,
             cursor_hlc=_cursor(rt),
             last_seen_ms=wall_ms(),
             index_version=rt.embedder.index_version,
             public_key=None,
-            seq=int(db.get_meta(PUBLISH_SEQ_META_KEY) or "0"),
+            seq=int(rt.db.get_meta(PUBLISH_SEQ_META_KEY) or "0"),
         )
     )
-    rt.save_index()
-    compacted = _maybe_compact(rt, st)
-    return {
-        "published_entries": len(pending),
-        "segments": published,
-        "republished": republished,
-        "compacted": compacted,
-    }
 
 
 def _prepare(
@@ -759,15 +794,15 @@ def _prepare(
     return prepared
 
 
-def _publish_prepared(rt: Runtime, seq: int, key: str, data: bytes, hlc: int) -> int:
-    """1 if published in time, -1 if published late (the caller republishes)."""
+def _publish_prepared(rt: Runtime, seq: int, key: str, data: bytes, hlc: int) -> bool:
+    """Write a prepared segment; True if it landed late (the caller republishes)."""
     try:
         result = _zeitgeist(rt).publish(PreparedSegment(key=key, data=data, hlc=hlc, seq=seq))
     except FencedOut as exc:
         raise FatalCycleError(str(exc)) from exc
     with rt.db.transaction():
         rt.db.finish_segment(seq, "published")
-    return -1 if result.late else 1
+    return result.late
 
 
 def _maybe_compact(rt: Runtime, st: CycleState) -> int:
@@ -797,6 +832,13 @@ PHASE_FUNCTIONS: Final[dict[str, PhaseFn]] = {
 
 def _all_entries(st: CycleState) -> list[Entry]:
     return [e for segment in st.segments for e in segment.entries] + st.local
+
+
+def _key_hlc(key: str) -> int:
+    """The HLC a segment or snapshot key carries: how far the log has been read."""
+    if key.startswith("snap/"):
+        return parse_snapshot_key(key).hlc
+    return parse_segment_key(key).hlc
 
 
 def _cursor(rt: Runtime) -> int:

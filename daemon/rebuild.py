@@ -81,15 +81,15 @@ def replay(
             state.pin(int(body["rowid"]), float(body["pin_floor"]))
         elif kind == "downscale":
             now_ms = int(body["now_ms"])
+            # The half-lives that downscale used; the current config only for older journals.
+            half_lives = body.get("half_life_s", {})
             for label in state.labels():
                 if state.is_tombstoned(label):
                     continue
                 elapsed_s = (now_ms - decayed_at[label]) / 1000.0
+                half_life = half_lives.get(kinds[label]) or cfg.downscale.half_life(kinds[label])
                 value = downscale(
-                    state.salience(label),
-                    state.pin_floor(label),
-                    elapsed_s,
-                    cfg.downscale.half_life(kinds[label]),
+                    state.salience(label), state.pin_floor(label), elapsed_s, float(half_life)
                 )
                 state.set_salience(label, value)
                 decayed_at[label] = now_ms

@@ -85,6 +85,8 @@ class Runtime:
     zeitgeist: Zeitgeist | None = None
     clock: HybridLogicalClock | None = None
     index_rebuild_reason: str | None = None
+    #: Read the newest snapshot before polling: at start-up and after the log was unreachable.
+    snapshot_check_due: bool = True
     _lock_file: IO[str] | None = field(default=None, repr=False)
 
     @property

@@ -38,7 +38,14 @@ from pulses.pulse import SalientPulse
 from scripts.local_servers import RunningS3
 from store.index import HnswIndex
 from store.timefmt import ms_from_iso
-from tests.daemon_helpers import Daemon, Peer, documentation_chunks, emitted_id, wait_until, write_jsonl
+from tests.daemon_helpers import (
+    Daemon,
+    Peer,
+    documentation_chunks,
+    emitted_id,
+    wait_until,
+    write_jsonl,
+)
 from zeitgeist.hlc import HybridLogicalClock, wall_clock_ms
 from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key
 from zeitgeist.log import CompactionOutcome, CompactionReport, Zeitgeist
@@ -53,7 +60,7 @@ SCHEDULING_SLACK_S: Final = 0.5
 WATCH_INTERVAL_S: Final = 0.05
 SHARED_TOPICS: Final = ("for", "while", "try", "with", "function", "class", "raise", "import")
 OTHER_TOPICS: Final = ("string-methods", "formatstrings")
-CHUNKS_PER_PEER: Final = 100
+CHUNKS_PER_PEER: Final = 60
 #: Chunks of this topic are pinned, so Decay pulses meet a floor above 0.
 PINNED_TOPIC: Final = "try"
 PIN_FLOOR: Final = 0.95
@@ -250,7 +257,9 @@ def longest_cycle_s(peers: Sequence[Peer]) -> float:
 
 
 def journal_pulse_order(peer: Peer) -> list[str]:
-    return [str(r[0]) for r in peer.query("SELECT ref FROM journal WHERE kind = 'pulse' ORDER BY seq")]
+    return [
+        str(r[0]) for r in peer.query("SELECT ref FROM journal WHERE kind = 'pulse' ORDER BY seq")
+    ]
 
 
 def check_exactly_once(peer: Peer, emitted: set[str]) -> None:
@@ -295,11 +304,15 @@ def journal_pulses(peer: Peer) -> dict[str, SalientPulse]:
     return {str(ref): SalientPulse.from_json(json.loads(body)["pulse"]) for ref, body in rows}
 
 
-def replay(chunks_of: Peer, order: Sequence[str], pulses: Mapping[str, SalientPulse], workdir: Path) -> Replay:
+def replay(
+    chunks_of: Peer, order: Sequence[str], pulses: Mapping[str, SalientPulse], workdir: Path
+) -> Replay:
     """Build the index as `chunks_of` built it, then apply `order` as the daemon does."""
     chunks = admitted_chunks(chunks_of)
     vectors = np.stack([np.frombuffer(blob, dtype="<f4") for _, _, _, blob, _ in chunks])
-    index = HnswIndex.create(workdir / f"replay-{uuid.uuid4().hex}.hnsw", vectors.shape[1], chunks[0][4])
+    index = HnswIndex.create(
+        workdir / f"replay-{uuid.uuid4().hex}.hnsw", vectors.shape[1], chunks[0][4]
+    )
     state = InMemorySalience()
     for rowid, _, floor, _, _ in chunks:
         state.add(rowid)
@@ -407,7 +420,9 @@ def test_four_peers_share_one_zeitgeist_on_s3(
     shared = chunk_file(tmp_path / "shared.jsonl", SHARED_TOPICS)
     other = chunk_file(tmp_path / "other.jsonl", OTHER_TOPICS)
     peers = {name: make_peer(tmp_path, name, settings) for name in ("p1", "p2", "p3")}
-    ingest_all([(peers["p1"], shared), (peers["p2"], shared), (peers["p3"], other)])
+    # p4 holds p1's chunks too; it is stored now and its daemon started after compaction.
+    p4 = make_peer(tmp_path, "p4", settings)
+    ingest_all([(peers["p1"], shared), (peers["p2"], shared), (peers["p3"], other), (p4, shared)])
     for peer in peers.values():
         daemons.append(peer.start("--interval", str(CYCLE_INTERVAL_S)))
     wait_started(list(peers.values()), daemons)
@@ -452,9 +467,7 @@ def test_four_peers_share_one_zeitgeist_on_s3(
     assert horizon is not None
     assert all(parse_segment_key(key).hlc >= horizon for key in after)
 
-    # p4 holds p1's chunks, joins after the compaction and bootstraps from the snapshot.
-    p4 = make_peer(tmp_path, "p4", settings)
-    p4.dreamcycle("ingest", str(shared))
+    # p4 joins after the compaction and bootstraps from the snapshot.
     daemons.append(p4.start("--interval", str(CYCLE_INTERVAL_S)))
     wait_applied_everywhere([p4], emitted, daemons)
     bootstrapped = p4.query("SELECT key FROM applied_segments WHERE key LIKE 'snap/%'")
