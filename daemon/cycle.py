@@ -674,8 +674,13 @@ def percentile_sweep(rt: Runtime, st: CycleState) -> dict[str, Any]:
     if not sweep.enabled:
         return {"skipped": "disabled"}
     db = rt.db
-    last = int(db.get_meta(LAST_SWEEP_META_KEY) or "0")
-    if sweep.interval_s > 0 and st.now_ms - last < sweep.interval_s * 1000:
+    last = db.get_meta(LAST_SWEEP_META_KEY)
+    if last is None and sweep.interval_s > 0:
+        # The interval starts with the first cycle: a fresh store is not swept at once.
+        with db.transaction():
+            db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
+        return {"skipped": "first interval"}
+    if sweep.interval_s > 0 and st.now_ms - int(last or "0") < sweep.interval_s * 1000:
         return {"skipped": "interval"}
     plan = sweep_plan(rt)
     result: dict[str, Any] = {

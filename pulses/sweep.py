@@ -9,7 +9,7 @@ from typing import Final
 
 import numpy as np
 
-from pulses.constants import SALIENCE_MIN
+from pulses.constants import EPSILON, SALIENCE_MIN
 
 #: Seed section 5: the bottom 60 % by salience is tombstoned each cycle.
 DEFAULT_SWEEP_PERCENTILE: Final = 60.0
@@ -74,11 +74,17 @@ def plan_sweep(
     candidates: Iterable[SweepCandidate],
     percentile: float = DEFAULT_SWEEP_PERCENTILE,
     min_population: int = DEFAULT_MIN_POPULATION,
+    tolerance: float = EPSILON,
 ) -> SweepPlan:
-    """Threshold = `percentile` of the sweepable saliences; doom those strictly below it.
+    """Threshold = `percentile` of the sweepable saliences; doom those below it by more than
+    `tolerance`.
 
-    Pinned and protected chunks neither count towards the threshold nor get doomed.
+    The tolerance keeps a sweep from deciding on differences no pulse could have made
+    (chunks ingested seconds apart differ by ~1e-8 after decay). Pinned and protected
+    chunks neither count towards the threshold nor get doomed.
     """
+    if not (math.isfinite(tolerance) and tolerance >= 0.0):
+        raise InvalidSweep(f"sweep tolerance must be finite and >= 0, got {tolerance}")
     if not (math.isfinite(percentile) and 0.0 < percentile < 100.0):
         raise InvalidSweep(f"sweep percentile must be strictly between 0 and 100, got {percentile}")
     if isinstance(min_population, bool) or not isinstance(min_population, int):
@@ -100,7 +106,7 @@ def plan_sweep(
         )
     saliences = np.fromiter((c.salience for c in sweepable), dtype=np.float64, count=population)
     threshold = float(np.percentile(saliences, percentile, method=PERCENTILE_METHOD))
-    doomed = tuple(sorted(c.label for c in sweepable if c.salience < threshold))
+    doomed = tuple(sorted(c.label for c in sweepable if c.salience < threshold - tolerance))
     return SweepPlan(threshold=threshold, population=population, doomed=doomed, skipped_reason=None)
 
 

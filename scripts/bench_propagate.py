@@ -11,7 +11,12 @@ observation rowids) one HNSW index is built with store.index.HnswIndex and then:
   transaction plus cache flush per batch of pulses;
 * literal reference: the seed's pseudocode rule (UpdateRule.LITERAL) against a
   naive SalienceState that reads with a SELECT and writes with one SQL UPDATE per
-  chunk touched, each statement committed on its own.
+  chunk touched, once with every statement committed on its own and once with
+  one transaction per pulse.
+
+Results are pulses/s and ratios to the batched and single-query k-NN rates
+(raw rates are medians of three runs), plus k-NN queries and salience updates
+per pulse. docs/benchmarks.md has figures and how to read them.
 
 Pulses use the outcome parameters of seed section 7.1 (k = 3, max_hops = 2,
 sigma = 0.15, decay_per_hop = 0.3) and alternate Reward and Decay.
@@ -24,10 +29,11 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import apsw
 import numpy as np
@@ -67,6 +73,8 @@ DEFAULT_PULSES: Final = 2_000
 DEFAULT_LITERAL_PULSES: Final = 200
 DEFAULT_OUT: Final = Path("bench-results/propagate.json")
 DEFAULT_SEED: Final = 20261122
+LITERAL_PER_UPDATE: Final = "literal rule, SQL UPDATE per chunk, commit per UPDATE"
+LITERAL_PER_PULSE: Final = "literal rule, SQL UPDATE per chunk, commit per pulse"
 
 DIM: Final = 384
 #: Average chunks per synthetic topic cluster.
@@ -78,6 +86,8 @@ RAW_K: Final = 4
 RAW_BATCH: Final = 1_000
 RAW_BATCHED_QUERIES: Final = 10_000
 RAW_SINGLE_QUERIES: Final = 2_000
+#: Each raw rate is the median of this many runs.
+RAW_REPEATS: Final = 3
 #: Pulses per transaction on the daemon path (the daemon applies a cycle's pulses in one).
 PULSES_PER_TRANSACTION: Final = 250
 #: Salience every chunk starts from, below the cap so Reward pulses change something.
@@ -168,7 +178,12 @@ def populate_database(path: Path, count: int) -> Database:
 
 
 class SqlPerUpdateSalience:
-    """A SalienceState straight over SQL: a SELECT per read, an UPDATE per write, autocommit."""
+    """A SalienceState straight over SQL: a SELECT per read, an UPDATE per write.
+
+    Outside `transaction()` every statement commits on its own (an fsync each, as
+    synchronous = FULL asks), which is what a store written from the seed's
+    pseudocode does; inside it, the statements of one pulse commit together.
+    """
 
     def __init__(self, path: Path) -> None:
         self._conn = apsw.Connection(str(path))
@@ -195,6 +210,9 @@ class SqlPerUpdateSalience:
         self._conn.execute("UPDATE observations SET salience = ? WHERE id = ?", (value, label))
         self.updates += 1
 
+    def transaction(self) -> AbstractContextManager[Any]:
+        return cast(AbstractContextManager[Any], self._conn)
+
     def close(self) -> None:
         self._conn.close()
 
@@ -202,25 +220,41 @@ class SqlPerUpdateSalience:
 # ---- measurements ---------------------------------------------------------------------------
 
 
-def measure_raw_knn(index: HnswIndex, queries: Vectors) -> dict[str, float]:
-    batched = queries[:RAW_BATCHED_QUERIES]
-    with stopwatch() as batched_time:
-        for start in range(0, len(batched), RAW_BATCH):
-            index.knn_many(batched[start : start + RAW_BATCH], RAW_K)
-    singles = queries[:RAW_SINGLE_QUERIES]
+def _batched_rate(index: HnswIndex, queries: Vectors) -> float:
+    with stopwatch() as elapsed:
+        for start in range(0, len(queries), RAW_BATCH):
+            index.knn_many(queries[start : start + RAW_BATCH], RAW_K)
+    return len(queries) / elapsed.seconds
+
+
+def _single_latencies(index: HnswIndex, queries: Vectors) -> list[float]:
     latencies: list[float] = []
-    for row in range(len(singles)):
+    for row in range(len(queries)):
         with stopwatch() as one:
-            index.knn_many(singles[row : row + 1], RAW_K)
+            index.knn_many(queries[row : row + 1], RAW_K)
         latencies.append(one.seconds)
-    p50, p99 = (float(np.percentile(latencies, p)) / SECONDS_PER_MS for p in PERCENTILES)
+    return latencies
+
+
+def measure_raw_knn(index: HnswIndex, queries: Vectors) -> dict[str, Any]:
+    """Batched and single-query rates, each the median of RAW_REPEATS runs (noise from neighbours)."""
+    batched = queries[:RAW_BATCHED_QUERIES]
+    singles = queries[:RAW_SINGLE_QUERIES]
+    batched_rates = [_batched_rate(index, batched) for _ in range(RAW_REPEATS)]
+    single_runs = [_single_latencies(index, singles) for _ in range(RAW_REPEATS)]
+    single_rates = [len(run) / sum(run) for run in single_runs]
+    median_run = single_runs[int(np.argsort(single_rates)[len(single_rates) // 2])]
+    p50, p99 = (float(np.percentile(median_run, p)) / SECONDS_PER_MS for p in PERCENTILES)
     return {
         "k": RAW_K,
         "batch": RAW_BATCH,
+        "repeats": RAW_REPEATS,
         "batched_queries": len(batched),
-        "batched_queries_per_s": len(batched) / batched_time.seconds,
+        "batched_queries_per_s": float(np.median(batched_rates)),
+        "batched_queries_per_s_runs": batched_rates,
         "single_queries": len(singles),
-        "single_queries_per_s": len(singles) / sum(latencies),
+        "single_queries_per_s": float(np.median(single_rates)),
+        "single_queries_per_s_runs": single_rates,
         "single_p50_ms": p50,
         "single_p99_ms": p99,
     }
@@ -232,11 +266,14 @@ def run_pulses(
     pulses: Sequence[SalientPulse],
     index: HnswIndex,
     state: SalienceState,
+    transaction: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> PathResult:
+    """Propagate each pulse in turn, each inside `transaction()`."""
     queries = updates = 0
     with stopwatch() as elapsed:
         for pulse in pulses:
-            result = propagate(pulse, index, state, rule)
+            with transaction():
+                result = propagate(pulse, index, state, rule)
             queries += result.knn_queries
             updates += len(result.changes)
     return PathResult(name, rule.value, len(pulses), elapsed.seconds, queries, updates)
@@ -316,15 +353,13 @@ def bench_size(
         ]
         naive = SqlPerUpdateSalience(db.path)
         try:
-            paths.append(
+            literal = pulses[:literal_count]
+            paths += [
+                run_pulses(LITERAL_PER_UPDATE, UpdateRule.LITERAL, literal, index, naive),
                 run_pulses(
-                    "literal rule: one SQL UPDATE per chunk touched",
-                    UpdateRule.LITERAL,
-                    pulses[:literal_count],
-                    index,
-                    naive,
-                )
-            )
+                    LITERAL_PER_PULSE, UpdateRule.LITERAL, literal, index, naive, naive.transaction
+                ),
+            ]
         finally:
             naive.close()
     finally:
@@ -334,7 +369,7 @@ def bench_size(
     return {"size": size, "build_s": build.seconds, "raw_knn": raw, "paths": report}
 
 
-def _path_report(path: PathResult, raw: dict[str, float]) -> dict[str, Any]:
+def _path_report(path: PathResult, raw: dict[str, Any]) -> dict[str, Any]:
     ceiling = raw["batched_queries_per_s"] / path.queries_per_pulse
     return {
         "path": path.name,
@@ -350,7 +385,7 @@ def _path_report(path: PathResult, raw: dict[str, float]) -> dict[str, Any]:
     }
 
 
-def _print_size(raw: dict[str, float], report: list[dict[str, Any]]) -> None:
+def _print_size(raw: dict[str, Any], report: list[dict[str, Any]]) -> None:
     print(
         f"raw k-NN (k={RAW_K}): batched {raw['batched_queries_per_s']:,.0f} queries/s; single "
         f"{raw['single_queries_per_s']:,.0f} queries/s (p50 {raw['single_p50_ms']:.2f} ms, "

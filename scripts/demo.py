@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from daemon.cli.common import print_table
+from daemon.defaults import DATABASE_FILE, ENV_PREFIX
 from store.database import Database
 from store.embedder import Embedder
 from store.hashing import content_hash
@@ -116,7 +117,6 @@ LEARNING_CYCLE_ORDER: Final = ("alpha", "beta", "gamma", "alpha")
 SUBPROCESS_TIMEOUT_S: Final = 600.0
 STDERR_TAIL_LINES: Final = 20
 OUTPUT_INDENT: Final = "    "
-ENV_PREFIX: Final = "DREAMCYCLE_"
 
 Vectors = npt.NDArray[np.float32]
 
@@ -158,7 +158,7 @@ class Peer:
 
     @property
     def database_path(self) -> Path:
-        return self.data_dir / "dreamcycle.db"
+        return self.data_dir / DATABASE_FILE
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,8 @@ def build_corpus() -> list[Chunk]:
     chunks: list[Chunk] = []
     seen: set[str] = set()
     for topic in CORPUS_TOPICS:
-        for paragraph in re.split(r"\n\s*\n", pydoc_topics.topics[topic]):
+        # Topics come and go between Python versions; a missing one only shrinks the corpus.
+        for paragraph in re.split(r"\n\s*\n", pydoc_topics.topics.get(topic, "")):
             text = paragraph.strip()
             digest = content_hash(text)
             if len(text) < MIN_PARAGRAPH_CHARS or digest in seen:

@@ -8,6 +8,7 @@ with the standard library's sqlite3, never through the code under test.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field, replace
@@ -106,6 +107,13 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}\n{context()}")
         time.sleep(POLL_INTERVAL_S)
+
+
+def side_by_side(calls: Sequence[Callable[[], T]]) -> list[T]:
+    """Call each function in its own thread (commands that mostly wait on a subprocess)."""
+    with ThreadPoolExecutor(max_workers=CONCURRENT_COMMANDS) as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [future.result() for future in futures]
 
 
 # ---- processes ----------------------------------------------------------------------------
@@ -244,8 +252,9 @@ class Peer:
         self, commands: Sequence[Sequence[str]]
     ) -> list[subprocess.CompletedProcess[str]]:
         """Run (program, verb, *args) commands side by side; exit codes are left to the caller."""
-        with ThreadPoolExecutor(max_workers=CONCURRENT_COMMANDS) as pool:
-            return list(pool.map(lambda c: self.run_cli(c[0], c[1], *c[2:], expect=None), commands))
+        return side_by_side(
+            [functools.partial(self.run_cli, c[0], c[1], *c[2:], expect=None) for c in commands]
+        )
 
     def start(
         self, *args: str, settings: Mapping[str, str] | None = None, name: str = ""
@@ -289,11 +298,6 @@ class Peer:
             str(h): float(s)
             for h, s in self.query(f"SELECT content_hash, salience FROM observations{where}")
         }
-
-    def hash_of(self, content: str) -> str:
-        return str(
-            self.scalar("SELECT content_hash FROM observations WHERE content = ?", (content,))
-        )
 
     def embeddings(self) -> dict[str, npt.NDArray[np.float32]]:
         """Content hash -> stored unit embedding."""
@@ -351,7 +355,3 @@ def emitted_id(result: subprocess.CompletedProcess[str]) -> str:
         f"unexpected pulse-emit output: {result.stdout!r}"
     )
     return words[-1]
-
-
-def iter_lines(text: str) -> Iterator[str]:
-    return (line for line in text.splitlines() if line.strip())

@@ -92,7 +92,9 @@ def test_outcomes_raise_and_lower_the_recalled_chunks(peer: Peer) -> None:
     unrelated = unrelated_to(peer, [embeddings[h] for h in recalled])
     assert len(unrelated) > CHUNK_COUNT // 2, "the corpus must hold unrelated topics"
 
-    peer.pulse_emit("outcome", "--decision", decision, "--reward", "0.6", "--reason", "python/assert")
+    peer.pulse_emit(
+        "outcome", "--decision", decision, "--reward", "0.6", "--reason", "python/assert"
+    )
     peer.dreamcycle("run", "--once")
     rewarded = peer.salience()
     for digest in recalled:
@@ -104,7 +106,9 @@ def test_outcomes_raise_and_lower_the_recalled_chunks(peer: Peer) -> None:
 
     decision, again = recall(peer, QUERY)
     assert set(again) == set(recalled)
-    peer.pulse_emit("outcome", "--decision", decision, "--reward", "-0.8", "--reason", "python/assert")
+    peer.pulse_emit(
+        "outcome", "--decision", decision, "--reward", "-0.8", "--reason", "python/assert"
+    )
     peer.dreamcycle("run", "--once")
     punished = peer.salience()
     for digest in recalled:
@@ -145,7 +149,10 @@ def test_tombstone_hides_a_chunk_for_good(peer: Peer) -> None:
     victim = recalled[0]
     peer.pulse_emit("tombstone", victim, "--reason", "retracted by its author")
     peer.dreamcycle("run", "--once")
-    assert peer.scalar("SELECT reason FROM tombstones WHERE hash = ?", (victim,)) == "retracted by its author"
+    assert (
+        peer.scalar("SELECT reason FROM tombstones WHERE hash = ?", (victim,))
+        == "retracted by its author"
+    )
     frozen = peer.salience()[victim]
 
     _, recalled_after = recall(peer, QUERY, "--top-k", "20")
@@ -168,7 +175,9 @@ def test_tombstone_hides_a_chunk_for_good(peer: Peer) -> None:
 @pytest.mark.slow
 def test_rebuild_replays_salience_bit_for_bit(peer: Peer, tmp_path: Path) -> None:
     decision, _ = recall(peer, QUERY)
-    peer.pulse_emit("outcome", "--decision", decision, "--reward", "0.7", "--reason", "python/assert")
+    peer.pulse_emit(
+        "outcome", "--decision", decision, "--reward", "0.7", "--reason", "python/assert"
+    )
     peer.pulse_emit("pulse", "--text", DECAY_TEXT, "--kind", "decay", "--strength", "0.5")
     peer.dreamcycle("run", "--once")
     _, recalled = recall(peer, "the while loop repeats while a condition is true", "--no-record")
@@ -180,7 +189,9 @@ def test_rebuild_replays_salience_bit_for_bit(peer: Peer, tmp_path: Path) -> Non
                                                "DREAMCYCLE_DOWNSCALE_NOTE_HALF_LIFE_S": "5"})  # fmt: skip
     peer.dreamcycle("sweep", "--percentile", "20", "--min-population", "10")
     decision, _ = recall(peer, "class definitions and inheritance")
-    peer.pulse_emit("outcome", "--decision", decision, "--reward", "-0.5", "--reason", "python/class")
+    peer.pulse_emit(
+        "outcome", "--decision", decision, "--reward", "-0.5", "--reason", "python/class"
+    )
     peer.dreamcycle("run", "--once", settings={"DREAMCYCLE_DOWNSCALE_ENABLED": "true"})
 
     kinds = dict(peer.query("SELECT kind, count(*) FROM journal GROUP BY kind"))

@@ -176,3 +176,18 @@ def test_plan_partitions_the_sweepable_chunks(
             assert not (candidate.pinned or candidate.protected)
         elif not (candidate.pinned or candidate.protected):
             assert candidate.salience >= plan.threshold
+
+
+def test_differences_below_the_tolerance_doom_nothing() -> None:
+    # Chunks ingested seconds apart differ by ~1e-8 after decay: no pulse made that difference.
+    candidates = [
+        SweepCandidate(label=i, salience=0.5 + i * 1e-8, pinned=False, protected=False)
+        for i in range(200)
+    ]
+    assert plan_sweep(candidates).doomed == ()
+    assert plan_sweep(candidates, tolerance=0.0).doomed != ()
+
+
+def test_a_negative_tolerance_is_refused() -> None:
+    with pytest.raises(InvalidSweep, match="tolerance"):
+        plan_sweep([], tolerance=-1.0)

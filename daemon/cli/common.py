@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -93,6 +94,10 @@ def run_guarded(action: Callable[[], int]) -> int:
         return action()
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`): not an error; keep Python from complaining.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except unavailable as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
