@@ -27,9 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from scripts.local_servers import RunningRedis, start_redis
 from zeitgeist.backend import BackendError, KeyExists, PreconditionFailed
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import InvalidKey, segment_key
-from zeitgeist.log import Heartbeat, Zeitgeist
+from zeitgeist.keys import InvalidKey
 from zeitgeist.redis_streams import RedisConfigError, RedisStreamsBackend, is_transient
 from zeitgeist.retry import RetryPolicy
 
@@ -325,27 +323,3 @@ def test_pause_times_out_and_outage_recovers_without_loss(tmp_path: Path) -> Non
         assert [patient.read(key) for key in before] == [key.encode() for key in before]
     finally:
         server.stop()
-
-
-# ---- request cost -----------------------------------------------------------------------------
-
-
-def test_idle_poll_is_one_request_with_twenty_peers(backend: RedisStreamsBackend) -> None:
-    clock = HybridLogicalClock()
-    for index in range(20):
-        peer = Zeitgeist(backend, f"peer{index}", HybridLogicalClock())
-        peer.heartbeat(
-            Heartbeat(
-                peer_id=f"peer{index}",
-                cursor_hlc=clock.now(),
-                last_seen_ms=int(time.time() * 1000),
-                index_version="v1",
-                public_key=None,
-                seq=index,
-            )
-        )
-        backend.create(segment_key(clock.now(), f"peer{index}", 1), b"segment")
-    reader = Zeitgeist(backend, "reader", HybridLogicalClock())
-    backend.requests.reset()
-    assert reader.poll(clock.now(), is_applied=lambda key: True) == []
-    assert backend.requests.snapshot() == {"ZRANGEBYLEX": 1}

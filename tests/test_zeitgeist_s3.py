@@ -24,9 +24,6 @@ from botocore.exceptions import (
 
 from scripts.local_servers import RunningS3, start_seaweedfs
 from zeitgeist.backend import BackendError, KeyExists, PreconditionFailed, UnsupportedStore
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import segment_key
-from zeitgeist.log import Heartbeat, Zeitgeist
 from zeitgeist.retry import (
     InvalidRetryPolicy,
     RequestCounter,
@@ -265,30 +262,6 @@ def test_outage_raises_backend_error_and_a_retried_create_survives_a_restart(
         assert patient.read("seg/0004") == b"retried"
     finally:
         server.stop()
-
-
-# ---- request cost ----------------------------------------------------------------------
-
-
-def test_idle_poll_is_one_list_request_with_twenty_peers(s3: S3Backend) -> None:
-    clock = HybridLogicalClock()
-    for index in range(20):
-        peer = Zeitgeist(s3, f"peer{index}", HybridLogicalClock())
-        peer.heartbeat(
-            Heartbeat(
-                peer_id=f"peer{index}",
-                cursor_hlc=clock.now(),
-                last_seen_ms=int(time.time() * 1000),
-                index_version="v1",
-                public_key=None,
-                seq=index,
-            )
-        )
-        s3.create(segment_key(clock.now(), f"peer{index}", 1), b"segment")
-    reader = Zeitgeist(s3, "reader", HybridLogicalClock())
-    s3.requests.reset()
-    assert reader.poll(clock.now(), is_applied=lambda key: True) == []
-    assert s3.requests.snapshot() == {"ListObjectsV2": 1}
 
 
 # ---- what counts as transient ------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""An idle poll costs one request, however many peers share the log (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.conftest import make_backend
+from zeitgeist.hlc import HybridLogicalClock
+from zeitgeist.keys import segment_key
+from zeitgeist.log import Heartbeat, Zeitgeist
+
+PEERS = 20
+
+
+@pytest.mark.parametrize("kind", ["s3", "redis"])
+def test_idle_poll_is_one_request_with_twenty_peers(
+    request: pytest.FixtureRequest, kind: str, tmp_path
+) -> None:
+    backend = make_backend(request, kind, tmp_path)
+    clock = HybridLogicalClock()
+    for index in range(PEERS):
+        peer_id = f"peer{index}"
+        Zeitgeist(backend, peer_id, HybridLogicalClock()).heartbeat(
+            Heartbeat(
+                peer_id=peer_id,
+                cursor_hlc=clock.now(),
+                last_seen_ms=int(time.time() * 1000),
+                index_version="v1",
+                public_key=None,
+                seq=index,
+            )
+        )
+        backend.create(segment_key(clock.now(), peer_id, 1), b"segment")
+    reader = Zeitgeist(backend, "reader", HybridLogicalClock())
+    counter = backend.requests  # type: ignore[attr-defined]
+    counter.reset()
+    assert reader.poll(clock.now(), is_applied=lambda key: True) == []
+    assert counter.total() == 1, counter.snapshot()
