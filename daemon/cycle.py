@@ -129,7 +129,9 @@ def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
                 db.record_segment(key, entries=0, rejected=1, skipped=0, now_ms=st.now_ms)
             continue
         except KeyError:
-            continue  # compacted away between LIST and GET; its entries are in the snapshot
+            # Compacted away between LIST and GET: its entries are in the newest snapshot.
+            rt.snapshot_check_due = True
+            continue
         for bad in decoded.rejected:
             log.warning(
                 "entry rejected", extra={"key": key, "line": bad.line_no, "reason": bad.reason}

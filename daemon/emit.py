@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -21,7 +19,6 @@ import blake3
 from daemon.runtime import Runtime, issue_hlc, wall_ms
 from pulses.outcome import Outcome
 from pulses.pulse import PulseKind, SalientPulse
-from store.database import Database
 from store.hashing import content_hash
 from zeitgeist.entries import Entry, OutcomeEntry, PulseEntry, TombstoneEntry, encode_entry
 
@@ -58,28 +55,9 @@ def _request_key(verb: str, **fields: Any) -> str:
     )
 
 
-@contextmanager
-def _write_transaction(db: Database) -> Iterator[None]:
-    """A transaction that holds the write lock from its first statement.
-
-    `_queue` reads before it writes. A deferred transaction that has read cannot
-    upgrade to a writer once the daemon has committed meanwhile: SQLite answers
-    "database is locked" at once, without waiting out the busy timeout. BEGIN
-    IMMEDIATE waits for the lock instead.
-    """
-    db.conn.execute("BEGIN IMMEDIATE")
-    try:
-        with db.transaction():
-            yield
-    except BaseException:
-        db.conn.execute("ROLLBACK")
-        raise
-    db.conn.execute("COMMIT")
-
-
 def _queue(rt: Runtime, request_key: str, build: Any) -> Emitted:
     db = rt.db
-    with _write_transaction(db):
+    with db.transaction():
         existing = db.request_entry(request_key)
         if existing is not None:
             return Emitted(existing, new=False)

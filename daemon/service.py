@@ -39,31 +39,50 @@ class Service:
         self._limiter = trio.CapacityLimiter(1)
 
     async def run(self) -> int:
-        # Opening can take minutes (an index rebuild): keep systemd from declaring us hung.
-        systemd.notify("STATUS=loading index")
-        await trio.to_thread.run_sync(self.rt.open_for_cycles, limiter=self._limiter)
+        failure: Exception | None = None
+        code = EXIT_OK
         async with trio.open_nursery() as nursery:
+            # Signals are watched from the start: a stop during a long index load is honoured.
             nursery.start_soon(self._watch_signals)
-            interval = systemd.watchdog_interval_s()
-            if interval is not None:
-                nursery.start_soon(self._feed_watchdog, interval)
             try:
-                systemd.notify("READY=1\nSTATUS=running dream cycles")
-                log.info(
-                    "daemon ready",
-                    extra={
-                        "peer": self.rt.peer_id,
-                        "backend": self.rt.config.zeitgeist.backend,
-                        "index_rebuilt": self.rt.index_rebuild_reason,
-                    },
-                )
-                code = await self._loop()
+                code = await self._start_and_loop(nursery)
+            except Exception as exc:
+                failure = exc  # re-raised bare, not wrapped in the nursery's ExceptionGroup
             finally:
-                systemd.notify("STOPPING=1")
-                await trio.to_thread.run_sync(self._save_quietly, limiter=self._limiter)
                 nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
         log.info("daemon stopped", extra={"cycles": self.cycles_done})
         return code
+
+    async def _start_and_loop(self, nursery: trio.Nursery) -> int:
+        # Opening can take minutes (an index rebuild): tell systemd what we are doing.
+        systemd.notify("STATUS=loading index")
+        await self._blocking(self.rt.open_for_cycles)
+        await self._blocking(self._abandon_interrupted_cycles)
+        interval = systemd.watchdog_interval_s()
+        if interval is not None:
+            nursery.start_soon(self._feed_watchdog, interval)
+        systemd.notify("READY=1\nSTATUS=running dream cycles")
+        log.info(
+            "daemon ready",
+            extra={
+                "peer": self.rt.peer_id,
+                "backend": self.rt.config.zeitgeist.backend,
+                "index_rebuilt": self.rt.index_rebuild_reason,
+            },
+        )
+        try:
+            return await self._loop()
+        finally:
+            systemd.notify("STOPPING=1")
+            await self._blocking(self._save_quietly)
+
+    def _abandon_interrupted_cycles(self) -> None:
+        with self.rt.db.transaction():
+            count = self.rt.db.abandon_running_cycles()
+        if count:
+            log.info("cycles interrupted by a crash marked", extra={"cycles": count})
 
     async def _loop(self) -> int:
         interval = self.rt.config.cycle.interval_s

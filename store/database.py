@@ -157,9 +157,25 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:
-        """All-or-nothing: a crash inside leaves the database as before."""
-        with self.conn:
+        """All-or-nothing: a crash inside leaves the database as before.
+
+        The outermost level begins IMMEDIATE: it takes the write lock up front
+        (waiting out the busy timeout). A deferred transaction that read first
+        could not upgrade once another process (the daemon, pulse-emit) had
+        committed meanwhile; SQLite would answer "database is locked" at once.
+        Nested levels are savepoints.
+        """
+        if self.conn.in_transaction:
+            with self.conn:
+                yield self.conn
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
             yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
 
     # ---- meta -----------------------------------------------------------------
 
@@ -705,6 +721,13 @@ class Database:
             "UPDATE cycles SET finished_at = ?, status = ?, phases_json = ? WHERE id = ?",
             (iso_from_ms(now_ms), status, json.dumps(phases, sort_keys=True), cycle_id),
         )
+
+    def abandon_running_cycles(self) -> int:
+        """Cycles left 'running' by a process that died: mark them 'interrupted'."""
+        rows = self._all(
+            "UPDATE cycles SET status = 'interrupted' WHERE status = 'running' RETURNING id"
+        )
+        return len(rows)
 
     def last_cycle(self) -> dict[str, Any] | None:
         row = self._one(

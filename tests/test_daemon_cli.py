@@ -293,7 +293,9 @@ def test_sweep_dry_run_changes_nothing(peer: Peer) -> None:
     before = peer.dump()
     options = ("--percentile", "30", "--min-population", "10")
     result = peer.dreamcycle("sweep", "--dry-run", *options)
-    doomed = int(re.search(r"doomed (\d+)", result.stdout).group(1))  # type: ignore[union-attr]
+    found = re.search(r"doomed (\d+)", result.stdout)
+    assert found is not None, result.stdout
+    doomed = int(found.group(1))
     assert doomed > 0
     assert "dry run: nothing tombstoned" in result.stdout
     assert peer.dump() == before

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from daemon import defaults
 from pulses.pulse import PulseKind, SalientPulse
 from tests.daemon_helpers import Daemon, Peer, documentation_chunks, wait_until, write_jsonl
 from zeitgeist.directory import DirectoryBackend
@@ -31,6 +32,7 @@ CHUNK_COUNT = 100
 GENERATOR = "gen"
 SEGMENTS = 30
 PULSES_PER_SEGMENT = (2, 5)
+STRENGTH_RANGE = (0.05, 0.6)
 SEED = 20260408
 MIN_KILLS = 15
 #: A life of b lasts this long (seconds) before SIGKILL: some die starting, some mid-cycle.
@@ -76,15 +78,15 @@ def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random) -> list[s
             pulse = SalientPulse(
                 seed_embedding=seeds[rng.randrange(len(seeds))],
                 kind=rng.choice([PulseKind.REWARD, PulseKind.DECAY]),
-                strength=round(rng.uniform(0.05, 0.6), 3),
-                sigma=0.3,
-                max_hops=2,
-                k=3,
-                decay_per_hop=0.3,
+                strength=round(rng.uniform(*STRENGTH_RANGE), 3),
+                sigma=defaults.PULSE_SIGMA,
+                max_hops=defaults.PULSE_MAX_HOPS,
+                k=defaults.PULSE_K,
+                decay_per_hop=defaults.PULSE_DECAY_PER_HOP,
                 ts=ts,
                 origin_peer=GENERATOR,
                 reason="crash/replay",
-                ttl_s=3600.0,
+                ttl_s=defaults.PULSE_TTL_S,
                 index_version=index_version,
             ).with_id()
             entries.append(PulseEntry(hlc=ts, origin=GENERATOR, pulse=pulse))
@@ -174,6 +176,6 @@ def test_sigterm_stops_a_running_daemon_promptly(template: Peer, tmp_path: Path)
     assert "daemon stopped" in log
     assert peer.scalar("SELECT count(*) FROM cycles WHERE status = 'running'") == 0
     # The index was saved on the way out: the next start loads it instead of rebuilding.
-    again = peer.start("--once")
-    assert again.wait_exit() == EXIT_OK, again.log_tail()
+    with peer.start("--once") as again:
+        assert again.wait_exit() == EXIT_OK, again.log_tail()
     assert "index rebuilt" not in again.log()

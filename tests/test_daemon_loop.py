@@ -182,11 +182,11 @@ def test_rebuild_replays_salience_bit_for_bit(peer: Peer, tmp_path: Path) -> Non
     peer.dreamcycle("run", "--once")
     _, recalled = recall(peer, "the while loop repeats while a condition is true", "--no-record")
     peer.pulse_emit("tombstone", recalled[0], "--reason", "wrong")
-    peer.pulse_emit("pulse", "--text", "exception handling with try and except", "--kind", "reward",
-                    "--strength", "0.4")  # fmt: skip
+    reward = ("--text", "exception handling with try and except", "--kind", "reward")
+    peer.pulse_emit("pulse", *reward, "--strength", "0.4")
     # Another half-life than the first cycle's: replay must use the one each downscale used.
-    peer.dreamcycle("run", "--once", settings={"DREAMCYCLE_DOWNSCALE_ENABLED": "true",
-                                               "DREAMCYCLE_DOWNSCALE_NOTE_HALF_LIFE_S": "5"})  # fmt: skip
+    other_half_life = {**short_half_life(peer), "DREAMCYCLE_DOWNSCALE_NOTE_HALF_LIFE_S": "5"}
+    peer.dreamcycle("run", "--once", settings=other_half_life)
     peer.dreamcycle("sweep", "--percentile", "20", "--min-population", "10")
     decision, _ = recall(peer, "class definitions and inheritance")
     peer.pulse_emit(

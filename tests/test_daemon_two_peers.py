@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,12 @@ def templates(tmp_path_factory: pytest.TempPathFactory) -> tuple[Peer, Peer]:
     b = Peer(root / "b", "b", root / "zeitgeist", dict(SETTINGS))
     a_file = write_jsonl(root / "a.jsonl", documentation_chunks(A_TOPICS, CHUNKS_PER_PEER))
     b_file = write_jsonl(root / "b.jsonl", documentation_chunks(B_TOPICS, CHUNKS_PER_PEER))
-    side_by_side([lambda: a.dreamcycle("ingest", str(a_file)),
-                  lambda: b.dreamcycle("ingest", str(b_file))])  # fmt: skip
+    side_by_side(
+        [
+            functools.partial(peer.dreamcycle, "ingest", str(path))
+            for peer, path in ((a, a_file), (b, b_file))
+        ]
+    )
     return a, b
 
 
