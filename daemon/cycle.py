@@ -21,13 +21,14 @@ from typing import Any, Final
 import numpy as np
 
 from daemon import metrics
+from daemon.config import SweepConfig
 from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
-from daemon.runtime import HLC_META_KEY, Runtime, wall_ms
+from daemon.runtime import HLC_META_KEY, Peer, wall_ms
 from pulses.outcome import Attribution, Outcome, outcome_to_pulses
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
 from pulses.sweep import SweepCandidate, SweepPlan, downscale, plan_sweep
-from store.database import CHUNK_KINDS, NewObservation, Observation, PendingChunk
+from store.database import CHUNK_KINDS, Database, NewObservation, Observation, PendingChunk
 from store.hashing import content_hash
 from store.index import HnswIndex
 from store.salience import SalienceCache
@@ -48,9 +49,8 @@ from zeitgeist.entries import (
     encode_entry,
     entry_order_key,
 )
-from zeitgeist.hlc import HybridLogicalClock
 from zeitgeist.keys import parse_segment_key, parse_snapshot_key
-from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment, Zeitgeist
+from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment
 
 log = logging.getLogger("dreamcycle.cycle")
 
@@ -96,31 +96,31 @@ class CycleState:
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-PhaseFn = Callable[[Runtime, CycleState], dict[str, Any]]
+PhaseFn = Callable[[Peer, CycleState], dict[str, Any]]
 
 
 # ---- scan -----------------------------------------------------------------------------
 
 
-def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
+def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
     """New log segments (after the cursor, inside the window) and local unapplied entries."""
-    zg, db = _zeitgeist(rt), rt.db
+    zg, db = peer.zeitgeist, peer.db
     fetched = rejected_lines = 0
     try:
-        if rt.snapshot_check_due:
-            _read_snapshot(rt, st)
-        keys = zg.poll(_cursor(rt), db.segment_applied)
+        if peer.snapshot_check_due:
+            _read_snapshot(peer, st)
+        keys = zg.poll(_cursor(peer), db.segment_applied)
     except BackendError as exc:
         # The log is unreachable: carry on with local work; read it again next cycle.
         log.warning("zeitgeist unreachable; cycle runs on local entries", extra={"error": str(exc)})
-        rt.snapshot_check_due = True
+        peer.snapshot_check_due = True
         keys = []
-    own = [k for k in keys if parse_segment_key(k).peer_id == rt.peer_id]
+    own = [k for k in keys if parse_segment_key(k).peer_id == peer.peer_id]
     if own:
         with db.transaction():
             for key in own:
                 db.record_segment(key, entries=0, rejected=0, skipped=0, now_ms=st.now_ms)
-    for key in [k for k in keys if k not in own][: rt.config.cycle.max_segments]:
+    for key in [k for k in keys if k not in own][: peer.config.cycle.max_segments]:
         try:
             decoded = zg.fetch(key)
         except CorruptSegment as exc:
@@ -130,7 +130,7 @@ def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
             continue
         except KeyError:
             # Compacted away between LIST and GET: its entries are in the newest snapshot.
-            rt.snapshot_check_due = True
+            peer.snapshot_check_due = True
             continue
         for bad in decoded.rejected:
             log.warning(
@@ -145,7 +145,7 @@ def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
         rejected_lines += len(decoded.rejected)
     for _entry_id, body in db.outbox_unapplied():
         st.local.append(decode_entry(body))
-    new_chunks = _salience(rt).refresh()
+    new_chunks = peer.salience.refresh()
     return {
         "listed": len(keys),
         "fetched": fetched,
@@ -155,12 +155,12 @@ def scan(rt: Runtime, st: CycleState) -> dict[str, Any]:
     }
 
 
-def _read_snapshot(rt: Runtime, st: CycleState) -> None:
+def _read_snapshot(peer: Peer, st: CycleState) -> None:
     """Fold in the newest snapshot if not yet applied (first start, or back from an absence
     long enough that segments this peer never read may have been compacted away)."""
-    snapshot = _zeitgeist(rt).latest_snapshot()
-    rt.snapshot_check_due = False
-    if snapshot is None or rt.db.segment_applied(snapshot.key):
+    snapshot = peer.zeitgeist.latest_snapshot()
+    peer.snapshot_check_due = False
+    if snapshot is None or peer.db.segment_applied(snapshot.key):
         return
     # Entries already applied are skipped by id in interleave; the rest are new here.
     st.segments.append(FetchedSegment(snapshot.key, list(snapshot.entries), 0, 0))
@@ -169,39 +169,39 @@ def _read_snapshot(rt: Runtime, st: CycleState) -> None:
 # ---- classify -------------------------------------------------------------------------
 
 
-def classify(rt: Runtime, st: CycleState) -> dict[str, Any]:
+def classify(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Validate pulses, embed new local chunks in batches, queue their assert entries."""
     for entry in _all_entries(st):
         if isinstance(entry, PulseEntry):
-            reason = _pulse_problem(rt, entry.pulse)
+            reason = _pulse_problem(peer, entry.pulse)
             if reason is not None:
                 st.rejected[entry.id] = reason
-    admitted = _admit_pending(rt, st)
+    admitted = _admit_pending(peer, st)
     return {"rejected_pulses": len(st.rejected), "admitted": admitted}
 
 
-def _pulse_problem(rt: Runtime, pulse: SalientPulse) -> str | None:
+def _pulse_problem(peer: Peer, pulse: SalientPulse) -> str | None:
     try:
         pulse.validate()
     except InvalidPulse as exc:
         return f"invalid: {exc}"
-    if pulse.seed_embedding.shape[0] != rt.embedder.dim:
-        return f"dimension {pulse.seed_embedding.shape[0]} != local {rt.embedder.dim}"
-    if pulse.index_version != rt.embedder.index_version:
-        return f"index_version {pulse.index_version} != local {rt.embedder.index_version}"
+    if pulse.seed_embedding.shape[0] != peer.embedder.dim:
+        return f"dimension {pulse.seed_embedding.shape[0]} != local {peer.embedder.dim}"
+    if pulse.index_version != peer.embedder.index_version:
+        return f"index_version {pulse.index_version} != local {peer.embedder.index_version}"
     return None
 
 
-def _admit_pending(rt: Runtime, st: CycleState) -> int:
+def _admit_pending(peer: Peer, st: CycleState) -> int:
     """Embed (if `ingest` did not already) and index new chunks; queue asserts for local ones."""
-    db, index = rt.db, _index(rt)
-    version = rt.embedder.index_version
-    pending = db.pending_admission(rt.config.cycle.max_embed)
+    db, index = peer.db, peer.index
+    version = peer.embedder.index_version
+    pending = db.pending_admission(peer.config.cycle.max_embed)
     if not pending:
         return 0
     missing = [c for c in pending if c.embedding is None or c.index_version != version]
     fresh = dict(
-        zip((c.rowid for c in missing), rt.embedder.embed([c.text for c in missing]), strict=True)
+        zip((c.rowid for c in missing), peer.embedder.embed([c.text for c in missing]), strict=True)
     )
     vectors = np.stack(
         [
@@ -215,7 +215,7 @@ def _admit_pending(rt: Runtime, st: CycleState) -> int:
             db.set_embeddings(
                 list(fresh),
                 np.stack(list(fresh.values())),
-                model_id=rt.embedder.model_id,
+                model_id=peer.embedder.model_id,
                 index_version=version,
             )
         observations = db.observations(rowids)
@@ -223,8 +223,8 @@ def _admit_pending(rt: Runtime, st: CycleState) -> int:
             obs = observations[chunk.rowid]
             seq = db.journal("chunk", obs.content_hash, _chunk_journal(chunk), now_ms=st.now_ms)
             db.mark_admitted(chunk.rowid, seq)
-            if chunk.origin_peer in (None, rt.peer_id):
-                entry = _assert_entry(rt, obs, vectors[i])
+            if chunk.origin_peer in (None, peer.peer_id):
+                entry = _assert_entry(peer, obs, vectors[i])
                 db.outbox_add(
                     entry.id,
                     entry.KIND,
@@ -233,18 +233,18 @@ def _admit_pending(rt: Runtime, st: CycleState) -> int:
                     now_ms=st.now_ms,
                     applied=True,
                 )
-        _persist_clock(rt)
+        _persist_clock(peer)
     # After the commit: the index is derived state, and its stamp tells when it lags.
     index.add(np.array(rowids, dtype=np.int64), vectors)
-    _salience(rt).refresh()
+    peer.salience.refresh()
     st.new_labels.extend(rowids)
     return len(rowids)
 
 
-def _assert_entry(rt: Runtime, obs: Observation, vector: np.ndarray[Any, Any]) -> AssertEntry:
+def _assert_entry(peer: Peer, obs: Observation, vector: np.ndarray[Any, Any]) -> AssertEntry:
     return AssertEntry(
-        hlc=_clock(rt).now(),
-        origin=rt.peer_id,
+        hlc=peer.clock.now(),
+        origin=peer.peer_id,
         content_hash=obs.content_hash,
         title=obs.title,
         content=obs.content,
@@ -257,8 +257,8 @@ def _assert_entry(rt: Runtime, obs: Observation, vector: np.ndarray[Any, Any]) -
         chunk_kind=obs.kind,
         pin_floor=obs.pin_floor,
         embedding=vector,
-        model_id=rt.embedder.model_id,
-        index_version=rt.embedder.index_version,
+        model_id=peer.embedder.model_id,
+        index_version=peer.embedder.index_version,
     )
 
 
@@ -275,18 +275,18 @@ def _chunk_journal(chunk: PendingChunk) -> dict[str, Any]:
 # ---- interleave -----------------------------------------------------------------------
 
 
-def interleave(rt: Runtime, st: CycleState) -> dict[str, Any]:
+def interleave(peer: Peer, st: CycleState) -> dict[str, Any]:
     """One deterministic order for remote and local entries: (HLC, origin peer, id)."""
     seen: set[str] = set()
     merged: list[Entry] = []
     duplicates = 0
     for entry in _all_entries(st):
-        if entry.id in seen or rt.db.entry_seen(entry.id):
+        if entry.id in seen or peer.db.entry_seen(entry.id):
             duplicates += 1
             continue
         seen.add(entry.id)
         merged.append(entry)
-        _clock(rt).observe(entry.hlc)
+        peer.clock.observe(entry.hlc)
     merged.sort(key=entry_order_key)
     st.ordered = merged
     return {"entries": len(merged), "duplicates": duplicates}
@@ -295,9 +295,9 @@ def interleave(rt: Runtime, st: CycleState) -> dict[str, Any]:
 # ---- reconsolidate --------------------------------------------------------------------
 
 
-def reconsolidate(rt: Runtime, st: CycleState) -> dict[str, Any]:
+def reconsolidate(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Apply assert / supersede / reconsolidate / tombstone / attribution / outcome entries."""
-    db = rt.db
+    db = peer.db
     counts: dict[str, int] = {}
     hidden: list[int] = []
     adopted: list[tuple[int, np.ndarray[Any, Any]]] = []
@@ -305,7 +305,7 @@ def reconsolidate(rt: Runtime, st: CycleState) -> dict[str, Any]:
         for entry in st.ordered:
             if isinstance(entry, PulseEntry):
                 continue
-            status, reason = _apply_structural(rt, st, entry, hidden, adopted)
+            status, reason = _apply_structural(peer, st, entry, hidden, adopted)
             db.record_entry(
                 entry.id,
                 kind=entry.KIND,
@@ -316,26 +316,26 @@ def reconsolidate(rt: Runtime, st: CycleState) -> dict[str, Any]:
             )
             counts[f"{entry.KIND}:{status}"] = counts.get(f"{entry.KIND}:{status}", 0) + 1
         db.outbox_mark_applied([e.id for e in st.local if not isinstance(e, PulseEntry)])
-        _salience(rt).flush()
-    index = _index(rt)
+        peer.salience.flush()
+    index = peer.index
     if adopted:
         index.add(
             np.array([r for r, _ in adopted], dtype=np.int64), np.stack([v for _, v in adopted])
         )
-        _salience(rt).refresh()
+        peer.salience.refresh()
     if hidden:
         index.mark_deleted(np.array(hidden, dtype=np.int64))
     return counts
 
 
 def _apply_structural(
-    rt: Runtime,
+    peer: Peer,
     st: CycleState,
     entry: Entry,
     hidden: list[int],
     adopted: list[tuple[int, np.ndarray[Any, Any]]],
 ) -> tuple[str, str | None]:
-    db, cache = rt.db, _salience(rt)
+    db, cache = peer.db, peer.salience
     if isinstance(entry, TombstoneEntry):
         journal_seq = db.journal(
             "tombstone", entry.content_hash, {"hash": entry.content_hash}, now_ms=st.now_ms
@@ -394,9 +394,9 @@ def _apply_structural(
             hidden.append(rowid)
         return "applied", None
     if isinstance(entry, ReconsolidateEntry):
-        return _reconsolidate_entry(rt, st, entry)
+        return _reconsolidate_entry(peer, st, entry)
     if isinstance(entry, AssertEntry):
-        return _adopt(rt, st, entry, adopted)
+        return _adopt(peer, st, entry, adopted)
     if isinstance(entry, AttributionEntry):
         db.record_attribution(
             entry.decision_hash,
@@ -415,16 +415,16 @@ def _apply_structural(
             observer_peer=entry.observer_peer,
             hlc=entry.hlc,
             reason=entry.reason,
-            expires_ms=(entry.hlc >> 16) + int(rt.config.pulses.outcome_wait_s * 1000),
+            expires_ms=(entry.hlc >> 16) + int(peer.config.pulses.outcome_wait_s * 1000),
         )
         return "applied", None
     return "skipped", f"unhandled kind {entry.KIND}"
 
 
 def _reconsolidate_entry(
-    rt: Runtime, st: CycleState, entry: ReconsolidateEntry
+    peer: Peer, st: CycleState, entry: ReconsolidateEntry
 ) -> tuple[str, str | None]:
-    db = rt.db
+    db = peer.db
     obs = db.observation_by_hash(entry.content_hash)
     if obs is None or obs.deleted_at is not None:
         return "skipped", "chunk not held here"
@@ -438,7 +438,7 @@ def _reconsolidate_entry(
             {"rowid": obs.rowid, "pin_floor": floor},
             now_ms=st.now_ms,
         )
-        cache = _salience(rt)
+        cache = peer.salience
         cache.set_pin_floor(obs.rowid, floor)
         if cache.salience(obs.rowid) < floor:
             cache.set_salience(obs.rowid, floor)
@@ -448,18 +448,18 @@ def _reconsolidate_entry(
 
 
 def _adopt(
-    rt: Runtime, st: CycleState, entry: AssertEntry, adopted: list[tuple[int, np.ndarray[Any, Any]]]
+    peer: Peer, st: CycleState, entry: AssertEntry, adopted: list[tuple[int, np.ndarray[Any, Any]]]
 ) -> tuple[str, str | None]:
     """Take a remote chunk into the local store, when this peer is configured to."""
-    if entry.origin == rt.peer_id:
+    if entry.origin == peer.peer_id:
         return "applied", None
-    if not rt.config.zeitgeist.adopt_remote_chunks:
+    if not peer.config.zeitgeist.adopt_remote_chunks:
         return "skipped", "adopt_remote_chunks is off"
-    if entry.index_version != rt.embedder.index_version:
+    if entry.index_version != peer.embedder.index_version:
         return "skipped", f"index_version {entry.index_version} != local"
     if content_hash(entry.content) != entry.content_hash:
         return "rejected", "content_hash does not match the content"
-    db = rt.db
+    db = peer.db
     if db.is_tombstoned_hash(entry.content_hash):
         return "skipped", "tombstoned here"
     added = db.add_observations(
@@ -495,10 +495,10 @@ def _adopt(
 # ---- salience_pulse_propagate ---------------------------------------------------------
 
 
-def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
+def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Outcomes become pulses (where the attribution is ours), then every pulse propagates."""
-    db, cache, index = rt.db, _salience(rt), _index(rt)
-    rule = UpdateRule(rt.config.pulses.update_rule)
+    db, cache, index = peer.db, peer.salience, peer.index
+    rule = UpdateRule(peer.config.pulses.update_rule)
     stats = {
         "applied": 0,
         "rejected": 0,
@@ -509,7 +509,7 @@ def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
         "knn_queries": 0,
     }
     with db.transaction():
-        derived = _convert_outcomes(rt, st)
+        derived = _convert_outcomes(peer, st)
         stats["from_outcomes"] = len(derived)
         pulses = [e for e in st.ordered if isinstance(e, PulseEntry)] + derived
         pulses.sort(key=entry_order_key)
@@ -569,7 +569,7 @@ def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
                 log.warning("pulse rejected", extra={"pulse_id": pulse.pulse_id, "reason": reason})
         cache.flush()
         db.outbox_mark_applied([e.id for e in st.local])
-        cursor = _cursor(rt)
+        cursor = _cursor(peer)
         for segment in st.segments:
             db.record_segment(
                 segment.key,
@@ -580,13 +580,13 @@ def salience_pulse_propagate(rt: Runtime, st: CycleState) -> dict[str, Any]:
             )
             cursor = max(cursor, _key_hlc(segment.key))
         db.set_meta(CURSOR_META_KEY, str(cursor))
-        _persist_clock(rt)
+        _persist_clock(peer)
     return stats
 
 
-def _convert_outcomes(rt: Runtime, st: CycleState) -> list[PulseEntry]:
+def _convert_outcomes(peer: Peer, st: CycleState) -> list[PulseEntry]:
     """Pulses for waiting outcomes whose decision this peer made; queued for publishing."""
-    db = rt.db
+    db = peer.db
     derived: list[PulseEntry] = []
     for outcome_id, decision, reward, observer, hlc, reason, expires_ms in db.waiting_outcomes():
         attribution = db.attribution(decision)
@@ -594,8 +594,8 @@ def _convert_outcomes(rt: Runtime, st: CycleState) -> list[PulseEntry]:
             if expires_ms < st.now_ms:
                 db.settle_outcome(outcome_id, "expired")
             continue
-        chunk_hashes, peer, attr_hlc, text = attribution
-        if peer != rt.peer_id:
+        chunk_hashes, decider, attr_hlc, text = attribution
+        if decider != peer.peer_id:
             db.settle_outcome(outcome_id, "foreign")
             continue
         pulses = outcome_to_pulses(
@@ -605,15 +605,15 @@ def _convert_outcomes(rt: Runtime, st: CycleState) -> list[PulseEntry]:
             Attribution(
                 decision_hash=decision,
                 chunk_hashes=tuple(chunk_hashes),
-                peer=peer,
+                peer=decider,
                 ts=attr_hlc,
                 decision_text=text,
             ),
             db.embedding_of_hash,
-            index_version=rt.embedder.index_version,
+            index_version=peer.embedder.index_version,
         )
         for pulse in pulses:
-            entry = PulseEntry(hlc=pulse.ts, origin=rt.peer_id, pulse=pulse)
+            entry = PulseEntry(hlc=pulse.ts, origin=peer.peer_id, pulse=pulse)
             if db.outbox_add(
                 entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=st.now_ms, applied=True
             ):
@@ -625,15 +625,15 @@ def _convert_outcomes(rt: Runtime, st: CycleState) -> list[PulseEntry]:
 # ---- downscale ------------------------------------------------------------------------
 
 
-def downscale_phase(rt: Runtime, st: CycleState) -> dict[str, Any]:
+def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Time decay since each chunk's last decay, half-life by kind, pin floors respected."""
-    if not rt.config.downscale.enabled:
+    if not peer.config.downscale.enabled:
         return {"skipped": "disabled"}
-    db, cache = rt.db, _salience(rt)
+    db, cache = peer.db, peer.salience
     changed = 0
     with db.transaction():
         # Journaled with the half-lives used, so a replay decays alike whatever the config is then.
-        half_lives = {kind: rt.config.downscale.half_life(kind) for kind in CHUNK_KINDS}
+        half_lives = {kind: peer.config.downscale.half_life(kind) for kind in CHUNK_KINDS}
         body = {"now_ms": st.now_ms, "half_life_s": half_lives}
         db.journal("downscale", str(st.now_ms), body, now_ms=st.now_ms)
         rows = db.decay_candidates()
@@ -652,30 +652,28 @@ def downscale_phase(rt: Runtime, st: CycleState) -> dict[str, Any]:
 # ---- percentile_sweep -----------------------------------------------------------------
 
 
-def sweep_plan(rt: Runtime) -> SweepPlan:
-    cache = _salience(rt)
+def sweep_plan(config: SweepConfig, salience: SalienceCache) -> SweepPlan:
+    """Which live chunks the percentile sweep would tombstone now."""
     candidates = [
         SweepCandidate(
             label=label,
-            salience=cache.salience(label),
-            pinned=cache.pin_floor(label) > 0,
-            protected=cache.deletion_policy(label) != "auto_prune",
+            salience=salience.salience(label),
+            pinned=salience.pin_floor(label) > 0,
+            protected=salience.deletion_policy(label) != "auto_prune",
         )
-        for label in cache.live()
+        for label in salience.live()
     ]
     return plan_sweep(
-        candidates,
-        percentile=rt.config.sweep.percentile,
-        min_population=rt.config.sweep.min_population,
+        candidates, percentile=config.percentile, min_population=config.min_population
     )
 
 
-def percentile_sweep(rt: Runtime, st: CycleState) -> dict[str, Any]:
+def percentile_sweep(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Tombstone the bottom percentile by salience (local curation; not published)."""
-    sweep = rt.config.sweep
+    sweep = peer.config.sweep
     if not sweep.enabled:
         return {"skipped": "disabled"}
-    db = rt.db
+    db = peer.db
     last = db.get_meta(LAST_SWEEP_META_KEY)
     if last is None and sweep.interval_s > 0:
         # The interval starts with the first cycle: a fresh store is not swept at once.
@@ -684,7 +682,7 @@ def percentile_sweep(rt: Runtime, st: CycleState) -> dict[str, Any]:
         return {"skipped": "first interval"}
     if sweep.interval_s > 0 and st.now_ms - int(last or "0") < sweep.interval_s * 1000:
         return {"skipped": "interval"}
-    plan = sweep_plan(rt)
+    plan = sweep_plan(sweep, peer.salience)
     result: dict[str, Any] = {
         "population": plan.population,
         "threshold": plan.threshold,
@@ -696,15 +694,32 @@ def percentile_sweep(rt: Runtime, st: CycleState) -> dict[str, Any]:
     if sweep.dry_run:
         result["dry_run"] = True
         return result
-    hidden = tombstone_labels(rt, plan.doomed, reason=SWEEP_REASON, now_ms=st.now_ms)
+    hidden = tombstone_labels(
+        peer.db,
+        peer.salience,
+        peer.index,
+        plan.doomed,
+        reason=SWEEP_REASON,
+        origin_peer=peer.peer_id,
+        now_ms=st.now_ms,
+    )
     with db.transaction():
         db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
     result["tombstoned"] = len(hidden)
     return result
 
 
-def tombstone_labels(rt: Runtime, labels: Iterable[int], *, reason: str, now_ms: int) -> list[int]:
-    db, cache = rt.db, _salience(rt)
+def tombstone_labels(
+    db: Database,
+    salience: SalienceCache,
+    index: HnswIndex,
+    labels: Iterable[int],
+    *,
+    reason: str,
+    origin_peer: str,
+    now_ms: int,
+) -> list[int]:
+    """Tombstone chunks locally (journalled, hidden from the index); returns those hidden."""
     hidden: list[int] = []
     with db.transaction():
         observations = db.observations(list(labels))
@@ -714,23 +729,23 @@ def tombstone_labels(rt: Runtime, labels: Iterable[int], *, reason: str, now_ms:
             rowid = db.tombstone(
                 digest,
                 reason=reason,
-                origin_peer=rt.peer_id,
+                origin_peer=origin_peer,
                 now_ms=now_ms,
                 collectable_after_ms=None,
                 journal_seq=seq,
             )
             if rowid is not None:
-                cache.mark_tombstoned(rowid)
+                salience.mark_tombstoned(rowid)
                 hidden.append(rowid)
     if hidden:
-        _index(rt).mark_deleted(np.array(hidden, dtype=np.int64))
+        index.mark_deleted(np.array(hidden, dtype=np.int64))
     return hidden
 
 
 # ---- promote --------------------------------------------------------------------------
 
 
-def promote(rt: Runtime, st: CycleState) -> dict[str, Any]:
+def promote(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Publish this cycle's own entries, heartbeat, save the index, compact when due.
 
     While the log is unreachable, entries wait in the outbox (prepared segments
@@ -738,86 +753,86 @@ def promote(rt: Runtime, st: CycleState) -> dict[str, Any]:
     """
     stats: dict[str, Any] = {"published_entries": 0, "segments": 0, "republished": 0}
     try:
-        _publish_outbox(rt, st, stats)
-        _heartbeat(rt)
-        stats["compacted"] = _maybe_compact(rt, st)
+        _publish_outbox(peer, st, stats)
+        _heartbeat(peer)
+        stats["compacted"] = _maybe_compact(peer, st)
     except BackendError as exc:
         log.warning("publishing stalled; entries stay queued", extra={"error": str(exc)})
-        rt.snapshot_check_due = True
+        peer.snapshot_check_due = True
         stats["stalled"] = str(exc)
-    rt.save_index()
+    peer.save_index()
     return stats
 
 
-def _publish_outbox(rt: Runtime, st: CycleState, stats: dict[str, Any]) -> None:
-    db = rt.db
+def _publish_outbox(peer: Peer, st: CycleState, stats: dict[str, Any]) -> None:
+    db = peer.db
     # Segments prepared before a crash or an outage go first, byte for byte.
     for seq, key, data, hlc in db.prepared_segments():
         stats["segments"] += 1
-        if _publish_prepared(rt, seq, key, data, hlc):
-            _republish(rt, decode_segment(data).entries, stats)
+        if _publish_prepared(peer, seq, key, data, hlc):
+            _republish(peer, decode_segment(data).entries, stats)
     while pending := db.outbox_unpublished(MAX_ENTRIES_PER_SEGMENT):
         entries = [decode_entry(body) for _, body in pending]
-        prepared = _prepare(rt, entries, [entry_id for entry_id, _ in pending], st.now_ms)
+        prepared = _prepare(peer, entries, [entry_id for entry_id, _ in pending], st.now_ms)
         started = time.monotonic()
-        late = _publish_prepared(rt, prepared.seq, prepared.key, prepared.data, prepared.hlc)
+        late = _publish_prepared(peer, prepared.seq, prepared.key, prepared.data, prepared.hlc)
         metrics.PUBLISH_SECONDS.observe(time.monotonic() - started)
         stats["segments"] += 1
         stats["published_entries"] += len(pending)
         if late:
-            _republish(rt, entries, stats)
+            _republish(peer, entries, stats)
 
 
-def _republish(rt: Runtime, entries: list[Entry], stats: dict[str, Any]) -> None:
+def _republish(peer: Peer, entries: list[Entry], stats: dict[str, Any]) -> None:
     """Readers may have moved past a late key's time: a copy under a fresh key is
     harmless (entries are idempotent) and makes sure they see it."""
-    again = _prepare(rt, entries, [], wall_ms())
-    _publish_prepared(rt, again.seq, again.key, again.data, again.hlc)
+    again = _prepare(peer, entries, [], wall_ms())
+    _publish_prepared(peer, again.seq, again.key, again.data, again.hlc)
     stats["republished"] += 1
 
 
-def _heartbeat(rt: Runtime) -> None:
-    _zeitgeist(rt).heartbeat(
+def _heartbeat(peer: Peer) -> None:
+    peer.zeitgeist.heartbeat(
         Heartbeat(
-            peer_id=rt.peer_id,
-            cursor_hlc=_cursor(rt),
+            peer_id=peer.peer_id,
+            cursor_hlc=_cursor(peer),
             last_seen_ms=wall_ms(),
-            index_version=rt.embedder.index_version,
+            index_version=peer.embedder.index_version,
             public_key=None,
-            seq=int(rt.db.get_meta(PUBLISH_SEQ_META_KEY) or "0"),
+            seq=int(peer.db.get_meta(PUBLISH_SEQ_META_KEY) or "0"),
         )
     )
 
 
 def _prepare(
-    rt: Runtime, entries: list[Entry], entry_ids: list[str], now_ms: int
+    peer: Peer, entries: list[Entry], entry_ids: list[str], now_ms: int
 ) -> PreparedSegment:
-    db, zg = rt.db, _zeitgeist(rt)
+    db, zg = peer.db, peer.zeitgeist
     with db.transaction():
         seq = db.next_counter(PUBLISH_SEQ_META_KEY)
         prepared = zg.prepare(entries, seq)
         db.prepare_segment(seq, prepared.key, prepared.data, prepared.hlc, entry_ids, now_ms=now_ms)
-        _persist_clock(rt)
+        _persist_clock(peer)
     return prepared
 
 
-def _publish_prepared(rt: Runtime, seq: int, key: str, data: bytes, hlc: int) -> bool:
+def _publish_prepared(peer: Peer, seq: int, key: str, data: bytes, hlc: int) -> bool:
     """Write a prepared segment; True if it landed late (the caller republishes)."""
     try:
-        result = _zeitgeist(rt).publish(PreparedSegment(key=key, data=data, hlc=hlc, seq=seq))
+        result = peer.zeitgeist.publish(PreparedSegment(key=key, data=data, hlc=hlc, seq=seq))
     except FencedOut as exc:
         raise FatalCycleError(str(exc)) from exc
-    with rt.db.transaction():
-        rt.db.finish_segment(seq, "published")
+    with peer.db.transaction():
+        peer.db.finish_segment(seq, "published")
     return result.late
 
 
-def _maybe_compact(rt: Runtime, st: CycleState) -> int:
-    db = rt.db
+def _maybe_compact(peer: Peer, st: CycleState) -> int:
+    db = peer.db
     last = int(db.get_meta(LAST_COMPACTION_META_KEY) or "0")
-    if st.now_ms - last < rt.config.zeitgeist.compaction_interval_s * 1000:
+    if st.now_ms - last < peer.config.zeitgeist.compaction_interval_s * 1000:
         return 0
-    report = _zeitgeist(rt).compact(st.now_ms)
+    report = peer.zeitgeist.compact(st.now_ms)
     with db.transaction():
         db.set_meta(LAST_COMPACTION_META_KEY, str(st.now_ms))
     return 0 if report is None else int(report.segments_folded)
@@ -848,41 +863,21 @@ def _key_hlc(key: str) -> int:
     return parse_segment_key(key).hlc
 
 
-def _cursor(rt: Runtime) -> int:
-    return int(rt.db.get_meta(CURSOR_META_KEY) or "0")
+def _cursor(peer: Peer) -> int:
+    return int(peer.db.get_meta(CURSOR_META_KEY) or "0")
 
 
-def _persist_clock(rt: Runtime) -> None:
-    clock = _clock(rt)
-    current = int(rt.db.get_meta(HLC_META_KEY) or "0")
-    rt.db.set_meta(HLC_META_KEY, str(max(current, clock.last)))
+def _persist_clock(peer: Peer) -> None:
+    clock = peer.clock
+    current = int(peer.db.get_meta(HLC_META_KEY) or "0")
+    peer.db.set_meta(HLC_META_KEY, str(max(current, clock.last)))
 
 
-def _index(rt: Runtime) -> HnswIndex:
-    assert rt.index is not None, "open_for_cycles() first"
-    return rt.index
-
-
-def _salience(rt: Runtime) -> SalienceCache:
-    assert rt.salience is not None, "open_for_cycles() first"
-    return rt.salience
-
-
-def _zeitgeist(rt: Runtime) -> Zeitgeist:
-    assert rt.zeitgeist is not None, "open_for_cycles() first"
-    return rt.zeitgeist
-
-
-def _clock(rt: Runtime) -> HybridLogicalClock:
-    assert rt.clock is not None, "open_for_cycles() first"
-    return rt.clock
-
-
-def run_cycle_blocking(rt: Runtime, should_stop: Callable[[], bool] = lambda: False) -> CycleState:
+def run_cycle_blocking(peer: Peer, should_stop: Callable[[], bool] = lambda: False) -> CycleState:
     """All eight phases in order, in this thread (for CLIs and tests)."""
     st = CycleState(now_ms=wall_ms())
     for name in PHASES:
         if should_stop():
             break
-        st.stats[name] = {**st.stats.get(name, {}), **PHASE_FUNCTIONS[name](rt, st)}
+        st.stats[name] = {**st.stats.get(name, {}), **PHASE_FUNCTIONS[name](peer, st)}
     return st

@@ -71,7 +71,7 @@ def recall(
 
 
 def _vector_candidates(rt: Runtime, vector: npt.NDArray[np.float32], n: int) -> set[int]:
-    index = rt.index or _saved_index(rt)
+    index = _saved_index(rt)
     if index is not None:
         labels, _ = index.knn_many(vector[None, :], n)
         return {int(x) for x in labels[0]}

@@ -77,16 +77,11 @@ def issue_hlc(db: Database) -> int:
 
 @dataclass
 class Runtime:
+    """Database and embedder: what every command needs."""
+
     config: Config
     db: Database
     embedder: Embedder
-    index: HnswIndex | None = None
-    salience: SalienceCache | None = None
-    zeitgeist: Zeitgeist | None = None
-    clock: HybridLogicalClock | None = None
-    index_rebuild_reason: str | None = None
-    #: Read the newest snapshot before polling: at start-up and after the log was unreachable.
-    snapshot_check_due: bool = True
     _lock_file: IO[str] | None = field(default=None, repr=False)
 
     @property
@@ -95,7 +90,6 @@ class Runtime:
 
     @classmethod
     def open(cls, config: Config) -> Runtime:
-        """Database and embedder only: what the CLIs that do not search need."""
         config.data_dir.mkdir(parents=True, exist_ok=True)
         db = Database(config.database_path)
         embedder = Embedder(
@@ -123,8 +117,13 @@ class Runtime:
         handle.flush()
         self._lock_file = handle
 
-    def open_index(self, progress: Callable[[int, int], None] | None = None) -> HnswIndex:
-        """Load the saved index, or rebuild it from stored embeddings when unusable or stale."""
+    def open_index(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> tuple[HnswIndex, str | None]:
+        """The saved index, or one rebuilt from stored embeddings when unusable or stale.
+
+        Returns the index and why it was rebuilt (None when loaded as saved).
+        """
         version = self.embedder.index_version
         index, reason = open_or_rebuild(
             self.config.index_path,
@@ -133,39 +132,74 @@ class Runtime:
             expected_stamp=self.db.change_stamp(),
             load_all=lambda: self.db.embeddings(version, self.embedder.dim),
             progress=progress,
+            m=self.config.index.m,
+            ef_construction=self.config.index.ef_construction,
+            ef=self.config.index.ef,
         )
         if reason is not None:
             log.info("index rebuilt", extra={"reason": reason, "live": index.live_count})
-        self.index = index
-        self.index_rebuild_reason = reason
-        return index
+        return index, reason
 
-    def open_for_cycles(self) -> None:
-        """Everything a daemon (or an offline cycle) needs."""
-        self.clock = persistent_clock(self.db)
-        if self.index is None:
-            self.open_index()
-        self.salience = SalienceCache(self.db)
+    def open_peer(self) -> Peer:
+        """Everything a dream cycle needs: index, salience, clock, the shared log."""
+        index, reason = self.open_index()
         backend = open_backend(self.config)
         # Refuse a store that would silently overwrite log entries before writing any.
         backend.probe()
-        self.zeitgeist = Zeitgeist(
+        clock = persistent_clock(self.db)
+        zeitgeist = Zeitgeist(
             backend,
             self.peer_id,
-            self.clock,
+            clock,
             window_ms=int(self.config.zeitgeist.window_s * 1000),
             liveness_timeout_ms=int(self.config.zeitgeist.liveness_timeout_s * 1000),
             wall_ms=wall_ms,
         )
-
-    def save_index(self) -> None:
-        if self.index is not None:
-            self.index.save(self.db.change_stamp())
+        return Peer(self, index, SalienceCache(self.db), zeitgeist, clock, reason)
 
     def close(self) -> None:
-        if self.zeitgeist is not None:
-            self.zeitgeist.backend.close()
         self.db.close()
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
+
+
+@dataclass
+class Peer:
+    """A runtime opened for dream cycles."""
+
+    runtime: Runtime
+    index: HnswIndex
+    salience: SalienceCache
+    zeitgeist: Zeitgeist
+    clock: HybridLogicalClock
+    index_rebuild_reason: str | None = None
+    #: Read the newest snapshot before polling: at start-up and after the log was unreachable.
+    snapshot_check_due: bool = True
+
+    @property
+    def config(self) -> Config:
+        return self.runtime.config
+
+    @property
+    def db(self) -> Database:
+        return self.runtime.db
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.runtime.embedder
+
+    @property
+    def peer_id(self) -> str:
+        return self.runtime.peer_id
+
+    def save_index(self) -> None:
+        self.index.save(self.db.change_stamp())
+
+    def reload(self) -> None:
+        """Drop in-memory state that a failed phase may have left ahead of the database."""
+        self.salience.reload()
+        self.index, self.index_rebuild_reason = self.runtime.open_index()
+
+    def close(self) -> None:
+        self.zeitgeist.backend.close()

@@ -20,7 +20,7 @@ import trio
 
 from daemon import metrics, systemd
 from daemon.cycle import PHASE_FUNCTIONS, PHASES, CycleState, FatalCycleError
-from daemon.runtime import Runtime, wall_ms
+from daemon.runtime import Peer, Runtime, wall_ms
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")
@@ -58,7 +58,7 @@ class Service:
     async def _start_and_loop(self, nursery: trio.Nursery) -> int:
         # Opening can take minutes (an index rebuild): tell systemd what we are doing.
         systemd.notify("STATUS=loading index")
-        await self._blocking(self.rt.open_for_cycles)
+        peer = await self._blocking(self.rt.open_peer)
         await self._blocking(self._abandon_interrupted_cycles)
         interval = systemd.watchdog_interval_s()
         if interval is not None:
@@ -69,14 +69,14 @@ class Service:
             extra={
                 "peer": self.rt.peer_id,
                 "backend": self.rt.config.zeitgeist.backend,
-                "index_rebuilt": self.rt.index_rebuild_reason,
+                "index_rebuilt": peer.index_rebuild_reason,
             },
         )
         try:
-            return await self._loop()
+            return await self._loop(peer)
         finally:
             systemd.notify("STOPPING=1")
-            await self._blocking(self._save_quietly)
+            await self._blocking(functools.partial(_save_and_close, peer))
 
     def _abandon_interrupted_cycles(self) -> None:
         with self.rt.db.transaction():
@@ -84,12 +84,12 @@ class Service:
         if count:
             log.info("cycles interrupted by a crash marked", extra={"cycles": count})
 
-    async def _loop(self) -> int:
+    async def _loop(self, peer: Peer) -> int:
         interval = self.rt.config.cycle.interval_s
         while not self.stop.is_set():
             started = time.monotonic()
             try:
-                await self.run_cycle()
+                await self.run_cycle(peer)
             except FatalCycleError as exc:
                 log.error("stopping: %s", exc)
                 return EXIT_FATAL
@@ -100,7 +100,7 @@ class Service:
                 await self.stop.wait()
         return EXIT_OK
 
-    async def run_cycle(self) -> CycleState:
+    async def run_cycle(self, peer: Peer) -> CycleState:
         st = CycleState(now_ms=wall_ms())
         cycle_id = await self._blocking(lambda: _start_cycle(self.rt, st.now_ms))
         status = "done"
@@ -111,7 +111,7 @@ class Service:
                     break
                 started = time.monotonic()
                 phase = PHASE_FUNCTIONS[name]
-                stats = await self._blocking(functools.partial(phase, self.rt, st))
+                stats = await self._blocking(functools.partial(phase, peer, st))
                 elapsed = time.monotonic() - started
                 st.stats[name] = {**st.stats.get(name, {}), **stats, "seconds": round(elapsed, 4)}
                 metrics.record_phase(name, elapsed, stats)
@@ -122,7 +122,7 @@ class Service:
             status = "failed"
             metrics.CYCLE_ERRORS.labels(type(exc).__name__).inc()
             log.exception("cycle failed; state reloaded, retrying next cycle")
-            await self._blocking(self._recover)
+            await self._blocking(peer.reload)
         finally:
             metrics.CYCLES.labels(status).inc()
             await self._blocking(lambda: _finish_cycle(self.rt, cycle_id, status, st))
@@ -131,18 +131,6 @@ class Service:
 
     async def _blocking(self, fn: Callable[[], T]) -> T:
         return await trio.to_thread.run_sync(fn, limiter=self._limiter)
-
-    def _recover(self) -> None:
-        """Drop in-memory state a failed phase may have left ahead of the database."""
-        assert self.rt.salience is not None
-        self.rt.salience.reload()
-        self.rt.open_index()
-
-    def _save_quietly(self) -> None:
-        try:
-            self.rt.save_index()
-        except Exception:
-            log.exception("saving the index failed; it will be rebuilt at the next start")
 
     async def _watch_signals(self) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -154,6 +142,14 @@ class Service:
         while True:
             systemd.notify("WATCHDOG=1")
             await trio.sleep(interval_s)
+
+
+def _save_and_close(peer: Peer) -> None:
+    try:
+        peer.save_index()
+    except Exception:
+        log.exception("saving the index failed; it will be rebuilt at the next start")
+    peer.close()
 
 
 def _start_cycle(rt: Runtime, now_ms: int) -> int:

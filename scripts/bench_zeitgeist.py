@@ -46,7 +46,7 @@ import numpy.typing as npt
 from daemon.config import load_config
 from daemon.cycle import CURSOR_META_KEY, PHASE_FUNCTIONS, CycleState, run_cycle_blocking
 from daemon.ingest import ingest
-from daemon.runtime import Runtime, wall_ms
+from daemon.runtime import Peer, Runtime, wall_ms
 from pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
@@ -400,7 +400,7 @@ class IngestResult:
         return self.entries / self.seconds
 
 
-def open_reader(server: RunningS3, prefix: str, data_dir: Path, chunk_file: Path) -> Runtime:
+def open_reader(server: RunningS3, prefix: str, data_dir: Path, chunk_file: Path) -> Peer:
     """A real peer with real chunks, through its first cycle (chunks indexed and announced)."""
     config = load_config(
         None,
@@ -418,14 +418,14 @@ def open_reader(server: RunningS3, prefix: str, data_dir: Path, chunk_file: Path
             "metrics.listen": "",
         },
     )
-    rt = Runtime.open(config)
-    ingest(rt, [chunk_file])
-    rt.open_for_cycles()
-    run_cycle_blocking(rt)
-    return rt
+    runtime = Runtime.open(config)
+    ingest(runtime, [chunk_file])
+    peer = runtime.open_peer()
+    run_cycle_blocking(peer)
+    return peer
 
 
-def chunk_table(rt: Runtime) -> tuple[list[str], npt.NDArray[np.float32]]:
+def chunk_table(rt: Peer) -> tuple[list[str], npt.NDArray[np.float32]]:
     """(content hashes, embeddings) of the reader's indexed chunks."""
     labels, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
     observations = rt.db.observations([int(label) for label in labels])
@@ -447,7 +447,7 @@ def prepublish(
     return keys
 
 
-def ingest_published(rt: Runtime) -> IngestResult:
+def ingest_published(rt: Peer) -> IngestResult:
     """The daemon's own phases, cycle after cycle, until a scan finds nothing new."""
     backend = reader_backend(rt)
     phase_seconds = dict.fromkeys(INGEST_PHASES, 0.0)
@@ -483,8 +483,8 @@ def ingest_published(rt: Runtime) -> IngestResult:
     )
 
 
-def reader_backend(rt: Runtime) -> S3Backend:
-    backend = rt.zeitgeist.backend if rt.zeitgeist is not None else None
+def reader_backend(rt: Peer) -> S3Backend:
+    backend = rt.zeitgeist.backend
     if not isinstance(backend, S3Backend):
         raise BenchmarkFailed(f"the reader's zeitgeist backend is {backend!r}, not S3")
     return backend
@@ -501,11 +501,10 @@ class IdlePoll:
     raw_list: Timing
 
 
-def measure_idle_poll(rt: Runtime, server: RunningS3) -> IdlePoll:
+def measure_idle_poll(rt: Peer, server: RunningS3) -> IdlePoll:
     """Zeitgeist.poll once caught up, beside a raw LIST with the very same parameters."""
     backend = reader_backend(rt)
     zeitgeist = rt.zeitgeist
-    assert zeitgeist is not None  # reader_backend() checked it
     cursor = int(rt.db.get_meta(CURSOR_META_KEY) or "0")
 
     def poll(_: int) -> None:
@@ -588,6 +587,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Results:
                 run_cycle_blocking(rt)
         finally:
             rt.close()
+            rt.runtime.close()
     finally:
         server.stop()
     return Results(

@@ -39,9 +39,8 @@ def _sweep(args: argparse.Namespace) -> int:
     try:
         if not args.dry_run:
             rt.lock_data_dir()
-            rt.open_index()
-        rt.salience = SalienceCache(rt.db)
-        plan = sweep_plan(rt)
+        salience = SalienceCache(rt.db)
+        plan = sweep_plan(config.sweep, salience)
         print(
             f"population {plan.population}  threshold {plan.threshold}  doomed {len(plan.doomed)}"
         )
@@ -63,8 +62,17 @@ def _sweep(args: argparse.Namespace) -> int:
         if args.dry_run:
             print("dry run: nothing tombstoned")
             return 0
-        hidden = tombstone_labels(rt, plan.doomed, reason=SWEEP_REASON, now_ms=wall_ms())
-        rt.save_index()
+        index, _ = rt.open_index()
+        hidden = tombstone_labels(
+            rt.db,
+            salience,
+            index,
+            plan.doomed,
+            reason=SWEEP_REASON,
+            origin_peer=rt.peer_id,
+            now_ms=wall_ms(),
+        )
+        index.save(rt.db.change_stamp())
         print(f"tombstoned {len(hidden)}")
     finally:
         rt.close()
