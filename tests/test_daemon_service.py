@@ -1,0 +1,123 @@
+"""The daemon as a service: systemd notifications, watchdog pings, Prometheus metrics, JSON logs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_helpers import (
+    DREAMCYCLE,
+    Peer,
+    documentation_chunks,
+    wait_until,
+    write_jsonl,
+)
+
+pytestmark = pytest.mark.slow
+
+#: Half of this is the ping interval the daemon derives from WATCHDOG_USEC.
+WATCHDOG_USEC = "1000000"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def peer(tmp_path: Path) -> Peer:
+    peer = Peer(tmp_path / "data", "svc", tmp_path / "zeitgeist")
+    chunks = write_jsonl(tmp_path / "chunks.jsonl", documentation_chunks(["exceptions", "try"], 12))
+    peer.dreamcycle("ingest", str(chunks))
+    return peer
+
+
+def test_readiness_watchdog_and_stopping_reach_systemd(peer: Peer, tmp_path: Path) -> None:
+    address = str(tmp_path / "notify.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    listener.bind(address)
+    listener.settimeout(0.2)
+    messages: list[str] = []
+
+    def drain() -> None:
+        try:
+            while True:
+                messages.append(listener.recv(4096).decode())
+        except TimeoutError:
+            pass
+
+    try:
+        with peer.start(
+            "--interval", "0.3", settings={"NOTIFY_SOCKET": address, "WATCHDOG_USEC": WATCHDOG_USEC}
+        ) as daemon:
+            daemon.wait_ready()
+
+            def pinged_twice() -> bool:
+                drain()
+                return sum("WATCHDOG=1" in m for m in messages) >= 2
+
+            wait_until(pinged_twice, what="two watchdog pings", timeout_s=20)
+            assert daemon.terminate() == 0
+        drain()
+    finally:
+        listener.close()
+    ready = next(i for i, m in enumerate(messages) if "READY=1" in m)
+    assert any("STATUS=loading index" in m for m in messages[:ready])
+    assert "STOPPING=1" in messages[-1]
+
+
+def test_metrics_endpoint_reports_phases_and_chunks(peer: Peer) -> None:
+    port = free_port()
+    settings = {"DREAMCYCLE_METRICS_LISTEN": f"127.0.0.1:{port}"}
+    with peer.start("--interval", "0.3", settings=settings) as daemon:
+        daemon.wait_ready()
+        wait_until(lambda: peer.cycles_done() >= 2, what="two cycles", timeout_s=30)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        assert daemon.terminate() == 0
+    samples = dict(
+        line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    for phase in ("scan", "classify", "salience_pulse_propagate", "promote"):
+        assert float(samples[f'dreamcycle_phase_seconds_count{{phase="{phase}"}}']) >= 1
+    assert float(samples['dreamcycle_cycles_total{result="done"}']) >= 1
+    assert float(samples["dreamcycle_live_chunks"]) == peer.scalar(
+        "SELECT count(*) FROM observations WHERE deleted_at IS NULL"
+    )
+    assert float(samples["dreamcycle_last_cycle_timestamp_seconds"]) > time.time() - 60
+
+
+def test_a_taken_metrics_port_is_refused_with_exit_3(peer: Peer) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = peer.dreamcycle(
+            "run", "--once", expect=3, settings={"DREAMCYCLE_METRICS_LISTEN": f"127.0.0.1:{port}"}
+        )
+    assert f"127.0.0.1:{port}" in result.stderr
+    assert "metrics.listen" in result.stderr
+
+
+def test_logs_are_json_lines_with_fields(peer: Peer) -> None:
+    # The helper's options ask for text logs; the default format is JSON.
+    options = [o for o in peer.options() if o not in ("--log-format", "text")]
+    result = subprocess.run(
+        [DREAMCYCLE, "run", "--once", *options],
+        capture_output=True, text=True, env=peer.environment(), timeout=120, check=True,
+    )  # fmt: skip
+    records = [json.loads(line) for line in result.stderr.splitlines()]
+    cycle = next(r for r in records if r["msg"] == "cycle done")
+    assert cycle["level"] == "info"
+    assert cycle["phases"]["classify"]["admitted"] == 12
+    assert set(cycle["phases"]) == {
+        "scan", "classify", "interleave", "reconsolidate", "salience_pulse_propagate",
+        "downscale", "percentile_sweep", "promote",
+    }  # fmt: skip
