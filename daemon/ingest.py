@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, get_args, get_type_hints
@@ -107,17 +107,22 @@ def _jsonl(path: Path, text: str) -> Iterator[NewObservation]:
         yield item
 
 
+def read_files(paths: Sequence[Path]) -> list[list[NewObservation]]:
+    """Every file read and validated before anything is stored."""
+    return [read_file(path) for path in paths]
+
+
 def ingest(
     rt: Runtime,
-    paths: list[Path],
+    files: Sequence[Sequence[NewObservation]],
     *,
     embed: bool = True,
     progress: Callable[[str, int], None] | None = None,
 ) -> IngestReport:
-    """Store every chunk of `paths`; embed them now when `embed` (the daemon reuses the vectors)."""
-    batches = [(path, read_file(path)) for path in paths]
+    """Store the chunks of `files` (from read_files); embed them now when `embed` (the daemon
+    reuses the vectors)."""
     created = duplicates = embedded = read = 0
-    for _path, items in batches:
+    for items in files:
         read += len(items)
         for start in range(0, len(items), INGEST_BATCH):
             batch = items[start : start + INGEST_BATCH]
@@ -129,7 +134,7 @@ def ingest(
                 progress("stored", len(batch))
     if embed:
         embedded = embed_stored(rt, progress=progress)
-    return IngestReport(len(paths), read, created, duplicates, embedded)
+    return IngestReport(len(files), read, created, duplicates, embedded)
 
 
 def embed_stored(rt: Runtime, *, progress: Callable[[str, int], None] | None = None) -> int:

@@ -45,7 +45,7 @@ import numpy.typing as npt
 
 from daemon.config import load_config
 from daemon.cycle import CURSOR_META_KEY, PHASE_FUNCTIONS, CycleState, run_cycle_blocking
-from daemon.ingest import ingest
+from daemon.ingest import ingest, read_files
 from daemon.runtime import Peer, Runtime, wall_ms
 from pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
@@ -419,7 +419,7 @@ def open_reader(server: RunningS3, prefix: str, data_dir: Path, chunk_file: Path
         },
     )
     runtime = Runtime.open(config)
-    ingest(runtime, [chunk_file])
+    ingest(runtime, read_files([chunk_file]))
     peer = runtime.open_peer()
     run_cycle_blocking(peer)
     return peer

@@ -31,11 +31,12 @@ def register(verbs: Any) -> None:
 def _ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from daemon.ingest import ingest, read_file
+    from daemon.ingest import ingest, read_files
     from daemon.runtime import Runtime
 
     config = load(args)
-    total = sum(len(read_file(path)) for path in args.files)
+    files = read_files(args.files)
+    total = sum(len(items) for items in files)
     rt = Runtime.open(config)
     bars: dict[str, Any] = {}
 
@@ -45,7 +46,7 @@ def _ingest(args: argparse.Namespace) -> int:
         bars[stage].update(n)
 
     try:
-        report = ingest(rt, list(args.files), embed=not args.no_embed, progress=progress)
+        report = ingest(rt, files, embed=not args.no_embed, progress=progress)
     finally:
         for bar in bars.values():
             bar.close()
