@@ -6,9 +6,9 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from daemon.config import Config, ConfigError, load_config
 from daemon.logs import configure_logging
@@ -50,6 +50,26 @@ def config_options() -> argparse.ArgumentParser:
     group.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
     group.add_argument("--log-format", choices=("json", "text"))
     return parent
+
+
+class VerbModule(Protocol):
+    def register(self, verbs: Any) -> None: ...
+
+
+def command_parser(
+    prog: str, description: str, epilog: str, metavar: str, modules: Sequence[VerbModule]
+) -> argparse.ArgumentParser:
+    """A program whose sub-commands are the modules given, one module per verb."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar=metavar)
+    for module in modules:
+        module.register(verbs)
+    return parser
+
+
+def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    args = parser.parse_args(argv)
+    return int(args.handler(args))
 
 
 def load(args: argparse.Namespace) -> Config:

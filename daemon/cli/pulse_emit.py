@@ -12,24 +12,23 @@ import sys
 from collections.abc import Sequence
 
 from daemon.cli import emit_outcome, emit_pulse, emit_tombstone
+from daemon.cli.common import command_parser, dispatch
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pulse-emit",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-        epilog="Exit codes: 0 queued (or already queued), 1 unexpected failure, "
+    return command_parser(
+        "pulse-emit",
+        "Hand the dreamcycle daemon an outcome, a pulse or a tombstone: durable when it "
+        "returns, idempotent, safe while the daemon runs.",
+        "Exit codes: 0 queued (or already queued), 1 unexpected failure, "
         "2 invalid input (nothing written), 3 database unusable.",
+        "KIND",
+        [emit_outcome, emit_pulse, emit_tombstone],
     )
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="KIND")
-    for module in (emit_outcome, emit_pulse, emit_tombstone):
-        module.register(verbs)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    return dispatch(build_parser(), argv)
 
 
 if __name__ == "__main__":
