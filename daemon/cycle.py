@@ -150,6 +150,8 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
         "listed": len(keys),
         "fetched": fetched,
         "rejected_lines": rejected_lines,
+        # Entries of unknown versions or kinds: skipped, counted, never fatal.
+        "skipped_entries": sum(segment.skipped for segment in st.segments),
         "local": len(st.local),
         "new_chunks": new_chunks,
     }

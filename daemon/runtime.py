@@ -142,7 +142,7 @@ class Runtime:
 
     def open_peer(self) -> Peer:
         """Everything a dream cycle needs: index, salience, clock, the shared log."""
-        index, reason = self.open_index()
+        index, reason = self.open_index(progress=_log_rebuild_progress)
         backend = open_backend(self.config)
         # Refuse a store that would silently overwrite log entries before writing any.
         backend.probe()
@@ -162,6 +162,11 @@ class Runtime:
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
+
+
+def _log_rebuild_progress(done: int, total: int) -> None:
+    """A rebuild of a large index takes minutes: say how far it got."""
+    log.info("rebuilding index", extra={"added": done, "total": total})
 
 
 @dataclass
