@@ -12,6 +12,7 @@ applies nothing twice: the next cycle re-reads what was not recorded.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -49,6 +50,7 @@ from zeitgeist.entries import (
     encode_entry,
     entry_order_key,
 )
+from zeitgeist.hlc import hlc_from_ms
 from zeitgeist.keys import parse_segment_key, parse_snapshot_key
 from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment
 
@@ -66,6 +68,10 @@ PHASES: Final = (
 )
 
 CURSOR_META_KEY: Final = "cursor_hlc"
+#: Pulses applied per transaction: other writers wait at most this long for the lock.
+PULSES_PER_TRANSACTION: Final = 500
+#: Copies of a late segment written in one cycle at most (a slow store gets another cycle).
+MAX_REPUBLISH: Final = 2
 PUBLISH_SEQ_META_KEY: Final = "publish_seq"
 LAST_SWEEP_META_KEY: Final = "last_sweep_ms"
 LAST_COMPACTION_META_KEY: Final = "last_compaction_ms"
@@ -92,6 +98,7 @@ class CycleState:
     local: list[Entry] = field(default_factory=list)
     ordered: list[Entry] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # entry id -> reason
+    own_keys: list[str] = field(default_factory=list)  # this peer's segments, listed
     new_labels: list[int] = field(default_factory=list)
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -120,7 +127,9 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
         with db.transaction():
             for key in own:
                 db.record_segment(key, entries=0, rejected=0, skipped=0, now_ms=st.now_ms)
-    for key in [k for k in keys if k not in own][: peer.config.cycle.max_segments]:
+    foreign = [k for k in keys if k not in set(own)]
+    waiting = foreign[peer.config.cycle.max_segments :]
+    for index, key in enumerate(foreign[: peer.config.cycle.max_segments]):
         try:
             decoded = zg.fetch(key)
         except CorruptSegment as exc:
@@ -132,6 +141,11 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
             # Compacted away between LIST and GET: its entries are in the newest snapshot.
             peer.snapshot_check_due = True
             continue
+        except BackendError as exc:
+            log.warning("zeitgeist unreachable mid-scan", extra={"key": key, "error": str(exc)})
+            peer.snapshot_check_due = True
+            waiting = foreign[index:]
+            break
         for bad in decoded.rejected:
             log.warning(
                 "entry rejected", extra={"key": key, "line": bad.line_no, "reason": bad.reason}
@@ -143,6 +157,9 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
         )
         fetched += 1
         rejected_lines += len(decoded.rejected)
+    # Own segments move the cursor too, but never past a foreign one still waiting.
+    limit = _key_hlc(waiting[0]) if waiting else None
+    st.own_keys = [k for k in own if limit is None or _key_hlc(k) < limit]
     for _entry_id, body in db.outbox_unapplied():
         st.local.append(decode_entry(body))
     new_chunks = peer.salience.refresh()
@@ -282,12 +299,17 @@ def interleave(peer: Peer, st: CycleState) -> dict[str, Any]:
     seen: set[str] = set()
     merged: list[Entry] = []
     duplicates = 0
+    horizon = hlc_from_ms(wall_ms() + peer.zeitgeist.max_future_ms)
     for entry in _all_entries(st):
         if entry.id in seen or peer.db.entry_seen(entry.id):
             duplicates += 1
             continue
         seen.add(entry.id)
         merged.append(entry)
+        if entry.hlc > horizon:
+            # Observing it would drag this peer's clock, and so its keys, into the future.
+            st.rejected[entry.id] = f"hlc {entry.hlc:016x} is more than the allowed skew ahead"
+            continue
         peer.clock.observe(entry.hlc)
     merged.sort(key=entry_order_key)
     st.ordered = merged
@@ -307,15 +329,14 @@ def reconsolidate(peer: Peer, st: CycleState) -> dict[str, Any]:
         for entry in st.ordered:
             if isinstance(entry, PulseEntry):
                 continue
-            status, reason = _apply_structural(peer, st, entry, hidden, adopted)
-            db.record_entry(
-                entry.id,
-                kind=entry.KIND,
-                hlc=entry.hlc,
-                origin=entry.origin,
-                status=status,
-                reason=reason,
+            status, reason = _isolated(
+                peer,
+                entry,
+                st.rejected.get(entry.id),
+                functools.partial(_apply_structural, peer, st, entry, hidden, adopted),
+                (hidden, adopted),
             )
+            _record(db, entry, status, reason)
             counts[f"{entry.KIND}:{status}"] = counts.get(f"{entry.KIND}:{status}", 0) + 1
         db.outbox_mark_applied([e.id for e in st.local if not isinstance(e, PulseEntry)])
         peer.salience.flush()
@@ -324,10 +345,47 @@ def reconsolidate(peer: Peer, st: CycleState) -> dict[str, Any]:
         index.add(
             np.array([r for r, _ in adopted], dtype=np.int64), np.stack([v for _, v in adopted])
         )
-        peer.salience.refresh()
     if hidden:
         index.mark_deleted(np.array(hidden, dtype=np.int64))
     return counts
+
+
+Outcome_ = tuple[str, str | None]
+
+
+def _isolated(
+    peer: Peer,
+    entry: Entry,
+    rejected: str | None,
+    apply: Callable[[], Outcome_],
+    side_effects: tuple[list[Any], ...] = (),
+) -> Outcome_:
+    """Apply one entry in a savepoint; a failure rejects that entry only, with its reason.
+
+    A bad entry from any peer must not stall the cycle: rolled back and recorded as
+    rejected, it is never retried, and the rest of its segment still applies.
+    """
+    if rejected is not None:
+        return "rejected", rejected
+    marks = [len(items) for items in side_effects]
+    try:
+        with peer.db.transaction(), peer.salience.atomic():
+            return apply()
+    except Exception as exc:
+        for items, mark in zip(side_effects, marks, strict=True):
+            del items[mark:]
+        reason = f"{type(exc).__name__}: {exc}"
+        log.warning(
+            "entry rejected",
+            extra={"entry": entry.id, "kind": entry.KIND, "origin": entry.origin, "reason": reason},
+        )
+        return "rejected", reason
+
+
+def _record(db: Database, entry: Entry, status: str, reason: str | None) -> None:
+    db.record_entry(
+        entry.id, kind=entry.KIND, hlc=entry.hlc, origin=entry.origin, status=status, reason=reason
+    )
 
 
 def _apply_structural(
@@ -382,7 +440,7 @@ def _apply_structural(
             and old.deleted_at is None
             and new.deleted_at is None
         ):
-            cache.set_salience(new.rowid, cache.salience(old.rowid))
+            cache.set_salience(new.rowid, max(cache.salience(old.rowid), new.pin_floor))
         rowid = db.tombstone(
             entry.old_hash,
             reason=SUPERSEDED_REASON,
@@ -410,6 +468,13 @@ def _apply_structural(
         )
         return "applied", None
     if isinstance(entry, OutcomeEntry):
+        Outcome(
+            decision_hash=entry.decision_hash,
+            reward=entry.reward,
+            observer_peer=entry.observer_peer,
+            ts=entry.hlc,
+            reason=entry.reason,
+        ).validate()
         db.record_outcome(
             entry.id,
             decision_hash=entry.decision_hash,
@@ -461,6 +526,8 @@ def _adopt(
         return "skipped", f"index_version {entry.index_version} != local"
     if content_hash(entry.content) != entry.content_hash:
         return "rejected", "content_hash does not match the content"
+    if entry.embedding.shape != (peer.embedder.dim,):
+        return "rejected", f"embedding shape {entry.embedding.shape} != ({peer.embedder.dim},)"
     db = peer.db
     if db.is_tombstoned_hash(entry.content_hash):
         return "skipped", "tombstoned here"
@@ -491,6 +558,8 @@ def _adopt(
         db.journal("chunk", entry.content_hash, _chunk_journal(chunk), now_ms=st.now_ms),
     )
     adopted.append((added.rowid, vector))
+    # Later entries of this cycle (a pin, a supersede) may name the chunk already.
+    peer.salience.refresh()
     return "applied", None
 
 
@@ -498,78 +567,31 @@ def _adopt(
 
 
 def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
-    """Outcomes become pulses (where the attribution is ours), then every pulse propagates."""
-    db, cache, index = peer.db, peer.salience, peer.index
-    rule = UpdateRule(peer.config.pulses.update_rule)
-    stats = {
-        "applied": 0,
-        "rejected": 0,
-        "expired": 0,
-        "duplicate": 0,
-        "changed": 0,
-        "from_outcomes": 0,
-        "knn_queries": 0,
-    }
+    """Outcomes become pulses (where the attribution is ours), then every pulse propagates.
+
+    Pulses commit in batches so that pulse-emit, recall and ingest never wait on one
+    long transaction; a crash between batches re-reads the segments next cycle and
+    skips the pulses already recorded.
+    """
+    db = peer.db
+    stats = dict.fromkeys(
+        ("applied", "rejected", "expired", "skipped", "duplicate", "changed", "knn_queries"), 0
+    )
     with db.transaction():
         derived = _convert_outcomes(peer, st)
-        stats["from_outcomes"] = len(derived)
-        pulses = [e for e in st.ordered if isinstance(e, PulseEntry)] + derived
-        pulses.sort(key=entry_order_key)
-        for entry in pulses:
-            pulse = entry.pulse
-            status, reason, changed = "applied", pulse.reason, 0
-            if db.pulse_seen(pulse.pulse_id):
-                stats["duplicate"] += 1
-                db.record_entry(
-                    entry.id,
-                    kind=entry.KIND,
-                    hlc=entry.hlc,
-                    origin=entry.origin,
-                    status="duplicate",
-                    reason=None,
-                )
-                continue
-            journal_seq: int | None = None
-            if entry.id in st.rejected:
-                status, reason = "rejected", st.rejected[entry.id]
-            elif pulse.is_expired(st.now_ms):
-                status, reason = "expired", "ts + ttl < now"
-            elif pulse.kind is PulseKind.FORGET:
-                status, reason = "skipped", "forget pulses travel with their tombstone"
-            else:
-                result = propagate(pulse, index, cache, rule)
-                changed = len(result.changes)
-                stats["knn_queries"] += result.knn_queries
-                journal_seq = db.journal(
-                    "pulse",
-                    pulse.pulse_id,
-                    {"pulse": pulse.to_json(), "rule": rule.value},
-                    now_ms=st.now_ms,
-                )
-            stats[
-                "applied" if status == "applied" else status if status in stats else "rejected"
-            ] += 1
-            stats["changed"] += changed
-            db.record_pulse(
-                pulse.pulse_id,
-                status=status,
-                origin_peer=pulse.origin_peer,
-                reason=reason,
-                changed=changed,
-                journal_seq=journal_seq,
-                now_ms=st.now_ms,
-            )
-            db.record_entry(
-                entry.id,
-                kind=entry.KIND,
-                hlc=entry.hlc,
-                origin=entry.origin,
-                status=status,
-                reason=None if status == "applied" else reason,
-            )
-            if status == "rejected":
-                log.warning("pulse rejected", extra={"pulse_id": pulse.pulse_id, "reason": reason})
-        cache.flush()
+    stats["from_outcomes"] = len(derived)
+    queued_here = {e.id for e in st.local} | {e.id for e in derived}
+    pulses = sorted(
+        [e for e in st.ordered if isinstance(e, PulseEntry)] + derived, key=entry_order_key
+    )
+    for start in range(0, len(pulses), PULSES_PER_TRANSACTION):
+        batch = pulses[start : start + PULSES_PER_TRANSACTION]
+        with db.transaction():
+            for entry in batch:
+                _apply_pulse_entry(peer, st, entry, stats)
+            peer.salience.flush()
+            db.outbox_mark_applied([e.id for e in batch if e.id in queued_here])
+    with db.transaction():
         db.outbox_mark_applied([e.id for e in st.local])
         cursor = _cursor(peer)
         for segment in st.segments:
@@ -581,9 +603,59 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
                 now_ms=st.now_ms,
             )
             cursor = max(cursor, _key_hlc(segment.key))
+        for key in st.own_keys:
+            cursor = max(cursor, _key_hlc(key))
         db.set_meta(CURSOR_META_KEY, str(cursor))
         _persist_clock(peer)
     return stats
+
+
+def _apply_pulse_entry(
+    peer: Peer, st: CycleState, entry: PulseEntry, stats: dict[str, int]
+) -> None:
+    db, pulse = peer.db, entry.pulse
+    if db.pulse_seen(pulse.pulse_id):
+        stats["duplicate"] += 1
+        _record(db, entry, "duplicate", None)
+        return
+    changes: list[int] = []
+
+    def apply() -> Outcome_:
+        if pulse.is_expired(st.now_ms):
+            return "expired", "ts + ttl < now"
+        if pulse.kind is PulseKind.FORGET:
+            return "skipped", "forget pulses travel with their tombstone"
+        rule = UpdateRule(peer.config.pulses.update_rule)
+        result = propagate(pulse, peer.index, peer.salience, rule)
+        body = {"pulse": pulse.to_json(), "rule": rule.value}
+        journal_seq = db.journal("pulse", pulse.pulse_id, body, now_ms=st.now_ms)
+        db.record_pulse(
+            pulse.pulse_id,
+            status="applied",
+            origin_peer=pulse.origin_peer,
+            reason=pulse.reason,
+            changed=len(result.changes),
+            journal_seq=journal_seq,
+            now_ms=st.now_ms,
+        )
+        changes.append(len(result.changes))
+        stats["knn_queries"] += result.knn_queries
+        return "applied", None
+
+    status, reason = _isolated(peer, entry, st.rejected.get(entry.id), apply)
+    if status != "applied":
+        db.record_pulse(
+            pulse.pulse_id,
+            status=status,
+            origin_peer=pulse.origin_peer,
+            reason=reason,
+            changed=0,
+            journal_seq=None,
+            now_ms=st.now_ms,
+        )
+    stats[status] += 1
+    stats["changed"] += sum(changes)
+    _record(db, entry, status, reason)
 
 
 def _convert_outcomes(peer: Peer, st: CycleState) -> list[PulseEntry]:
@@ -600,24 +672,29 @@ def _convert_outcomes(peer: Peer, st: CycleState) -> list[PulseEntry]:
         if decider != peer.peer_id:
             db.settle_outcome(outcome_id, "foreign")
             continue
-        pulses = outcome_to_pulses(
-            Outcome(
-                decision_hash=decision, reward=reward, observer_peer=observer, ts=hlc, reason=reason
-            ),
-            Attribution(
-                decision_hash=decision,
-                chunk_hashes=tuple(chunk_hashes),
-                peer=decider,
-                ts=attr_hlc,
-                decision_text=text,
-            ),
-            db.embedding_of_hash,
-            index_version=peer.embedder.index_version,
+        outcome = Outcome(
+            decision_hash=decision, reward=reward, observer_peer=observer, ts=hlc, reason=reason
         )
+        credited = Attribution(
+            decision_hash=decision,
+            chunk_hashes=tuple(chunk_hashes),
+            peer=decider,
+            ts=attr_hlc,
+            decision_text=text,
+        )
+        try:
+            pulses = outcome_to_pulses(
+                outcome, credited, db.embedding_of_hash, index_version=peer.embedder.index_version
+            )
+        except ValueError as exc:  # pure validation: nothing was written
+            log.warning("outcome rejected", extra={"outcome": outcome_id, "reason": str(exc)})
+            db.settle_outcome(outcome_id, "rejected")
+            continue
         for pulse in pulses:
             entry = PulseEntry(hlc=pulse.ts, origin=peer.peer_id, pulse=pulse)
+            # Applied when it propagates: a crash before then leaves it for the next scan.
             if db.outbox_add(
-                entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=st.now_ms, applied=True
+                entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=st.now_ms
             ):
                 derived.append(entry)
         db.settle_outcome(outcome_id, "converted", len(pulses))
@@ -696,6 +773,9 @@ def percentile_sweep(peer: Peer, st: CycleState) -> dict[str, Any]:
     if sweep.dry_run:
         result["dry_run"] = True
         return result
+    # Recorded first: a crash between the two skips one sweep instead of sweeping twice.
+    with db.transaction():
+        db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
     hidden = tombstone_labels(
         peer.db,
         peer.salience,
@@ -705,8 +785,6 @@ def percentile_sweep(peer: Peer, st: CycleState) -> dict[str, Any]:
         origin_peer=peer.peer_id,
         now_ms=st.now_ms,
     )
-    with db.transaction():
-        db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
     result["tombstoned"] = len(hidden)
     return result
 
@@ -770,27 +848,35 @@ def _publish_outbox(peer: Peer, st: CycleState, stats: dict[str, Any]) -> None:
     db = peer.db
     # Segments prepared before a crash or an outage go first, byte for byte.
     for seq, key, data, hlc in db.prepared_segments():
-        stats["segments"] += 1
-        if _publish_prepared(peer, seq, key, data, hlc):
-            _republish(peer, decode_segment(data).entries, stats)
+        _publish(peer, PreparedSegment(key=key, data=data, hlc=hlc, seq=seq), stats)
     while pending := db.outbox_unpublished(MAX_ENTRIES_PER_SEGMENT):
         entries = [decode_entry(body) for _, body in pending]
         prepared = _prepare(peer, entries, [entry_id for entry_id, _ in pending], st.now_ms)
         started = time.monotonic()
-        late = _publish_prepared(peer, prepared.seq, prepared.key, prepared.data, prepared.hlc)
+        _publish(peer, prepared, stats)
         metrics.PUBLISH_SECONDS.observe(time.monotonic() - started)
-        stats["segments"] += 1
         stats["published_entries"] += len(pending)
-        if late:
-            _republish(peer, entries, stats)
 
 
-def _republish(peer: Peer, entries: list[Entry], stats: dict[str, Any]) -> None:
-    """Readers may have moved past a late key's time: a copy under a fresh key is
-    harmless (entries are idempotent) and makes sure they see it."""
-    again = _prepare(peer, entries, [], wall_ms())
-    _publish_prepared(peer, again.seq, again.key, again.data, again.hlc)
-    stats["republished"] += 1
+def _publish(peer: Peer, prepared: PreparedSegment, stats: dict[str, Any]) -> None:
+    """Write a prepared segment. One that lands late (readers may have moved past its
+    key's time) gets a copy under a fresh key, prepared in the same transaction that
+    marks the original published, so a crash cannot lose the copy. Entries are
+    idempotent: the copy is harmless."""
+    db, current = peer.db, prepared
+    for _attempt in range(MAX_REPUBLISH + 1):
+        try:
+            result = peer.zeitgeist.publish(current)
+        except FencedOut as exc:
+            raise FatalCycleError(str(exc)) from exc
+        stats["segments"] += 1
+        with db.transaction():
+            db.finish_segment(current.seq, "published")
+            if not result.late:
+                return
+            current = _prepare(peer, decode_segment(current.data).entries, [], wall_ms())
+        stats["republished"] += 1
+    # Still late: the last copy stays prepared and goes out first next cycle.
 
 
 def _heartbeat(peer: Peer) -> None:
@@ -816,17 +902,6 @@ def _prepare(
         db.prepare_segment(seq, prepared.key, prepared.data, prepared.hlc, entry_ids, now_ms=now_ms)
         _persist_clock(peer)
     return prepared
-
-
-def _publish_prepared(peer: Peer, seq: int, key: str, data: bytes, hlc: int) -> bool:
-    """Write a prepared segment; True if it landed late (the caller republishes)."""
-    try:
-        result = peer.zeitgeist.publish(PreparedSegment(key=key, data=data, hlc=hlc, seq=seq))
-    except FencedOut as exc:
-        raise FatalCycleError(str(exc)) from exc
-    with peer.db.transaction():
-        peer.db.finish_segment(seq, "published")
-    return result.late
 
 
 def _maybe_compact(peer: Peer, st: CycleState) -> int:

@@ -78,7 +78,9 @@ def replay(
                 state.tombstone(int(target))
                 index.mark_deleted(np.array([int(target)], dtype=np.int64))
         elif kind == "reconsolidate":
-            state.pin(int(body["rowid"]), float(body["pin_floor"]))
+            # A chunk pinned before it was admitted carries the floor in its chunk step.
+            if int(body["rowid"]) in state.labels():
+                state.pin(int(body["rowid"]), float(body["pin_floor"]))
         elif kind == "downscale":
             now_ms = int(body["now_ms"])
             # The half-lives that downscale used; the current config only for older journals.

@@ -122,7 +122,12 @@ class Service:
             status = "failed"
             metrics.CYCLE_ERRORS.labels(type(exc).__name__).inc()
             log.exception("cycle failed; state reloaded, retrying next cycle")
-            await self._blocking(peer.reload)
+            try:
+                await self._blocking(peer.reload)
+            except Exception as reload_error:
+                raise FatalCycleError(
+                    f"cannot reload state after a failed cycle: {reload_error}"
+                ) from reload_error
         finally:
             metrics.CYCLES.labels(status).inc()
             await self._blocking(lambda: _finish_cycle(self.rt, cycle_id, status, st))

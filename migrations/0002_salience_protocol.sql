@@ -49,7 +49,8 @@ CREATE TABLE outcomes (
     observer_peer  TEXT NOT NULL,
     hlc            INTEGER NOT NULL,
     reason         TEXT NOT NULL,
-    status         TEXT NOT NULL CHECK (status IN ('waiting', 'converted', 'foreign', 'expired')),
+    status         TEXT NOT NULL CHECK (status IN ('waiting', 'converted', 'foreign', 'expired',
+                                                   'rejected')),
     expires_ms     INTEGER NOT NULL,
     pulses         INTEGER NOT NULL DEFAULT 0
 );

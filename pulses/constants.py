@@ -4,6 +4,9 @@ from typing import Final
 
 #: Smallest salience delta worth propagating; bounds max_hops (seed section 4.2).
 EPSILON: Final = 1e-3
+#: Narrowest kernel accepted. A width far below any real cosine distance reaches nothing,
+#: and at ~1e-160 the kernel's 2 * sigma**2 underflows to zero.
+SIGMA_MIN: Final = 1e-6
 #: Salience of a new chunk, and the cap that Reward never exceeds.
 SALIENCE_MAX: Final = 1.0
 #: Lowest possible salience of an unpinned chunk.

@@ -13,7 +13,7 @@ import blake3
 import numpy as np
 import numpy.typing as npt
 
-from pulses.constants import EPSILON, PULSE_ID_BYTES
+from pulses.constants import EPSILON, PULSE_ID_BYTES, SIGMA_MIN
 
 
 class PulseKind(enum.StrEnum):
@@ -174,8 +174,8 @@ def validate_parameters(
     else:
         if not math.isfinite(strength) or strength < 0:
             raise InvalidPulse(f"strength must be finite and >= 0, got {strength}")
-    if not (math.isfinite(sigma) and sigma > 0):
-        raise InvalidPulse(f"sigma must be > 0 and finite, got {sigma}")
+    if not (math.isfinite(sigma) and sigma >= SIGMA_MIN):
+        raise InvalidPulse(f"sigma must be finite and >= {SIGMA_MIN:g}, got {sigma}")
     if k < 1 or k > 255:
         raise InvalidPulse(f"k must be in 1..255, got {k}")
     if max_hops < 0 or max_hops > 255:

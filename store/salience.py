@@ -7,7 +7,22 @@ inside the caller's transaction, `reload` throws away what a rollback undid.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
 from store.database import Database
+
+
+@dataclass
+class _Undo:
+    """What to restore if the step being applied fails."""
+
+    salience: dict[int, float | None] = field(default_factory=dict)
+    dirty: dict[int, float | None] = field(default_factory=dict)
+    floor: dict[int, float] = field(default_factory=dict)
+    tombstoned: set[int] = field(default_factory=set)
+    loaded_up_to: int = 0
 
 
 class SalienceCache:
@@ -21,6 +36,7 @@ class SalienceCache:
         self._tombstoned: set[int] = set()
         self._dirty: dict[int, float] = {}
         self._loaded_up_to = 0
+        self._undo: _Undo | None = None
         self.refresh()
 
     def refresh(self) -> int:
@@ -29,6 +45,7 @@ class SalienceCache:
         for rowid, salience, floor, tombstoned, policy in self._db.salience_rows(
             after_rowid=self._loaded_up_to
         ):
+            self._remember(rowid)
             self._salience[rowid] = salience
             self._floor[rowid] = floor
             self._policy[rowid] = policy
@@ -59,15 +76,67 @@ class SalienceCache:
         return label in self._tombstoned or label not in self._salience
 
     def set_salience(self, label: int, value: float) -> None:
+        self._remember(label)
         self._salience[label] = value
         self._dirty[label] = value
+
+    # ---- one step at a time ----------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Changes made inside are undone if it raises (pair with a database savepoint)."""
+        if self._undo is not None:
+            yield
+            return
+        self._undo = _Undo(loaded_up_to=self._loaded_up_to)
+        try:
+            yield
+        except BaseException:
+            self._restore(self._undo)
+            raise
+        finally:
+            self._undo = None
+
+    def _remember(self, label: int) -> None:
+        undo = self._undo
+        if undo is None or label in undo.salience:
+            return
+        undo.salience[label] = self._salience.get(label)
+        undo.dirty[label] = self._dirty.get(label)
+        if label in self._floor:
+            undo.floor[label] = self._floor[label]
+        if label in self._tombstoned:
+            undo.tombstoned.add(label)
+
+    def _restore(self, undo: _Undo) -> None:
+        for label, value in undo.salience.items():
+            if value is None:  # loaded inside the step: the row is rolled back too
+                self._salience.pop(label, None)
+                self._floor.pop(label, None)
+                self._policy.pop(label, None)
+            else:
+                self._salience[label] = value
+            previous = undo.dirty[label]
+            if previous is None:
+                self._dirty.pop(label, None)
+            else:
+                self._dirty[label] = previous
+            if label in undo.floor:
+                self._floor[label] = undo.floor[label]
+            if label in undo.tombstoned:
+                self._tombstoned.add(label)
+            else:
+                self._tombstoned.discard(label)
+        self._loaded_up_to = undo.loaded_up_to
 
     # ---- daemon-side ---------------------------------------------------------------
 
     def mark_tombstoned(self, label: int) -> None:
+        self._remember(label)
         self._tombstoned.add(label)
 
     def set_pin_floor(self, label: int, floor: float) -> None:
+        self._remember(label)
         self._floor[label] = floor
 
     def live(self) -> list[int]:

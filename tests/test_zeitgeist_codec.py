@@ -36,7 +36,7 @@ from zeitgeist.entries import (
     encode_segment,
     entry_order_key,
 )
-from zeitgeist.hlc import hlc_from_ms
+from zeitgeist.hlc import HLC_MAX, hlc_from_ms
 from zeitgeist.keys import (
     InvalidKey,
     InvalidPeerId,
@@ -232,7 +232,7 @@ def test_rules_cover_exactly_the_declared_fields() -> None:
     content=st.text(min_size=1, max_size=200),
     topic=st.none() | st.text(max_size=30),
     pin_floor=st.floats(min_value=0.0, max_value=1.0),
-    hlc=st.integers(min_value=0, max_value=2**64 - 1),
+    hlc=st.integers(min_value=0, max_value=HLC_MAX),
 )
 def test_arbitrary_text_round_trips(
     title: str, content: str, topic: str | None, pin_floor: float, hlc: int

@@ -15,9 +15,11 @@ from typing import Final
 #: Bits of the logical counter below the physical milliseconds.
 COUNTER_BITS: Final = 16
 COUNTER_MASK: Final = (1 << COUNTER_BITS) - 1
-#: Width of an HLC value; 48 bits of milliseconds last until the year 10889.
+#: Width of a printed HLC value.
 HLC_BITS: Final = 64
-HLC_MAX: Final = (1 << HLC_BITS) - 1
+#: Largest HLC accepted: peers store HLCs in SQLite's signed 64-bit INTEGER, so the top
+#: bit stays clear (47 bits of milliseconds last until the year 6429).
+HLC_MAX: Final = (1 << (HLC_BITS - 1)) - 1
 #: Hex digits of a printed HLC (zero-padded so keys sort as numbers).
 HLC_HEX_DIGITS: Final = HLC_BITS // 4
 
@@ -36,7 +38,7 @@ def check_hlc(value: int, what: str = "hlc") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidHlc(f"{what} must be an integer, got {type(value).__name__}")
     if not 0 <= value <= HLC_MAX:
-        raise InvalidHlc(f"{what} {value} is outside 0..2**{HLC_BITS}-1")
+        raise InvalidHlc(f"{what} {value} is outside 0..2**{HLC_BITS - 1}-1")
     return value
 
 

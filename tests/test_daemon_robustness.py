@@ -1,0 +1,236 @@
+"""Bad log entries, crashes between commits, and a peer's own segments, driven in-process.
+
+Each test runs the daemon's real phases on a real database, index, embedding model
+and directory zeitgeist; another peer's segments are written with the real log layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from pydoc_data.topics import topics
+
+import pytest
+
+from daemon.config import load_config
+from daemon.cycle import (
+    CURSOR_META_KEY,
+    LAST_SWEEP_META_KEY,
+    CycleState,
+    percentile_sweep,
+    run_cycle_blocking,
+)
+from daemon.ingest import ingest
+from daemon.recall import recall
+from daemon.runtime import Peer, Runtime, wall_ms
+from pulses.outcome import decision_hash
+from pulses.pulse import PulseKind, SalientPulse
+from store.database import NewObservation
+from zeitgeist.directory import DirectoryBackend
+from zeitgeist.entries import (
+    Entry,
+    OutcomeEntry,
+    PulseEntry,
+    ReconsolidateEntry,
+    TombstoneEntry,
+    encode_segment,
+)
+from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
+from zeitgeist.keys import segment_key
+from zeitgeist.log import PreparedSegment, PublishResult
+
+CHUNKS = 40
+CENTURY_MS = 100 * 365 * 86_400_000
+
+
+class Killed(BaseException):
+    """Stands for kill -9: nothing after it runs, no handler catches it."""
+
+
+def paragraphs(n: int) -> list[str]:
+    found: list[str] = []
+    for name in sorted(topics):
+        for paragraph in topics[name].split("\n\n"):
+            text = paragraph.strip()
+            if len(text) > 80 and text not in found:
+                found.append(text)
+                if len(found) == n:
+                    return found
+    raise AssertionError("not enough paragraphs")
+
+
+def open_peer(tmp_path: Path, **settings: object) -> Peer:
+    overrides = {
+        "peer.id": "a",
+        "peer.data_dir": str(tmp_path / "a"),
+        "zeitgeist.dir": str(tmp_path / "zeitgeist"),
+        "metrics.listen": "",
+        "downscale.enabled": False,
+        **settings,
+    }
+    return Runtime.open(load_config(environ={}, overrides=overrides)).open_peer()
+
+
+@pytest.fixture
+def peer(tmp_path: Path) -> Iterator[Peer]:
+    peer = open_peer(tmp_path)
+    ingest(peer.runtime, [[NewObservation(content=text) for text in paragraphs(CHUNKS)]])
+    run_cycle_blocking(peer)
+    yield peer
+    peer.close()
+    peer.runtime.close()
+
+
+def publish_as(tmp_path: Path, peer_id: str, entries: list[Entry], seq: int = 1) -> str:
+    """Write a segment as a careless (or hostile) peer might: keyed at the present, whatever
+    its entries say."""
+    key = segment_key(HybridLogicalClock().now(), peer_id, seq)
+    DirectoryBackend(tmp_path / "zeitgeist").create(key, encode_segment(entries))
+    return key
+
+
+def entry_status(peer: Peer, entry: Entry) -> tuple[str, str | None]:
+    row = peer.db.conn.execute(
+        "SELECT status, reason FROM seen_entries WHERE entry_id = ?", (entry.id,)
+    ).fetchone()
+    assert row is not None, f"{entry.KIND} entry {entry.id} was never recorded"
+    return str(row[0]), row[1]
+
+
+def test_bad_entries_are_rejected_alone_and_the_rest_of_the_segment_applies(
+    peer: Peer, tmp_path: Path
+) -> None:
+    chunk = peer.db.observation(1)
+    assert chunk is not None
+    now = HybridLogicalClock().now()
+    mine = recall(peer.runtime, "how are exceptions raised")
+    assert mine.decision_hash is not None
+    seed = peer.embedder.embed_one("exceptions")
+    tiny_sigma = SalientPulse(
+        seed_embedding=seed, kind=PulseKind.DECAY, strength=0.5, sigma=1e-200, max_hops=0,
+        k=1, decay_per_hop=0.1, ts=now, origin_peer="b", reason="bad",
+        ttl_s=3600.0, index_version=peer.embedder.index_version,
+    ).with_id()  # fmt: skip
+    bad: list[Entry] = [
+        # importance outside 0..10 breaks a CHECK constraint when applied
+        ReconsolidateEntry(hlc=now, origin="b", content_hash=chunk.content_hash,
+                           changes={"importance": 42}),
+        # a reward outside [-1, 1] for a decision this peer made
+        OutcomeEntry(hlc=now + 1, origin="b", decision_hash=mine.decision_hash, reward=2.0,
+                     observer_peer="b", reason="bad"),
+        # a collectable_after no calendar can hold
+        TombstoneEntry(hlc=now + 2, origin="b", content_hash="f" * 64, reason="bad",
+                       collectable_after_ms=10**15, forget_pulse=None),
+        PulseEntry(hlc=now + 3, origin="b", pulse=tiny_sigma),
+        # stamped centuries ahead: observing it would drag this peer's clock along
+        ReconsolidateEntry(hlc=hlc_from_ms(wall_ms() + CENTURY_MS), origin="b",
+                           content_hash=chunk.content_hash,
+                           changes={"title": "from the future"}),
+    ]  # fmt: skip
+    good = ReconsolidateEntry(
+        hlc=now + 5, origin="b", content_hash=chunk.content_hash, changes={"title": "renamed"}
+    )
+    key = publish_as(tmp_path, "b", [*bad, good])
+
+    run_cycle_blocking(peer)
+
+    assert peer.db.segment_applied(key)
+    for entry in bad:
+        status, reason = entry_status(peer, entry)
+        assert status == "rejected", (entry.KIND, status)
+        assert reason
+    assert entry_status(peer, good) == ("applied", None)
+    assert peer.db.observation(1).title == "renamed"  # type: ignore[union-attr]
+    assert peer.clock.last < hlc_from_ms(wall_ms() + 3_600_000)
+    # The salience of the chunk the bad reconsolidate named did not move.
+    assert peer.salience.salience(1) == 1.0
+
+
+def test_a_cycle_after_rejections_is_clean(peer: Peer, tmp_path: Path) -> None:
+    chunk = peer.db.observation(2)
+    assert chunk is not None
+    now = HybridLogicalClock().now()
+    publish_as(tmp_path, "b", [ReconsolidateEntry(hlc=now, origin="b",
+               content_hash=chunk.content_hash, changes={"importance": -1})])  # fmt: skip
+    first = run_cycle_blocking(peer)
+    second = run_cycle_blocking(peer)
+    assert first.stats["reconsolidate"] == {"reconsolidate:rejected": 1}
+    assert second.stats["scan"]["fetched"] == 0
+
+
+def test_own_segments_move_the_cursor(peer: Peer) -> None:
+    for query in ("exceptions", "modules", "classes"):
+        recall(peer.runtime, query)
+        run_cycle_blocking(peer)
+    cursor = int(peer.db.get_meta(CURSOR_META_KEY) or "0")
+    assert cursor > 0
+    # The next poll starts a window before the cursor, not at the beginning of the log.
+    listed = run_cycle_blocking(peer).stats["scan"]["listed"]
+    total = len(list((Path(peer.config.zeitgeist_dir) / "seg").iterdir()))
+    assert total >= 4
+    assert listed <= total
+
+
+def test_a_crash_inside_a_sweep_never_sweeps_twice(tmp_path: Path) -> None:
+    settings = {"sweep.min_population": 10, "sweep.interval_s": 3600.0}
+    peer = open_peer(tmp_path, **settings)
+    ingest(peer.runtime, [[NewObservation(content=text) for text in paragraphs(CHUNKS)]])
+    run_cycle_blocking(peer)  # the first cycle starts the sweep interval
+    with peer.db.transaction():
+        peer.db.write_salience({label: 0.1 + 0.02 * label for label in range(1, CHUNKS + 1)})
+        peer.db.set_meta(LAST_SWEEP_META_KEY, "0")  # the interval has passed
+    peer.salience.reload()
+
+    def crash(*_args: object, **_kwargs: object) -> None:
+        raise Killed
+
+    original = peer.db.tombstone
+    peer.db.tombstone = crash  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        percentile_sweep(peer, CycleState(now_ms=wall_ms()))
+    peer.db.tombstone = original  # type: ignore[method-assign]
+    peer.runtime.close()
+
+    restarted = open_peer(tmp_path, **settings)
+    assert percentile_sweep(restarted, CycleState(now_ms=wall_ms())) == {"skipped": "interval"}
+    assert restarted.db.counts()["tombstones"] == 0
+    restarted.runtime.close()
+
+
+def test_a_late_segment_whose_copy_was_not_written_is_copied_after_a_restart(
+    peer: Peer, tmp_path: Path
+) -> None:
+    recall(peer.runtime, "exceptions")  # queues an attribution entry to publish
+    real_publish = peer.zeitgeist.publish
+    calls: list[str] = []
+
+    def late_then_crash(prepared: PreparedSegment) -> PublishResult:
+        calls.append(prepared.key)
+        if len(calls) == 1:
+            real_publish(prepared)
+            return PublishResult(key=prepared.key, late=True)
+        raise Killed
+
+    peer.zeitgeist.publish = late_then_crash  # type: ignore[method-assign]
+    with pytest.raises(Killed):
+        run_cycle_blocking(peer)
+    statuses = {
+        str(key): str(status)
+        for key, status in peer.db.conn.execute("SELECT key, status FROM segments_out")
+    }
+    assert statuses[calls[0]] == "published"
+    assert statuses[calls[1]] == "prepared"  # the copy survives the crash
+    peer.runtime.close()
+
+    restarted = open_peer(tmp_path)
+    run_cycle_blocking(restarted)
+    assert (tmp_path / "zeitgeist" / calls[1]).exists()
+    restarted.runtime.close()
+
+
+def test_decision_hash_of_a_recall_is_reproducible(peer: Peer) -> None:
+    result = recall(peer.runtime, "exceptions")
+    row = peer.db.attribution(result.decision_hash or "")
+    assert row is not None
+    chunks, decider, hlc, text = row
+    assert decision_hash(decider, hlc, chunks, text) == result.decision_hash
