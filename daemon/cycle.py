@@ -24,7 +24,7 @@ import numpy as np
 from daemon import metrics
 from daemon.config import SweepConfig
 from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
-from daemon.runtime import HLC_META_KEY, Peer, wall_ms
+from daemon.runtime import HLC_META_KEY, Peer
 from pulses.outcome import Attribution, Outcome, outcome_to_pulses
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
@@ -50,7 +50,7 @@ from zeitgeist.entries import (
     encode_entry,
     entry_order_key,
 )
-from zeitgeist.hlc import hlc_from_ms
+from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms, wall_clock_ms
 from zeitgeist.keys import parse_segment_key, parse_snapshot_key
 from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment
 
@@ -99,7 +99,6 @@ class CycleState:
     ordered: list[Entry] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # entry id -> reason
     own_keys: list[str] = field(default_factory=list)  # this peer's segments, listed
-    new_labels: list[int] = field(default_factory=list)
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -123,11 +122,12 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
         peer.snapshot_check_due = True
         keys = []
     own = [k for k in keys if parse_segment_key(k).peer_id == peer.peer_id]
+    own_set = set(own)
     if own:
         with db.transaction():
             for key in own:
                 db.record_segment(key, entries=0, rejected=0, skipped=0, now_ms=st.now_ms)
-    foreign = [k for k in keys if k not in set(own)]
+    foreign = [k for k in keys if k not in own_set]
     waiting = foreign[peer.config.cycle.max_segments :]
     for index, key in enumerate(foreign[: peer.config.cycle.max_segments]):
         try:
@@ -256,7 +256,6 @@ def _admit_pending(peer: Peer, st: CycleState) -> int:
     # After the commit: the index is derived state, and its stamp tells when it lags.
     index.add(np.array(rowids, dtype=np.int64), vectors)
     peer.salience.refresh()
-    st.new_labels.extend(rowids)
     return len(rowids)
 
 
@@ -299,7 +298,7 @@ def interleave(peer: Peer, st: CycleState) -> dict[str, Any]:
     seen: set[str] = set()
     merged: list[Entry] = []
     duplicates = 0
-    horizon = hlc_from_ms(wall_ms() + peer.zeitgeist.max_future_ms)
+    horizon = hlc_from_ms(wall_clock_ms() + peer.zeitgeist.max_future_ms)
     for entry in _all_entries(st):
         if entry.id in seen or peer.db.entry_seen(entry.id):
             duplicates += 1
@@ -400,13 +399,15 @@ def _apply_structural(
         journal_seq = db.journal(
             "tombstone", entry.content_hash, {"hash": entry.content_hash}, now_ms=st.now_ms
         )
-        rowid = db.tombstone(
+        rowid = hide_chunk(
+            db,
+            cache,
             entry.content_hash,
             reason=entry.reason,
             origin_peer=entry.origin,
             now_ms=st.now_ms,
-            collectable_after_ms=entry.collectable_after_ms,
             journal_seq=journal_seq,
+            collectable_after_ms=entry.collectable_after_ms,
         )
         if entry.forget_pulse is not None and not db.pulse_seen(entry.forget_pulse.pulse_id):
             db.record_pulse(
@@ -419,7 +420,6 @@ def _apply_structural(
                 now_ms=st.now_ms,
             )
         if rowid is not None:
-            cache.mark_tombstoned(rowid)
             hidden.append(rowid)
         return "applied", None
     if isinstance(entry, SupersedeEntry):
@@ -441,16 +441,16 @@ def _apply_structural(
             and new.deleted_at is None
         ):
             cache.set_salience(new.rowid, max(cache.salience(old.rowid), new.pin_floor))
-        rowid = db.tombstone(
+        rowid = hide_chunk(
+            db,
+            cache,
             entry.old_hash,
             reason=SUPERSEDED_REASON,
             origin_peer=entry.origin,
             now_ms=st.now_ms,
-            collectable_after_ms=None,
             journal_seq=journal_seq,
         )
         if rowid is not None:
-            cache.mark_tombstoned(rowid)
             hidden.append(rowid)
         return "applied", None
     if isinstance(entry, ReconsolidateEntry):
@@ -463,7 +463,7 @@ def _apply_structural(
             entry.chunk_hashes,
             peer=entry.origin,
             hlc=entry.hlc,
-            ts_ms=entry.hlc >> 16,
+            ts_ms=HybridLogicalClock.physical_ms(entry.hlc),
             decision_text=entry.decision_text,
         )
         return "applied", None
@@ -482,7 +482,8 @@ def _apply_structural(
             observer_peer=entry.observer_peer,
             hlc=entry.hlc,
             reason=entry.reason,
-            expires_ms=(entry.hlc >> 16) + int(peer.config.pulses.outcome_wait_s * 1000),
+            expires_ms=HybridLogicalClock.physical_ms(entry.hlc)
+            + int(peer.config.pulses.outcome_wait_s * 1000),
         )
         return "applied", None
     return "skipped", f"unhandled kind {entry.KIND}"
@@ -789,6 +790,32 @@ def percentile_sweep(peer: Peer, st: CycleState) -> dict[str, Any]:
     return result
 
 
+def hide_chunk(
+    db: Database,
+    salience: SalienceCache,
+    digest: str,
+    *,
+    reason: str,
+    origin_peer: str,
+    now_ms: int,
+    journal_seq: int,
+    collectable_after_ms: int | None = None,
+) -> int | None:
+    """Tombstone a hash for good and hide its chunk from pulses. Returns the rowid hidden,
+    which the caller marks deleted in the index once its transaction commits."""
+    rowid = db.tombstone(
+        digest,
+        reason=reason,
+        origin_peer=origin_peer,
+        now_ms=now_ms,
+        collectable_after_ms=collectable_after_ms,
+        journal_seq=journal_seq,
+    )
+    if rowid is not None:
+        salience.mark_tombstoned(rowid)
+    return rowid
+
+
 def tombstone_labels(
     db: Database,
     salience: SalienceCache,
@@ -806,16 +833,16 @@ def tombstone_labels(
         for label in sorted(observations):
             digest = observations[label].content_hash
             seq = db.journal("tombstone", digest, {"hash": digest}, now_ms=now_ms)
-            rowid = db.tombstone(
+            rowid = hide_chunk(
+                db,
+                salience,
                 digest,
                 reason=reason,
                 origin_peer=origin_peer,
                 now_ms=now_ms,
-                collectable_after_ms=None,
                 journal_seq=seq,
             )
             if rowid is not None:
-                salience.mark_tombstoned(rowid)
                 hidden.append(rowid)
     if hidden:
         index.mark_deleted(np.array(hidden, dtype=np.int64))
@@ -874,7 +901,7 @@ def _publish(peer: Peer, prepared: PreparedSegment, stats: dict[str, Any]) -> No
             db.finish_segment(current.seq, "published")
             if not result.late:
                 return
-            current = _prepare(peer, decode_segment(current.data).entries, [], wall_ms())
+            current = _prepare(peer, decode_segment(current.data).entries, [], wall_clock_ms())
         stats["republished"] += 1
     # Still late: the last copy stays prepared and goes out first next cycle.
 
@@ -884,7 +911,7 @@ def _heartbeat(peer: Peer) -> None:
         Heartbeat(
             peer_id=peer.peer_id,
             cursor_hlc=_cursor(peer),
-            last_seen_ms=wall_ms(),
+            last_seen_ms=wall_clock_ms(),
             index_version=peer.embedder.index_version,
             public_key=None,
             seq=int(peer.db.get_meta(PUBLISH_SEQ_META_KEY) or "0"),
@@ -950,11 +977,9 @@ def _persist_clock(peer: Peer) -> None:
     peer.db.set_meta(HLC_META_KEY, str(max(current, clock.last)))
 
 
-def run_cycle_blocking(peer: Peer, should_stop: Callable[[], bool] = lambda: False) -> CycleState:
+def run_cycle_blocking(peer: Peer) -> CycleState:
     """All eight phases in order, in this thread (for CLIs and tests)."""
-    st = CycleState(now_ms=wall_ms())
+    st = CycleState(now_ms=wall_clock_ms())
     for name in PHASES:
-        if should_stop():
-            break
         st.stats[name] = {**st.stats.get(name, {}), **PHASE_FUNCTIONS[name](peer, st)}
     return st

@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 import blake3
 
-from daemon.runtime import Runtime, issue_hlc, wall_ms
+from daemon.runtime import Runtime, issue_hlc
 from pulses.outcome import Outcome
 from pulses.pulse import PulseKind, SalientPulse
 from store.hashing import content_hash
 from zeitgeist.entries import Entry, OutcomeEntry, PulseEntry, TombstoneEntry, encode_entry
+from zeitgeist.hlc import wall_clock_ms
 
 _HASH: Final = re.compile(r"^[0-9a-f]{64}$")
 
@@ -55,19 +57,19 @@ def _request_key(verb: str, **fields: Any) -> str:
     )
 
 
-def _queue(rt: Runtime, request_key: str, build: Any) -> Emitted:
+def _queue(rt: Runtime, request_key: str, build: Callable[[int], Entry]) -> Emitted:
     db = rt.db
     with db.transaction():
         existing = db.request_entry(request_key)
         if existing is not None:
             return Emitted(existing, new=False)
-        entry: Entry = build(issue_hlc(db))
+        entry = build(issue_hlc(db))
         db.outbox_add(
             entry.id,
             entry.KIND,
             entry.hlc,
             encode_entry(entry),
-            now_ms=wall_ms(),
+            now_ms=wall_clock_ms(),
             request_key=request_key,
         )
     return Emitted(entry.id, new=True)
@@ -120,7 +122,7 @@ def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
         return PulseEntry(hlc=hlc, origin=rt.peer_id, pulse=pulse)
 
     # Validate before touching the database, so a bad request writes nothing.
-    build(0).pulse.validate()
+    build(0)
     fields = {**request.__dict__, "kind": request.kind.value, "text": seed_hash}
     return _queue(rt, _request_key("pulse", **fields), build)
 

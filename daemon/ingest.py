@@ -14,8 +14,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, get_args, get_type_hints
 
-from daemon.runtime import Runtime, wall_ms
+from daemon.runtime import Runtime
 from store.database import InvalidObservation, NewObservation
+from zeitgeist.hlc import wall_clock_ms
 
 #: Rows written per transaction while ingesting.
 INGEST_BATCH: Final = 256
@@ -127,7 +128,7 @@ def ingest(
         for start in range(0, len(items), INGEST_BATCH):
             batch = items[start : start + INGEST_BATCH]
             with rt.db.transaction():
-                added = rt.db.add_observations(batch, now_ms=wall_ms())
+                added = rt.db.add_observations(batch, now_ms=wall_clock_ms())
             created += sum(a.created for a in added)
             duplicates += sum(not a.created for a in added)
             if progress:

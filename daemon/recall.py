@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from daemon.runtime import Runtime, issue_hlc, wall_ms
+from daemon.runtime import Runtime, issue_hlc
 from pulses.outcome import decision_hash
 from store.index import HnswIndex, IndexUnusable
 from zeitgeist.entries import AttributionEntry, encode_entry
+from zeitgeist.hlc import wall_clock_ms
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,12 @@ def recall(
     labels = _vector_candidates(rt, vector, cfg.candidates)
     labels |= set(rt.db.search_text(query, cfg.candidates))
     observations = rt.db.observations(sorted(labels))
+    stored = rt.db.embeddings_of(sorted(labels))
     hits: list[Hit] = []
     for rowid, obs in observations.items():
         if obs.deleted_at is not None:
             continue
-        stored = rt.db.embedding_of_hash(obs.content_hash)
-        similarity = 0.0 if stored is None else float(np.dot(stored, vector))
+        similarity = float(np.dot(stored[rowid], vector)) if rowid in stored else 0.0
         score = cfg.similarity_weight * similarity + cfg.salience_weight * obs.salience
         hits.append(
             Hit(rowid, obs.content_hash, obs.title, obs.content, similarity, obs.salience, score)
@@ -94,7 +95,7 @@ def _saved_index(rt: Runtime) -> HnswIndex | None:
 def _record_attribution(rt: Runtime, hits: list[Hit], decision_text: str) -> str:
     db = rt.db
     chunks = sorted(h.content_hash for h in hits)
-    now = wall_ms()
+    now = wall_clock_ms()
     with db.transaction():
         hlc = issue_hlc(db)
         digest = decision_hash(rt.peer_id, hlc, chunks, decision_text)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
@@ -16,7 +15,7 @@ from store.embedder import Embedder
 from store.index import HnswIndex, open_or_rebuild
 from store.salience import SalienceCache
 from zeitgeist.backend import LogBackend
-from zeitgeist.hlc import HybridLogicalClock
+from zeitgeist.hlc import HybridLogicalClock, wall_clock_ms
 from zeitgeist.log import Zeitgeist
 
 log = logging.getLogger("dreamcycle.runtime")
@@ -27,10 +26,6 @@ HLC_META_KEY = "hlc_high"
 
 class AlreadyRunning(RuntimeError):
     """Another daemon holds this data directory."""
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def open_backend(config: Config) -> LogBackend:
@@ -56,7 +51,7 @@ def open_backend(config: Config) -> LogBackend:
 
 def persistent_clock(db: Database) -> HybridLogicalClock:
     """An HLC that resumes above everything this peer issued before a restart."""
-    clock = HybridLogicalClock(wall_ms=wall_ms)
+    clock = HybridLogicalClock(wall_ms=wall_clock_ms)
     high = db.get_meta(HLC_META_KEY)
     if high is not None:
         clock.observe(int(high))
@@ -153,7 +148,7 @@ class Runtime:
             clock,
             window_ms=int(self.config.zeitgeist.window_s * 1000),
             liveness_timeout_ms=int(self.config.zeitgeist.liveness_timeout_s * 1000),
-            wall_ms=wall_ms,
+            wall_ms=wall_clock_ms,
         )
         return Peer(self, index, SalienceCache(self.db), zeitgeist, clock, reason)
 

@@ -20,7 +20,8 @@ import trio
 
 from daemon import metrics, systemd
 from daemon.cycle import PHASE_FUNCTIONS, PHASES, CycleState, FatalCycleError
-from daemon.runtime import Peer, Runtime, wall_ms
+from daemon.runtime import Peer, Runtime
+from zeitgeist.hlc import wall_clock_ms
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")
@@ -101,7 +102,7 @@ class Service:
         return EXIT_OK
 
     async def run_cycle(self, peer: Peer) -> CycleState:
-        st = CycleState(now_ms=wall_ms())
+        st = CycleState(now_ms=wall_clock_ms())
         cycle_id = await self._blocking(lambda: _start_cycle(self.rt, st.now_ms))
         status = "done"
         try:
@@ -164,10 +165,10 @@ def _start_cycle(rt: Runtime, now_ms: int) -> int:
 
 def _finish_cycle(rt: Runtime, cycle_id: int, status: str, st: CycleState) -> None:
     with rt.db.transaction():
-        rt.db.finish_cycle(cycle_id, status=status, phases=st.stats, now_ms=wall_ms())
-    counts = rt.db.counts()
-    metrics.LIVE_CHUNKS.set(counts["live"])
-    metrics.TOMBSTONES.set(counts["tombstones"])
+        rt.db.finish_cycle(cycle_id, status=status, phases=st.stats, now_ms=wall_clock_ms())
+    live, tombstones = rt.db.live_and_tombstoned()
+    metrics.LIVE_CHUNKS.set(live)
+    metrics.TOMBSTONES.set(tombstones)
     metrics.LAST_CYCLE.set(time.time())
 
 

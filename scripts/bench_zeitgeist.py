@@ -46,7 +46,7 @@ import numpy.typing as npt
 from daemon.config import load_config
 from daemon.cycle import CURSOR_META_KEY, PHASE_FUNCTIONS, CycleState, run_cycle_blocking
 from daemon.ingest import ingest, read_files
-from daemon.runtime import Peer, Runtime, wall_ms
+from daemon.runtime import Peer, Runtime
 from pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
@@ -73,7 +73,7 @@ from scripts.local_servers import (
     start_seaweedfs,
 )
 from zeitgeist.entries import AttributionEntry, Entry, OutcomeEntry, PulseEntry
-from zeitgeist.hlc import HybridLogicalClock
+from zeitgeist.hlc import HybridLogicalClock, wall_clock_ms
 from zeitgeist.keys import SEGMENT_PREFIX, segment_listing_start
 from zeitgeist.log import PreparedSegment, Zeitgeist
 from zeitgeist.s3 import S3Backend
@@ -454,7 +454,7 @@ def ingest_published(rt: Peer) -> IngestResult:
     segments = entries = distinct = duplicates = pulses = cycles = 0
     with counting(backend) as requests:
         while True:
-            st = CycleState(now_ms=wall_ms())
+            st = CycleState(now_ms=wall_clock_ms())
             spent: dict[str, float] = {}
             for name in INGEST_PHASES:
                 started = time.perf_counter()

@@ -7,7 +7,6 @@ and a busy timeout let `pulse-emit` and `recall` write while the daemon runs.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -370,10 +369,6 @@ class Database:
             [(iso_from_ms(now_ms), r) for r in rowids],
         )
 
-    def max_rowid(self) -> int:
-        row = self._one("SELECT coalesce(max(id), 0) FROM observations")
-        return int(row[0]) if row else 0
-
     # ---- salience -----------------------------------------------------------------
 
     def salience_rows(
@@ -391,12 +386,6 @@ class Database:
         self.conn.executemany(
             "UPDATE observations SET salience = ? WHERE id = ?",
             [(value, rowid) for rowid, value in sorted(values.items())],
-        )
-
-    def set_decay_ts(self, rowids: Sequence[int], now_ms: int) -> None:
-        stamp = iso_from_ms(now_ms)
-        self.conn.executemany(
-            "UPDATE observations SET last_decay_ts = ? WHERE id = ?", [(stamp, r) for r in rowids]
         )
 
     def decay_candidates(self) -> list[tuple[int, str, str]]:
@@ -438,8 +427,19 @@ class Database:
         return {str(h): int(r) for r, h in self._all("SELECT id, content_hash FROM observations")}
 
     def embedding_of_rowid(self, rowid: int) -> npt.NDArray[np.float32] | None:
-        row = self._one("SELECT embedding FROM observations WHERE id = ?", (rowid,))
-        return None if row is None or row[0] is None else blob_to_vector(bytes(row[0]))
+        return self.embeddings_of([rowid]).get(rowid)
+
+    def embeddings_of(self, rowids: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
+        """Stored vectors of the given chunks (those that have one), in one query."""
+        if not rowids:
+            return {}
+        marks = ",".join("?" * len(rowids))
+        rows = self._all(
+            f"SELECT id, embedding FROM observations WHERE id IN ({marks}) "
+            "AND embedding IS NOT NULL",
+            tuple(rowids),
+        )
+        return {int(r[0]): blob_to_vector(bytes(r[1])) for r in rows}
 
     def journal_counts(self) -> dict[str, int]:
         return {
@@ -700,12 +700,6 @@ class Database:
     def finish_segment(self, seq: int, status: str) -> None:
         self.conn.execute("UPDATE segments_out SET status = ? WHERE seq = ?", (status, seq))
 
-    def segment_entry_ids(self, seq: int) -> list[str]:
-        rows = self._all(
-            "SELECT entry_id FROM outbox WHERE segment_seq = ? ORDER BY hlc, entry_id", (seq,)
-        )
-        return [str(r[0]) for r in rows]
-
     # ---- cycles and status ---------------------------------------------------------
 
     def start_cycle(self, now_ms: int) -> int:
@@ -743,6 +737,14 @@ class Database:
             "status": row[3],
             "phases": json.loads(row[4]),
         }
+
+    def live_and_tombstoned(self) -> tuple[int, int]:
+        """The two counts the daemon reports after every cycle, cheaply."""
+        row = self._one(
+            "SELECT (SELECT count(*) FROM observations WHERE deleted_at IS NULL), "
+            "(SELECT count(*) FROM tombstones)"
+        )
+        return int(row[0]), int(row[1])
 
     def counts(self) -> dict[str, int]:
         def one(sql: str) -> int:
@@ -816,11 +818,3 @@ def _observation(row: Sequence[Any]) -> Observation:
         deletion_policy=str(row[12]),
         created_at=str(row[13]),
     )
-
-
-def database_path_ok(path: Path) -> None:
-    """Refuse clearly before opening: a directory, or a file we may not write."""
-    if path.is_dir():
-        raise DatabaseError(f"{path} is a directory, not a database file")
-    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
-        raise DatabaseError(f"{path} is not readable and writable by this user")

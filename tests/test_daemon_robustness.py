@@ -22,7 +22,7 @@ from daemon.cycle import (
 )
 from daemon.ingest import ingest
 from daemon.recall import recall
-from daemon.runtime import Peer, Runtime, wall_ms
+from daemon.runtime import Peer, Runtime
 from pulses.outcome import decision_hash
 from pulses.pulse import PulseKind, SalientPulse
 from store.database import NewObservation
@@ -35,7 +35,7 @@ from zeitgeist.entries import (
     TombstoneEntry,
     encode_segment,
 )
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
+from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms, wall_clock_ms
 from zeitgeist.keys import segment_key
 from zeitgeist.log import PreparedSegment, PublishResult
 
@@ -123,7 +123,7 @@ def test_bad_entries_are_rejected_alone_and_the_rest_of_the_segment_applies(
                        collectable_after_ms=10**15, forget_pulse=None),
         PulseEntry(hlc=now + 3, origin="b", pulse=tiny_sigma),
         # stamped centuries ahead: observing it would drag this peer's clock along
-        ReconsolidateEntry(hlc=hlc_from_ms(wall_ms() + CENTURY_MS), origin="b",
+        ReconsolidateEntry(hlc=hlc_from_ms(wall_clock_ms() + CENTURY_MS), origin="b",
                            content_hash=chunk.content_hash,
                            changes={"title": "from the future"}),
     ]  # fmt: skip
@@ -141,7 +141,7 @@ def test_bad_entries_are_rejected_alone_and_the_rest_of_the_segment_applies(
         assert reason
     assert entry_status(peer, good) == ("applied", None)
     assert peer.db.observation(1).title == "renamed"  # type: ignore[union-attr]
-    assert peer.clock.last < hlc_from_ms(wall_ms() + 3_600_000)
+    assert peer.clock.last < hlc_from_ms(wall_clock_ms() + 3_600_000)
     # The salience of the chunk the bad reconsolidate named did not move.
     assert peer.salience.salience(1) == 1.0
 
@@ -187,12 +187,14 @@ def test_a_crash_inside_a_sweep_never_sweeps_twice(tmp_path: Path) -> None:
     original = peer.db.tombstone
     peer.db.tombstone = crash  # type: ignore[method-assign]
     with pytest.raises(Killed):
-        percentile_sweep(peer, CycleState(now_ms=wall_ms()))
+        percentile_sweep(peer, CycleState(now_ms=wall_clock_ms()))
     peer.db.tombstone = original  # type: ignore[method-assign]
     peer.runtime.close()
 
     restarted = open_peer(tmp_path, **settings)
-    assert percentile_sweep(restarted, CycleState(now_ms=wall_ms())) == {"skipped": "interval"}
+    assert percentile_sweep(restarted, CycleState(now_ms=wall_clock_ms())) == {
+        "skipped": "interval"
+    }
     assert restarted.db.counts()["tombstones"] == 0
     restarted.runtime.close()
 

@@ -24,10 +24,6 @@ EXIT_UNAVAILABLE: Final = 3
 log = logging.getLogger("dreamcycle.cli")
 
 
-class UsageError(Exception):
-    """Bad input from the command line or a file; the message says what and where."""
-
-
 def config_options() -> argparse.ArgumentParser:
     """A parent parser with the options every command takes."""
     parent = argparse.ArgumentParser(add_help=False)
@@ -98,7 +94,6 @@ def run_guarded(action: Callable[[], int]) -> int:
 
     usage: tuple[type[BaseException], ...] = (
         ConfigError,
-        UsageError,
         InvalidObservation,
         ValueError,
     )

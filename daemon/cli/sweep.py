@@ -26,8 +26,9 @@ def register(verbs: Any) -> None:
 
 def _sweep(args: argparse.Namespace) -> int:
     from daemon.cycle import SWEEP_REASON, sweep_plan, tombstone_labels
-    from daemon.runtime import Runtime, wall_ms
+    from daemon.runtime import Runtime
     from store.salience import SalienceCache
+    from zeitgeist.hlc import wall_clock_ms
 
     config = load(args)
     if args.percentile is not None:
@@ -70,7 +71,7 @@ def _sweep(args: argparse.Namespace) -> int:
             plan.doomed,
             reason=SWEEP_REASON,
             origin_peer=rt.peer_id,
-            now_ms=wall_ms(),
+            now_ms=wall_clock_ms(),
         )
         index.save(rt.db.change_stamp())
         print(f"tombstoned {len(hidden)}")
