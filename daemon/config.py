@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from daemon import defaults
+from pulses.credit import CreditRule
+from pulses.ranking import InvalidRanking, RankingWeights
+from pulses.sweep import SweepMix
 from store.database import CHUNK_KINDS
 from store.embedder import DEFAULT_MODEL
 from store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M
@@ -157,6 +160,14 @@ class SweepConfig:
     min_population: int = defaults.SWEEP_MIN_POPULATION
     interval_s: float = defaults.SWEEP_INTERVAL_S
     dry_run: bool = False
+    grace_s: float = defaults.SWEEP_GRACE_S
+    cold_retention_s: float = defaults.SWEEP_COLD_RETENTION_S
+    salience_share: float = defaults.SWEEP_SALIENCE_SHARE
+    information_share: float = defaults.SWEEP_INFORMATION_SHARE
+    importance_share: float = defaults.SWEEP_IMPORTANCE_SHARE
+    prune_gate: bool = True
+    gate_decisions: int = defaults.SWEEP_GATE_DECISIONS
+    gate_window_s: float = defaults.SWEEP_GATE_WINDOW_S
 
     def check(self) -> None:
         if not 0 < self.percentile < 100:
@@ -165,22 +176,78 @@ class SweepConfig:
             raise ConfigError(f"sweep.min_population must be >= 0, got {self.min_population}")
         if self.interval_s < 0:
             raise ConfigError(f"sweep.interval_s must be >= 0, got {self.interval_s}")
+        for name in ("grace_s", "salience_share", "information_share", "importance_share"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"sweep.{name} must be >= 0, got {getattr(self, name)}")
+        if self.salience_share + self.information_share + self.importance_share <= 0:
+            raise ConfigError("sweep.salience_share, information_share, importance_share are all 0")
+        _positive("sweep.cold_retention_s", self.cold_retention_s)
+        _positive("sweep.gate_window_s", self.gate_window_s)
+        if self.gate_decisions < 0:
+            raise ConfigError(f"sweep.gate_decisions must be >= 0, got {self.gate_decisions}")
+
+    def mix(self) -> SweepMix:
+        return SweepMix(self.salience_share, self.information_share, self.importance_share)
 
 
 @dataclass
 class RecallConfig:
     top_k: int = defaults.RECALL_TOP_K
     candidates: int = defaults.RECALL_CANDIDATES
-    similarity_weight: float = defaults.RECALL_SIMILARITY_WEIGHT
-    salience_weight: float = defaults.RECALL_SALIENCE_WEIGHT
+    rrf_k: float = defaults.RECALL_RRF_K
+    salience_bound: float = defaults.RECALL_SALIENCE_BOUND
+    key_weight: float = defaults.RECALL_KEY_WEIGHT
+    cold_factor: float = defaults.RECALL_COLD_FACTOR
+    key_min_similarity: float = defaults.RECALL_KEY_MIN_SIMILARITY
+    #: Weights of the two lists in the fusion; 0 turns a retriever off (for comparisons).
+    lexical_weight: float = 1.0
+    vector_weight: float = 1.0
 
     def check(self) -> None:
         _positive("recall.top_k", self.top_k)
         _positive("recall.candidates", self.candidates)
-        for name in ("similarity_weight", "salience_weight"):
-            value = getattr(self, name)
-            if not 0 <= value <= 1:
-                raise ConfigError(f"recall.{name} must be in [0, 1], got {value}")
+        try:
+            self.weights().validate()
+        except InvalidRanking as exc:
+            raise ConfigError(f"recall.{exc}") from None
+
+    def weights(self) -> RankingWeights:
+        return RankingWeights(
+            rrf_k=self.rrf_k,
+            salience_bound=self.salience_bound,
+            key_weight=self.key_weight,
+            cold_factor=self.cold_factor,
+            lexical_weight=self.lexical_weight,
+            vector_weight=self.vector_weight,
+        )
+
+
+@dataclass
+class LearningConfig:
+    credit_rule: str = defaults.LEARNING_CREDIT_RULE
+    keys: bool = defaults.LEARNING_KEYS
+    share_key_text: bool = defaults.LEARNING_SHARE_KEY_TEXT
+    miss_factor: float = defaults.LEARNING_MISS_FACTOR
+    key_half_life_s: float = defaults.LEARNING_KEY_HALF_LIFE_S
+    max_keys_per_chunk: int = defaults.LEARNING_MAX_KEYS_PER_CHUNK
+
+    def check(self) -> None:
+        _one_of("learning.credit_rule", self.credit_rule, tuple(r.value for r in CreditRule))
+        if not 0 <= self.miss_factor <= 1:
+            raise ConfigError(f"learning.miss_factor must be in [0, 1], got {self.miss_factor}")
+        _positive("learning.key_half_life_s", self.key_half_life_s)
+        _positive("learning.max_keys_per_chunk", self.max_keys_per_chunk)
+
+
+@dataclass
+class EfficacyConfig:
+    enabled: bool = True
+    interval_s: float = defaults.EFFICACY_INTERVAL_S
+    window_s: float = defaults.EFFICACY_WINDOW_S
+
+    def check(self) -> None:
+        _positive("efficacy.interval_s", self.interval_s)
+        _positive("efficacy.window_s", self.window_s)
 
 
 @dataclass
@@ -211,6 +278,17 @@ class LogConfig:
 
 
 @dataclass
+class ClockConfig:
+    source: str = defaults.CLOCK_SOURCE
+    file: str = ""  # with source = "file": holds milliseconds since the Unix epoch
+
+    def check(self) -> None:
+        _one_of("clock.source", self.source, defaults.CLOCK_SOURCES)
+        if self.source == "file" and not self.file:
+            raise ConfigError("clock.file must be set when clock.source = 'file'")
+
+
+@dataclass
 class Config:
     peer: PeerConfig = field(default_factory=PeerConfig)
     cycle: CycleConfig = field(default_factory=CycleConfig)
@@ -221,8 +299,11 @@ class Config:
     downscale: DownscaleConfig = field(default_factory=DownscaleConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     recall: RecallConfig = field(default_factory=RecallConfig)
+    learning: LearningConfig = field(default_factory=LearningConfig)
+    efficacy: EfficacyConfig = field(default_factory=EfficacyConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    clock: ClockConfig = field(default_factory=ClockConfig)
 
     # ---- derived paths ------------------------------------------------------------
 

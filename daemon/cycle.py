@@ -21,17 +21,19 @@ from typing import Any, Final
 
 import numpy as np
 
-from daemon import metrics
-from daemon.config import SweepConfig
+from daemon import efficacy, metrics
 from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
-from daemon.runtime import HLC_META_KEY, Peer
-from pulses.outcome import Attribution, Outcome, outcome_to_pulses
+from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
+from daemon.forgetting import sweep as run_sweep
+from daemon.learning import convert_outcomes, teach_key
+from daemon.runtime import HLC_META_KEY, Peer, Runtime
+from pulses.outcome import Outcome
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
-from pulses.sweep import SweepCandidate, SweepPlan, downscale, plan_sweep
+from pulses.sweep import downscale
+from store import tiers
 from store.database import CHUNK_KINDS, Database, NewObservation, Observation, PendingChunk
 from store.hashing import content_hash
-from store.index import HnswIndex
 from store.salience import SalienceCache
 from store.timefmt import ms_from_iso
 from zeitgeist.backend import BackendError
@@ -43,6 +45,7 @@ from zeitgeist.entries import (
     OutcomeEntry,
     PulseEntry,
     ReconsolidateEntry,
+    RetrievalKeyEntry,
     SupersedeEntry,
     TombstoneEntry,
     decode_entry,
@@ -50,7 +53,7 @@ from zeitgeist.entries import (
     encode_entry,
     entry_order_key,
 )
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms, wall_clock_ms
+from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from zeitgeist.keys import parse_segment_key, parse_snapshot_key
 from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment
 
@@ -75,7 +78,6 @@ MAX_REPUBLISH: Final = 2
 PUBLISH_SEQ_META_KEY: Final = "publish_seq"
 LAST_SWEEP_META_KEY: Final = "last_sweep_ms"
 LAST_COMPACTION_META_KEY: Final = "last_compaction_ms"
-SWEEP_REASON: Final = "percentile_sweep"
 SUPERSEDED_REASON: Final = "superseded"
 
 
@@ -240,7 +242,9 @@ def _admit_pending(peer: Peer, st: CycleState) -> int:
         observations = db.observations(rowids)
         for i, chunk in enumerate(pending):
             obs = observations[chunk.rowid]
-            seq = db.journal("chunk", obs.content_hash, _chunk_journal(chunk), now_ms=st.now_ms)
+            seq = db.journal(
+                "chunk", obs.content_hash, _chunk_journal(chunk, obs.salience), now_ms=st.now_ms
+            )
             db.mark_admitted(chunk.rowid, seq)
             if chunk.origin_peer in (None, peer.peer_id):
                 entry = _assert_entry(peer, obs, vectors[i])
@@ -280,10 +284,11 @@ def _assert_entry(peer: Peer, obs: Observation, vector: np.ndarray[Any, Any]) ->
     )
 
 
-def _chunk_journal(chunk: PendingChunk) -> dict[str, Any]:
+def _chunk_journal(chunk: PendingChunk, initial: float) -> dict[str, Any]:
     """What replay needs to re-create the chunk's salience state."""
     return {
         "rowid": chunk.rowid,
+        "initial": initial,
         "pin_floor": chunk.pin_floor,
         "kind": chunk.kind,
         "decay_from_ms": ms_from_iso(chunk.decay_from),
@@ -298,7 +303,7 @@ def interleave(peer: Peer, st: CycleState) -> dict[str, Any]:
     seen: set[str] = set()
     merged: list[Entry] = []
     duplicates = 0
-    horizon = hlc_from_ms(wall_clock_ms() + peer.zeitgeist.max_future_ms)
+    horizon = hlc_from_ms(peer.now_ms() + peer.zeitgeist.max_future_ms)
     for entry in _all_entries(st):
         if entry.id in seen or peer.db.entry_seen(entry.id):
             duplicates += 1
@@ -484,9 +489,25 @@ def _apply_structural(
             reason=entry.reason,
             expires_ms=HybridLogicalClock.physical_ms(entry.hlc)
             + int(peer.config.pulses.outcome_wait_s * 1000),
+            cited=entry.cited,
         )
         return "applied", None
+    if isinstance(entry, RetrievalKeyEntry):
+        return _apply_key(peer, st, entry)
     return "skipped", f"unhandled kind {entry.KIND}"
+
+
+def _apply_key(peer: Peer, st: CycleState, entry: RetrievalKeyEntry) -> tuple[str, str | None]:
+    """Another peer's credited outcome teaches (or unteaches) a chunk held here a key."""
+    if entry.origin == peer.peer_id:
+        return "applied", None  # learned when the outcome was converted here
+    if not peer.config.learning.keys:
+        return "skipped", "learning.keys is off"
+    if entry.embedding.shape != (peer.embedder.dim,):
+        return "rejected", f"embedding shape {entry.embedding.shape} != ({peer.embedder.dim},)"
+    if not teach_key(peer, entry.chunk_hash, entry.embedding, entry.text, entry.amount, st.now_ms):
+        return "skipped", "chunk not held here or key unchanged"
+    return "applied", None
 
 
 def _reconsolidate_entry(
@@ -554,9 +575,11 @@ def _adopt(
         [added.rowid], vector[None, :], model_id=entry.model_id, index_version=entry.index_version
     )
     chunk = db.pending_admission_of(added.rowid)
+    held = db.observation(added.rowid)
+    initial = held.salience if held is not None else 1.0
     db.mark_admitted(
         added.rowid,
-        db.journal("chunk", entry.content_hash, _chunk_journal(chunk), now_ms=st.now_ms),
+        db.journal("chunk", entry.content_hash, _chunk_journal(chunk, initial), now_ms=st.now_ms),
     )
     adopted.append((added.rowid, vector))
     # Later entries of this cycle (a pin, a supersede) may name the chunk already.
@@ -579,8 +602,9 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
         ("applied", "rejected", "expired", "skipped", "duplicate", "changed", "knn_queries"), 0
     )
     with db.transaction():
-        derived = _convert_outcomes(peer, st)
+        derived, keys_changed = convert_outcomes(peer, st.now_ms)
     stats["from_outcomes"] = len(derived)
+    stats["keys_changed"] = keys_changed
     queued_here = {e.id for e in st.local} | {e.id for e in derived}
     pulses = sorted(
         [e for e in st.ordered if isinstance(e, PulseEntry)] + derived, key=entry_order_key
@@ -626,6 +650,11 @@ def _apply_pulse_entry(
             return "expired", "ts + ttl < now"
         if pulse.kind is PulseKind.FORGET:
             return "skipped", "forget pulses travel with their tombstone"
+        if pulse.kind is PulseKind.REWARD and pulse.seed_hash is not None:
+            # A Reward seeded at a swept chunk brings it back before it is credited.
+            cold = tiers.cold_rowid_of_hash(db, pulse.seed_hash)
+            if cold is not None:
+                revive(peer, [cold], st.now_ms)
         rule = UpdateRule(peer.config.pulses.update_rule)
         result = propagate(pulse, peer.index, peer.salience, rule)
         body = {"pulse": pulse.to_json(), "rule": rule.value}
@@ -659,49 +688,6 @@ def _apply_pulse_entry(
     _record(db, entry, status, reason)
 
 
-def _convert_outcomes(peer: Peer, st: CycleState) -> list[PulseEntry]:
-    """Pulses for waiting outcomes whose decision this peer made; queued for publishing."""
-    db = peer.db
-    derived: list[PulseEntry] = []
-    for outcome_id, decision, reward, observer, hlc, reason, expires_ms in db.waiting_outcomes():
-        attribution = db.attribution(decision)
-        if attribution is None:
-            if expires_ms < st.now_ms:
-                db.settle_outcome(outcome_id, "expired")
-            continue
-        chunk_hashes, decider, attr_hlc, text = attribution
-        if decider != peer.peer_id:
-            db.settle_outcome(outcome_id, "foreign")
-            continue
-        outcome = Outcome(
-            decision_hash=decision, reward=reward, observer_peer=observer, ts=hlc, reason=reason
-        )
-        credited = Attribution(
-            decision_hash=decision,
-            chunk_hashes=tuple(chunk_hashes),
-            peer=decider,
-            ts=attr_hlc,
-            decision_text=text,
-        )
-        try:
-            pulses = outcome_to_pulses(
-                outcome, credited, db.embedding_of_hash, index_version=peer.embedder.index_version
-            )
-        except ValueError as exc:  # pure validation: nothing was written
-            log.warning("outcome rejected", extra={"outcome": outcome_id, "reason": str(exc)})
-            db.settle_outcome(outcome_id, "rejected")
-            continue
-        for pulse in pulses:
-            entry = PulseEntry(hlc=pulse.ts, origin=peer.peer_id, pulse=pulse)
-            # Applied when it propagates: a crash before then leaves it for the next scan.
-            if db.outbox_add(
-                entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=st.now_ms
-            ):
-                derived.append(entry)
-        db.settle_outcome(outcome_id, "converted", len(pulses))
-    return derived
-
-
 # ---- downscale ------------------------------------------------------------------------
 
 
@@ -732,62 +718,32 @@ def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
 # ---- percentile_sweep -----------------------------------------------------------------
 
 
-def sweep_plan(config: SweepConfig, salience: SalienceCache) -> SweepPlan:
-    """Which live chunks the percentile sweep would tombstone now."""
-    candidates = [
-        SweepCandidate(
-            label=label,
-            salience=salience.salience(label),
-            pinned=salience.pin_floor(label) > 0,
-            protected=salience.deletion_policy(label) != "auto_prune",
-        )
-        for label in salience.live()
-    ]
-    return plan_sweep(
-        candidates, percentile=config.percentile, min_population=config.min_population
-    )
-
-
 def percentile_sweep(peer: Peer, st: CycleState) -> dict[str, Any]:
-    """Tombstone the bottom percentile by salience (local curation; not published)."""
+    """Revive re-ingested cold chunks; expire cold ones past retention; when due, sweep the
+    bottom percentile into the cold tier (local curation; not published)."""
     sweep = peer.config.sweep
-    if not sweep.enabled:
-        return {"skipped": "disabled"}
     db = peer.db
+    result: dict[str, Any] = {"revived": revive_reingested(peer, st.now_ms)}
+    expired = expire_cold(peer, st.now_ms)
+    if expired:
+        result["expired"] = len(
+            tombstone_hashes(peer, expired, reason=RETENTION_REASON, now_ms=st.now_ms)
+        )
+    if not sweep.enabled:
+        return {**result, "skipped": "disabled"}
     last = db.get_meta(LAST_SWEEP_META_KEY)
     if last is None and sweep.interval_s > 0:
         # The interval starts with the first cycle: a fresh store is not swept at once.
         with db.transaction():
             db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
-        return {"skipped": "first interval"}
+        return {**result, "skipped": "first interval"}
     if sweep.interval_s > 0 and st.now_ms - int(last or "0") < sweep.interval_s * 1000:
-        return {"skipped": "interval"}
-    plan = sweep_plan(sweep, peer.salience)
-    result: dict[str, Any] = {
-        "population": plan.population,
-        "threshold": plan.threshold,
-        "doomed": len(plan.doomed),
-    }
-    if plan.skipped_reason is not None:
-        result["skipped"] = plan.skipped_reason
-        return result
-    if sweep.dry_run:
-        result["dry_run"] = True
-        return result
-    # Recorded first: a crash between the two skips one sweep instead of sweeping twice.
-    with db.transaction():
-        db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
-    hidden = tombstone_labels(
-        peer.db,
-        peer.salience,
-        peer.index,
-        plan.doomed,
-        reason=SWEEP_REASON,
-        origin_peer=peer.peer_id,
-        now_ms=st.now_ms,
-    )
-    result["tombstoned"] = len(hidden)
-    return result
+        return {**result, "skipped": "interval"}
+    if not sweep.dry_run:
+        # Recorded first: a crash between the two skips one sweep instead of sweeping twice.
+        with db.transaction():
+            db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
+    return {**result, **run_sweep(peer, st.now_ms, dry_run=sweep.dry_run)}
 
 
 def hide_chunk(
@@ -816,36 +772,27 @@ def hide_chunk(
     return rowid
 
 
-def tombstone_labels(
-    db: Database,
-    salience: SalienceCache,
-    index: HnswIndex,
-    labels: Iterable[int],
-    *,
-    reason: str,
-    origin_peer: str,
-    now_ms: int,
-) -> list[int]:
-    """Tombstone chunks locally (journalled, hidden from the index); returns those hidden."""
+def tombstone_hashes(peer: Peer, digests: Iterable[str], *, reason: str, now_ms: int) -> list[int]:
+    """Tombstone chunks locally for good (journalled, hidden from the index); returns those
+    hidden."""
+    db = peer.db
     hidden: list[int] = []
     with db.transaction():
-        observations = db.observations(list(labels))
-        for label in sorted(observations):
-            digest = observations[label].content_hash
+        for digest in sorted(set(digests)):
             seq = db.journal("tombstone", digest, {"hash": digest}, now_ms=now_ms)
             rowid = hide_chunk(
                 db,
-                salience,
+                peer.salience,
                 digest,
                 reason=reason,
-                origin_peer=origin_peer,
+                origin_peer=peer.peer_id,
                 now_ms=now_ms,
                 journal_seq=seq,
             )
             if rowid is not None:
                 hidden.append(rowid)
     if hidden:
-        index.mark_deleted(np.array(hidden, dtype=np.int64))
+        peer.index.mark_deleted(np.array(hidden, dtype=np.int64))
     return hidden
 
 
@@ -867,6 +814,7 @@ def promote(peer: Peer, st: CycleState) -> dict[str, Any]:
         log.warning("publishing stalled; entries stay queued", extra={"error": str(exc)})
         peer.snapshot_check_due = True
         stats["stalled"] = str(exc)
+    stats["efficacy"] = efficacy.maybe_record(peer, st.now_ms)
     peer.save_index()
     return stats
 
@@ -901,7 +849,7 @@ def _publish(peer: Peer, prepared: PreparedSegment, stats: dict[str, Any]) -> No
             db.finish_segment(current.seq, "published")
             if not result.late:
                 return
-            current = _prepare(peer, decode_segment(current.data).entries, [], wall_clock_ms())
+            current = _prepare(peer, decode_segment(current.data).entries, [], peer.now_ms())
         stats["republished"] += 1
     # Still late: the last copy stays prepared and goes out first next cycle.
 
@@ -911,7 +859,7 @@ def _heartbeat(peer: Peer) -> None:
         Heartbeat(
             peer_id=peer.peer_id,
             cursor_hlc=_cursor(peer),
-            last_seen_ms=wall_clock_ms(),
+            last_seen_ms=peer.now_ms(),
             index_version=peer.embedder.index_version,
             public_key=None,
             seq=int(peer.db.get_meta(PUBLISH_SEQ_META_KEY) or "0"),
@@ -977,9 +925,43 @@ def _persist_clock(peer: Peer) -> None:
     peer.db.set_meta(HLC_META_KEY, str(max(current, clock.last)))
 
 
+def record_cycle_start(rt: Runtime, now_ms: int) -> int:
+    """A 'running' row in `cycles`: one a crash leaves behind is marked interrupted at start-up."""
+    with rt.db.transaction():
+        return rt.db.start_cycle(now_ms)
+
+
+def record_cycle_end(rt: Runtime, cycle_id: int, status: str, st: CycleState) -> None:
+    """Close the cycle's row with its phases' stats and refresh the gauges `status` mirrors."""
+    finished_ms = rt.clock.now_ms()
+    with rt.db.transaction():
+        rt.db.finish_cycle(cycle_id, status=status, phases=st.stats, now_ms=finished_ms)
+    metrics.CYCLES.labels(status).inc()
+    live, tombstones = rt.db.live_and_tombstoned()
+    metrics.LIVE_CHUNKS.set(live)
+    metrics.TOMBSTONES.set(tombstones)
+    metrics.LAST_CYCLE.set(finished_ms / 1000)
+
+
+def _failure_status(exc: Exception) -> str:
+    """'fatal' when the daemon must stop, 'failed' when the next cycle retries."""
+    return "fatal" if isinstance(exc, FatalCycleError) else "failed"
+
+
 def run_cycle_blocking(peer: Peer) -> CycleState:
-    """All eight phases in order, in this thread (for CLIs and tests)."""
-    st = CycleState(now_ms=wall_clock_ms())
-    for name in PHASES:
-        st.stats[name] = {**st.stats.get(name, {}), **PHASE_FUNCTIONS[name](peer, st)}
+    """All eight phases in order, in this thread (for CLIs, tests and benchmarks), recorded
+    in `cycles` like the service's cycles.
+
+    A phase that raises is recorded and re-raised; the caller decides whether to reload.
+    A BaseException (an interrupt, a simulated kill) records nothing, as a real crash would.
+    """
+    st = CycleState(now_ms=peer.now_ms())
+    cycle_id = record_cycle_start(peer.runtime, st.now_ms)
+    try:
+        for name in PHASES:
+            st.stats[name] = {**st.stats.get(name, {}), **PHASE_FUNCTIONS[name](peer, st)}
+    except Exception as exc:
+        record_cycle_end(peer.runtime, cycle_id, _failure_status(exc), st)
+        raise
+    record_cycle_end(peer.runtime, cycle_id, "done", st)
     return st

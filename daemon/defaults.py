@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 from typing import Final
 
+from pulses import credit, keys, ranking
+from pulses import sweep as sweep_math
+
 #: Where a user's config is looked for when --config is not given.
 CONFIG_ENV: Final = "DREAMCYCLE_CONFIG"
 #: Prefix of environment overrides: DREAMCYCLE_<SECTION>_<KEY>, e.g. DREAMCYCLE_CYCLE_INTERVAL_S.
@@ -59,6 +62,7 @@ HALF_LIFE_S: Final = {
     "note": math.log(2) / 0.05 * _DAY_S,
 }
 
+#: The bottom 60 % by value (per kind, live and cold together) is kept in the cold tier.
 SWEEP_PERCENTILE: Final = 60.0
 #: No sweep on a cold database (seed section 5).
 SWEEP_MIN_POPULATION: Final = 100
@@ -66,10 +70,47 @@ SWEEP_MIN_POPULATION: Final = 100
 #: what is left, so sweeping every 30 s cycle would empty memory within minutes.
 SWEEP_INTERVAL_S: Final = 86_400.0
 
+#: A chunk cannot be swept before it has been held this long (a chance to prove itself).
+SWEEP_GRACE_S: Final = 7 * _DAY_S
+#: Cold chunks become permanent tombstones after this long without revival.
+SWEEP_COLD_RETENTION_S: Final = 365 * _DAY_S
+#: Shares of learned salience, information content and declared importance in the value
+#: the sweep ranks by (each a percentile rank within the chunk's kind).
+SWEEP_SALIENCE_SHARE: Final = sweep_math.DEFAULT_SALIENCE_SHARE
+SWEEP_INFORMATION_SHARE: Final = sweep_math.DEFAULT_INFORMATION_SHARE
+SWEEP_IMPORTANCE_SHARE: Final = sweep_math.DEFAULT_IMPORTANCE_SHARE
+#: The prune gate replays this many recent successful decisions before a sweep commits.
+SWEEP_GATE_DECISIONS: Final = 200
+#: ... made within this window.
+SWEEP_GATE_WINDOW_S: Final = 30 * _DAY_S
+
 RECALL_TOP_K: Final = 5
-RECALL_CANDIDATES: Final = 50
-RECALL_SIMILARITY_WEIGHT: Final = 0.7
-RECALL_SALIENCE_WEIGHT: Final = 0.3
+#: Candidates taken from each retriever (vector, learned keys, full text, cold tier).
+#: 100 with a search breadth of 100 returned the exact top 10 in every benchmark query.
+RECALL_CANDIDATES: Final = 100
+RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
+RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND
+RECALL_KEY_WEIGHT: Final = ranking.DEFAULT_KEY_WEIGHT
+RECALL_COLD_FACTOR: Final = ranking.DEFAULT_COLD_FACTOR
+#: A learned key answers only queries at least this close to the question it was learned from.
+RECALL_KEY_MIN_SIMILARITY: Final = 0.8
+
+#: Without citations an outcome credits nothing (see pulses/credit.py for why).
+LEARNING_CREDIT_RULE: Final = "none"
+LEARNING_KEYS: Final = True
+#: Whether a learned key's words travel to other peers (its embedding always does).
+LEARNING_SHARE_KEY_TEXT: Final = False
+LEARNING_MISS_FACTOR: Final = credit.MISS_FACTOR
+LEARNING_KEY_HALF_LIFE_S: Final = keys.KEY_HALF_LIFE_S
+LEARNING_MAX_KEYS_PER_CHUNK: Final = keys.MAX_KEYS_PER_CHUNK
+
+#: Seconds between computations of the efficacy metrics, and the window they look back on.
+EFFICACY_INTERVAL_S: Final = 3_600.0
+EFFICACY_WINDOW_S: Final = 7 * _DAY_S
+
+#: Where "now" comes from: "system" (real time) or "file" (simulated time shared by processes).
+CLOCK_SOURCE: Final = "system"
+CLOCK_SOURCES: Final = ("system", "file")
 
 #: Prometheus exposition address; empty disables it.
 METRICS_LISTEN: Final = "127.0.0.1:9464"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -22,9 +22,11 @@ from pulses.outcome import Outcome
 from pulses.pulse import PulseKind, SalientPulse
 from store.hashing import content_hash
 from zeitgeist.entries import Entry, OutcomeEntry, PulseEntry, TombstoneEntry, encode_entry
-from zeitgeist.hlc import wall_clock_ms
 
 _HASH: Final = re.compile(r"^[0-9a-f]{64}$")
+#: The shortest prefix `--cited` resolves against the decision's recalled chunks.
+CITED_PREFIX_MIN: Final = 8
+_HASH_PREFIX: Final = re.compile(rf"^[0-9a-f]{{{CITED_PREFIX_MIN},63}}$")
 
 
 @dataclass(frozen=True)
@@ -63,23 +65,35 @@ def _queue(rt: Runtime, request_key: str, build: Callable[[int], Entry]) -> Emit
         existing = db.request_entry(request_key)
         if existing is not None:
             return Emitted(existing, new=False)
-        entry = build(issue_hlc(db))
+        entry = build(issue_hlc(db, rt.clock.now_ms))
         db.outbox_add(
             entry.id,
             entry.KIND,
             entry.hlc,
             encode_entry(entry),
-            now_ms=wall_clock_ms(),
+            now_ms=rt.clock.now_ms(),
             request_key=request_key,
         )
     return Emitted(entry.id, new=True)
 
 
-def emit_outcome(rt: Runtime, *, decision: str, reward: float, reason: str) -> Emitted:
+def emit_outcome(
+    rt: Runtime, *, decision: str, reward: float, reason: str, cited: Sequence[str] = ()
+) -> Emitted:
+    """Queue an outcome; `cited` names the recalled chunks the decision used.
+
+    Each cited hash is 64 lowercase hex digits, or a unique prefix of at least
+    CITED_PREFIX_MIN of them when the decision's attribution is known here. If it
+    is, every cited chunk must be among the chunks it recalled.
+    """
     Outcome(
         decision_hash=decision, reward=reward, observer_peer=rt.peer_id, ts=0, reason=reason
     ).validate()
-    key = _request_key("outcome", decision=decision, reward=reward, reason=reason)
+    chunks = resolve_cited(rt, decision, cited)
+    fields: dict[str, Any] = {"decision": decision, "reward": reward, "reason": reason}
+    if chunks:  # requests without citations keep the key they always had
+        fields["cited"] = list(chunks)
+    key = _request_key("outcome", **fields)
     return _queue(
         rt,
         key,
@@ -90,8 +104,44 @@ def emit_outcome(rt: Runtime, *, decision: str, reward: float, reason: str) -> E
             reward=reward,
             observer_peer=rt.peer_id,
             reason=reason,
+            cited=chunks,
         ),
     )
+
+
+def resolve_cited(rt: Runtime, decision: str, cited: Sequence[str]) -> tuple[str, ...]:
+    """Full cited hashes, sorted and unique; ValueError names the first bad one."""
+    attribution = rt.db.attribution(decision) if cited else None
+    recalled = sorted(set(attribution.chunk_hashes)) if attribution is not None else None
+    resolved: set[str] = set()
+    for given in cited:
+        if _HASH.match(given):
+            digest = given
+        elif _HASH_PREFIX.match(given):
+            if recalled is None:
+                raise ValueError(
+                    f"cited chunk {given!r} is a prefix, and decision {decision} was not "
+                    "recorded here to resolve it: give the full 64-digit hash"
+                )
+            matches = [h for h in recalled if h.startswith(given)]
+            if len(matches) != 1:
+                raise ValueError(
+                    f"cited chunk {given!r} matches "
+                    f"{'none' if not matches else len(matches)} of the chunks decision "
+                    f"{decision} recalled"
+                )
+            digest = matches[0]
+        else:
+            raise ValueError(
+                f"cited chunk {given!r} is not a chunk hash (64 lowercase hex digits, or a "
+                f"unique prefix of at least {CITED_PREFIX_MIN})"
+            )
+        if recalled is not None and digest not in recalled:
+            raise ValueError(
+                f"cited chunk {digest} is not among the chunks decision {decision} recalled"
+            )
+        resolved.add(digest)
+    return tuple(sorted(resolved))
 
 
 def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:

@@ -16,7 +16,6 @@ from typing import Any, Final, get_args, get_type_hints
 
 from daemon.runtime import Runtime
 from store.database import InvalidObservation, NewObservation
-from zeitgeist.hlc import wall_clock_ms
 
 #: Rows written per transaction while ingesting.
 INGEST_BATCH: Final = 256
@@ -128,7 +127,7 @@ def ingest(
         for start in range(0, len(items), INGEST_BATCH):
             batch = items[start : start + INGEST_BATCH]
             with rt.db.transaction():
-                added = rt.db.add_observations(batch, now_ms=wall_clock_ms())
+                added = rt.db.add_observations(batch, now_ms=rt.clock.now_ms())
             created += sum(a.created for a in added)
             duplicates += sum(not a.created for a in added)
             if progress:

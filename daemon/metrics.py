@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -46,6 +47,14 @@ CYCLE_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+EFFICACY = Gauge(
+    "efficacy",
+    "Efficacy of the learning loop over a look-back window (NaN: nothing to measure yet)",
+    ["metric", "window"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+
 
 class MetricsUnavailable(RuntimeError):
     """The metrics address cannot be bound."""
@@ -66,3 +75,8 @@ def record_phase(phase: str, seconds: float, stats: dict[str, Any]) -> None:
     for event, value in stats.items():
         if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
             PHASE_EVENTS.labels(phase, event).inc(value)
+
+
+def record_efficacy(values: dict[str, float | None], window: str) -> None:
+    for metric, value in values.items():
+        EFFICACY.labels(metric, window).set(math.nan if value is None else value)

@@ -1,7 +1,7 @@
 """Rebuild: re-derive salience and the index from the database and the applied log.
 
 The journal records every applied step in order (chunk admitted, pulse,
-tombstone, supersede, reconsolidate, downscale). Replaying it against fresh
+tombstone, supersede, reconsolidate, downscale, sweep to the cold tier, revive). Replaying it against fresh
 state, with the index growing exactly as it grew live, reproduces salience
 bit for bit when the neighbours found are the same as they were.
 """
@@ -36,8 +36,13 @@ class RebuildReport:
 
 
 def replay(
-    rt: Runtime, progress: Callable[[int], None] | None = None
+    rt: Runtime, progress: Callable[[int], None] | None = None, rule: UpdateRule | None = None
 ) -> tuple[InMemorySalience, HnswIndex]:
+    """Fresh salience and an in-memory index from the journal (nothing is written).
+
+    `rule`, when given, propagates every pulse with that update rule instead of the
+    journaled one: the same log under another rule, for an A/B of the two.
+    """
     db, cfg = rt.db, rt.config
     index = HnswIndex.create(
         cfg.index_path,
@@ -57,7 +62,8 @@ def replay(
             vector = db.embedding_of_rowid(rowid)
             if vector is None:
                 raise RebuildError(f"chunk {rowid} was admitted but has no stored embedding")
-            state.add(rowid, 1.0)
+            # Journals written before salience started from importance say nothing: 1.0 then.
+            state.add(rowid, float(body.get("initial", 1.0)))
             if body["pin_floor"] > 0:
                 state.pin(rowid, float(body["pin_floor"]))
             kinds[rowid] = str(body["kind"])
@@ -65,7 +71,7 @@ def replay(
             index.add(np.array([rowid], dtype=np.int64), vector[None, :])
         elif kind == "pulse":
             pulse = SalientPulse.from_json(body["pulse"])
-            propagate(pulse, index, state, UpdateRule(body["rule"]))
+            propagate(pulse, index, state, rule or UpdateRule(body["rule"]))
         elif kind in ("tombstone", "supersede"):
             if kind == "supersede":
                 old, new = body["old"], body["new"]
@@ -77,6 +83,15 @@ def replay(
             if target is not None and _live(state, int(target)):
                 state.tombstone(int(target))
                 index.mark_deleted(np.array([int(target)], dtype=np.int64))
+        elif kind == "sweep":
+            # Cold, not gone: it leaves the index (pulses cannot reach it) but keeps decaying.
+            index.mark_deleted(np.array([int(body["rowid"])], dtype=np.int64))
+        elif kind == "revive":
+            rowid = int(body["rowid"])
+            vector = db.embedding_of_rowid(rowid)
+            if vector is None:
+                raise RebuildError(f"chunk {rowid} was revived but has no stored embedding")
+            index.restore(np.array([rowid], dtype=np.int64), vector[None, :])
         elif kind == "reconsolidate":
             # A chunk pinned before it was admitted carries the floor in its chunk step.
             if int(body["rowid"]) in state.labels():
@@ -109,7 +124,7 @@ def rebuild(rt: Runtime, *, progress: Callable[[int], None] | None = None) -> Re
     state, index = replay(rt, progress)
     replayed = state.snapshot()
     db = rt.db
-    stored = {rowid: salience for rowid, salience, _f, _t, _p in db.salience_rows()}
+    stored = {row.rowid: row.salience for row in db.salience_rows()}
     differences = {
         r: abs(stored[r] - v) for r, v in replayed.items() if r in stored and stored[r] != v
     }

@@ -1,9 +1,16 @@
-"""The recall API: top-k chunks by similarity and salience, with attribution recorded.
+"""The recall API: hybrid retrieval, bounded salience, attribution recorded.
 
-Recording which chunks were in context (the attribution) is what lets a later
-outcome credit them; the decision hash returned is what `pulse-emit outcome`
-takes. Recall works while the daemon runs: it reads the saved index if it
-matches the database, and otherwise searches the stored embeddings exactly.
+Candidates come from four retrievers: the HNSW index (live chunks), learned
+keys (queries that chunks were credited for), full text (BM25 over content and
+learned words, both tiers) and an exact search of the cold tier. Every
+candidate is re-scored exactly from stored embeddings and ranked by
+pulses.ranking: relevance first, salience and the cold tier as bounded factors.
+
+Recording which chunks were in context (the attribution, in rank order, with
+the query and its embedding) is what lets a later outcome credit them; the
+decision hash returned is what `pulse-emit outcome` takes. Recall works while
+the daemon runs: it uses the saved index if it matches the database, and
+otherwise searches the stored embeddings exactly.
 """
 
 from __future__ import annotations
@@ -14,10 +21,16 @@ import numpy as np
 import numpy.typing as npt
 
 from daemon.runtime import Runtime, issue_hlc
+from pulses.keys import effective_weight_array
 from pulses.outcome import decision_hash
+from pulses.ranking import Candidate, Ranked, lexical_ranks, rank_candidates
+from store import keys as key_store
+from store import tiers
 from store.index import HnswIndex, IndexUnusable
+from store.lexical import search_lexical
 from zeitgeist.entries import AttributionEntry, encode_entry
-from zeitgeist.hlc import wall_clock_ms
+
+Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,8 @@ class Hit:
     similarity: float
     salience: float
     score: float
+    relevance: float = 0.0
+    cold: bool = False
 
 
 @dataclass(frozen=True)
@@ -44,43 +59,135 @@ def recall(
     top_k: int | None = None,
     decision_text: str | None = None,
     record: bool = True,
+    index: HnswIndex | None = None,
 ) -> RecallResult:
-    """Rank candidates (vector k-NN plus full-text matches) by a weighted score, record attribution."""
+    """The top-k chunks for `query`; with `record`, the attribution is stored and queued.
+
+    `index` is the live index when the caller holds one (the daemon); otherwise
+    the saved index is used if current, else an exact search.
+    """
     cfg = rt.config.recall
     top_k = top_k or cfg.top_k
     if not query.strip():
         raise ValueError("the recall query is empty")
     vector = rt.embedder.embed_one(query)
-    labels = _vector_candidates(rt, vector, cfg.candidates)
-    labels |= set(rt.db.search_text(query, cfg.candidates))
-    observations = rt.db.observations(sorted(labels))
-    stored = rt.db.embeddings_of(sorted(labels))
-    hits: list[Hit] = []
-    for rowid, obs in observations.items():
-        if obs.deleted_at is not None:
-            continue
-        similarity = float(np.dot(stored[rowid], vector)) if rowid in stored else 0.0
-        score = cfg.similarity_weight * similarity + cfg.salience_weight * obs.salience
-        hits.append(
-            Hit(rowid, obs.content_hash, obs.title, obs.content, similarity, obs.salience, score)
-        )
-    hits.sort(key=lambda h: (-h.score, h.rowid))
-    hits = hits[:top_k]
+    hits = rank_query(rt, query, vector, top_k, index=index)
     if not record or not hits:
         return RecallResult(None, hits)
-    return RecallResult(_record_attribution(rt, hits, decision_text or query), hits)
+    digest = _record_attribution(rt, hits, decision_text or query, query, vector)
+    return RecallResult(digest, hits)
 
 
-def _vector_candidates(rt: Runtime, vector: npt.NDArray[np.float32], n: int) -> set[int]:
-    index = _saved_index(rt)
+def rank_query(
+    rt: Runtime,
+    query: str,
+    vector: Vector,
+    top_k: int,
+    *,
+    index: HnswIndex | None = None,
+    exclude: frozenset[int] = frozenset(),
+    assume_cold: frozenset[int] = frozenset(),
+) -> list[Hit]:
+    """Rank every retriever's candidates for one query (no attribution).
+
+    `exclude` removes chunks from consideration; `assume_cold` ranks live chunks as
+    if they were cold already (the prune gate asks what a sweep would lose).
+    """
+    cfg = rt.config.recall
+    db = rt.db
+    pool = cfg.candidates
+    labels = set(_vector_candidates(rt, vector, pool, index))
+    key_scores = _key_scores(rt, vector)
+    labels.update(_best(key_scores, pool))
+    lexical = search_lexical(db, query, pool, cold=None)
+    labels.update(lexical)
+    labels.update(_cold_candidates(rt, vector, pool))
+    labels -= exclude
+    if not labels:
+        return []
+    ordered = sorted(labels)
+    observations = db.observations(ordered)
+    stored = db.embeddings_of(ordered)
+    ranks = lexical_ranks([label for label in lexical if label not in exclude])
+    candidates = [
+        Candidate(
+            label=rowid,
+            cosine=float(np.dot(stored[rowid], vector)) if rowid in stored else -1.0,
+            salience=obs.salience,
+            lexical_rank=ranks.get(rowid),
+            key_similarity=key_scores.get(rowid),
+            cold=obs.cold_at is not None or rowid in assume_cold,
+        )
+        for rowid, obs in observations.items()
+        if obs.deleted_at is None
+    ]
+    ranked: list[Ranked] = rank_candidates(candidates, cfg.weights(), top_k)
+    return [
+        Hit(
+            rowid=r.label,
+            content_hash=observations[r.label].content_hash,
+            title=observations[r.label].title,
+            content=observations[r.label].content,
+            similarity=r.similarity,
+            salience=observations[r.label].salience,
+            score=r.score,
+            relevance=r.relevance,
+            cold=r.cold,
+        )
+        for r in ranked
+    ]
+
+
+def _best(scores: dict[int, float], n: int) -> list[int]:
+    return [label for label, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def _vector_candidates(rt: Runtime, vector: Vector, n: int, index: HnswIndex | None) -> list[int]:
+    index = index if index is not None else _saved_index(rt)
     if index is not None:
         labels, _ = index.knn_many(vector[None, :], n)
-        return {int(x) for x in labels[0]}
+        return [int(x) for x in labels[0]]
     live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
     if len(live) == 0:
-        return set()
+        return []
     order = np.argsort(-(vectors @ vector), kind="stable")[:n]
-    return {int(live[i]) for i in order}
+    return [int(live[i]) for i in order]
+
+
+def _cold_candidates(rt: Runtime, vector: Vector, n: int) -> list[int]:
+    stamp = rt.db.change_stamp()
+    cached = rt.recall_cache.get("cold", stamp)
+    if cached is None:
+        cached = rt.recall_cache.put(
+            "cold", stamp, tiers.cold_vectors(rt.db, rt.embedder.index_version, rt.embedder.dim)
+        )
+    labels, vectors = cached
+    if len(labels) == 0:
+        return []
+    order = np.argsort(-(vectors @ vector), kind="stable")[:n]
+    return [int(labels[i]) for i in order]
+
+
+def _key_scores(rt: Runtime, vector: Vector) -> dict[int, float]:
+    """Per chunk, the best cosine of the query to one of its keys times the key's weight."""
+    stamp = key_store.keys_stamp(rt.db)
+    cached = rt.recall_cache.get("keys", stamp)
+    if cached is None:
+        cached = rt.recall_cache.put("keys", stamp, key_store.all_keys(rt.db))
+    chunks, matrix, weights, updated = cached
+    if len(chunks) == 0:
+        return {}
+    half_life = rt.config.learning.key_half_life_s
+    cosines = matrix @ vector
+    scaled = cosines * effective_weight_array(weights, updated, rt.clock.now_ms(), half_life)
+    # A key stands for the question it was learned from: only queries close to that
+    # question (a repeat or a paraphrase) may use it.
+    scaled = np.where(cosines >= rt.config.recall.key_min_similarity, scaled, -np.inf)
+    best: dict[int, float] = {}
+    for chunk, value in zip(chunks.tolist(), scaled.tolist(), strict=True):
+        if value > best.get(chunk, -np.inf) and value > -np.inf:
+            best[chunk] = value
+    return best
 
 
 def _saved_index(rt: Runtime) -> HnswIndex | None:
@@ -92,15 +199,26 @@ def _saved_index(rt: Runtime) -> HnswIndex | None:
     return index if index.stamp == rt.db.change_stamp() else None
 
 
-def _record_attribution(rt: Runtime, hits: list[Hit], decision_text: str) -> str:
+def _record_attribution(
+    rt: Runtime, hits: list[Hit], decision_text: str, query: str, vector: Vector
+) -> str:
     db = rt.db
-    chunks = sorted(h.content_hash for h in hits)
-    now = wall_clock_ms()
+    ranked = [h.content_hash for h in hits]
+    chunks = sorted(ranked)
+    now = rt.clock.now_ms()
     with db.transaction():
-        hlc = issue_hlc(db)
+        hlc = issue_hlc(db, rt.clock.now_ms)
         digest = decision_hash(rt.peer_id, hlc, chunks, decision_text)
         db.record_attribution(
-            digest, chunks, peer=rt.peer_id, hlc=hlc, ts_ms=now, decision_text=decision_text
+            digest,
+            chunks,
+            peer=rt.peer_id,
+            hlc=hlc,
+            ts_ms=now,
+            decision_text=decision_text,
+            ranked=ranked,
+            query_text=query,
+            query_embedding=vector,
         )
         entry = AttributionEntry(
             hlc=hlc,

@@ -9,13 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+from daemon.clock import Clock, clock_from_config
 from daemon.config import Config
+from daemon.memo import StampedCache
 from store.database import Database
 from store.embedder import Embedder
 from store.index import HnswIndex, open_or_rebuild
 from store.salience import SalienceCache
 from zeitgeist.backend import LogBackend
-from zeitgeist.hlc import HybridLogicalClock, wall_clock_ms
+from zeitgeist.hlc import HybridLogicalClock
 from zeitgeist.log import Zeitgeist
 
 log = logging.getLogger("dreamcycle.runtime")
@@ -49,22 +51,22 @@ def open_backend(config: Config) -> LogBackend:
     return RedisStreamsBackend(url=zg.redis.url, prefix=zg.redis.prefix)
 
 
-def persistent_clock(db: Database) -> HybridLogicalClock:
+def persistent_clock(db: Database, wall_ms: Callable[[], int]) -> HybridLogicalClock:
     """An HLC that resumes above everything this peer issued before a restart."""
-    clock = HybridLogicalClock(wall_ms=wall_clock_ms)
+    clock = HybridLogicalClock(wall_ms)
     high = db.get_meta(HLC_META_KEY)
     if high is not None:
         clock.observe(int(high))
     return clock
 
 
-def issue_hlc(db: Database) -> int:
+def issue_hlc(db: Database, wall_ms: Callable[[], int]) -> int:
     """One HLC value for a short-lived process (CLI), persisted so the next is higher.
 
     Call inside a transaction: the read-modify-write of meta is then atomic
     against the daemon and other CLIs.
     """
-    clock = persistent_clock(db)
+    clock = persistent_clock(db, wall_ms)
     value = clock.now()
     db.set_meta(HLC_META_KEY, str(value))
     return value
@@ -72,11 +74,15 @@ def issue_hlc(db: Database) -> int:
 
 @dataclass
 class Runtime:
-    """Database and embedder: what every command needs."""
+    """Database, embedder and wall clock: what every command needs."""
 
     config: Config
     db: Database
     embedder: Embedder
+    #: Every "now" of this process; injected so tests and benchmarks can simulate time.
+    clock: Clock
+    #: What recall reads whole, kept between calls while the database has not changed.
+    recall_cache: StampedCache = field(default_factory=StampedCache, repr=False)
     _lock_file: IO[str] | None = field(default=None, repr=False)
 
     @property
@@ -84,7 +90,10 @@ class Runtime:
         return self.config.peer.id
 
     @classmethod
-    def open(cls, config: Config) -> Runtime:
+    def open(cls, config: Config, clock: Clock | None = None) -> Runtime:
+        """`clock` overrides `[clock]` (tests pass a ManualClock)."""
+        # Before anything is opened: a bad clock file then leaves nothing to close.
+        clock = clock if clock is not None else clock_from_config(config)
         config.data_dir.mkdir(parents=True, exist_ok=True)
         db = Database(config.database_path)
         embedder = Embedder(
@@ -92,7 +101,7 @@ class Runtime:
             batch_size=config.embedding.batch_size,
             threads=config.embedding.threads or None,
         )
-        return cls(config=config, db=db, embedder=embedder)
+        return cls(config=config, db=db, embedder=embedder, clock=clock)
 
     def lock_data_dir(self) -> None:
         """One daemon per data directory: a second one is refused, not interleaved."""
@@ -141,16 +150,16 @@ class Runtime:
         backend = open_backend(self.config)
         # Refuse a store that would silently overwrite log entries before writing any.
         backend.probe()
-        clock = persistent_clock(self.db)
+        hlc = persistent_clock(self.db, self.clock.now_ms)
         zeitgeist = Zeitgeist(
             backend,
             self.peer_id,
-            clock,
+            hlc,
             window_ms=int(self.config.zeitgeist.window_s * 1000),
             liveness_timeout_ms=int(self.config.zeitgeist.liveness_timeout_s * 1000),
-            wall_ms=wall_clock_ms,
+            wall_ms=self.clock.now_ms,
         )
-        return Peer(self, index, SalienceCache(self.db), zeitgeist, clock, reason)
+        return Peer(self, index, SalienceCache(self.db), zeitgeist, hlc, reason)
 
     def close(self) -> None:
         self.db.close()
@@ -172,6 +181,7 @@ class Peer:
     index: HnswIndex
     salience: SalienceCache
     zeitgeist: Zeitgeist
+    #: The hybrid logical clock stamping log entries (wall time is `now_ms()`).
     clock: HybridLogicalClock
     index_rebuild_reason: str | None = None
     #: Read the newest snapshot before polling: at start-up and after the log was unreachable.
@@ -192,6 +202,10 @@ class Peer:
     @property
     def peer_id(self) -> str:
         return self.runtime.peer_id
+
+    def now_ms(self) -> int:
+        """The runtime's wall clock, which the phases read instead of the system time."""
+        return self.runtime.clock.now_ms()
 
     def save_index(self) -> None:
         self.index.save(self.db.change_stamp())

@@ -19,9 +19,15 @@ from typing import Final, TypeVar
 import trio
 
 from daemon import metrics, systemd
-from daemon.cycle import PHASE_FUNCTIONS, PHASES, CycleState, FatalCycleError
+from daemon.cycle import (
+    PHASE_FUNCTIONS,
+    PHASES,
+    CycleState,
+    FatalCycleError,
+    record_cycle_end,
+    record_cycle_start,
+)
 from daemon.runtime import Peer, Runtime
-from zeitgeist.hlc import wall_clock_ms
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")
@@ -102,8 +108,8 @@ class Service:
         return EXIT_OK
 
     async def run_cycle(self, peer: Peer) -> CycleState:
-        st = CycleState(now_ms=wall_clock_ms())
-        cycle_id = await self._blocking(lambda: _start_cycle(self.rt, st.now_ms))
+        st = CycleState(now_ms=self.rt.clock.now_ms())
+        cycle_id = await self._blocking(lambda: record_cycle_start(self.rt, st.now_ms))
         status = "done"
         try:
             for name in PHASES:
@@ -130,8 +136,7 @@ class Service:
                     f"cannot reload state after a failed cycle: {reload_error}"
                 ) from reload_error
         finally:
-            metrics.CYCLES.labels(status).inc()
-            await self._blocking(lambda: _finish_cycle(self.rt, cycle_id, status, st))
+            await self._blocking(lambda: record_cycle_end(self.rt, cycle_id, status, st))
         log.info("cycle %s", status, extra={"phases": st.stats})
         return st
 
@@ -156,20 +161,6 @@ def _save_and_close(peer: Peer) -> None:
     except Exception:
         log.exception("saving the index failed; it will be rebuilt at the next start")
     peer.close()
-
-
-def _start_cycle(rt: Runtime, now_ms: int) -> int:
-    with rt.db.transaction():
-        return rt.db.start_cycle(now_ms)
-
-
-def _finish_cycle(rt: Runtime, cycle_id: int, status: str, st: CycleState) -> None:
-    with rt.db.transaction():
-        rt.db.finish_cycle(cycle_id, status=status, phases=st.stats, now_ms=wall_clock_ms())
-    live, tombstones = rt.db.live_and_tombstoned()
-    metrics.LIVE_CHUNKS.set(live)
-    metrics.TOMBSTONES.set(tombstones)
-    metrics.LAST_CYCLE.set(time.time())
 
 
 def serve(rt: Runtime, *, max_cycles: int | None = None) -> int:

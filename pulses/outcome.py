@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -20,6 +20,7 @@ from pulses.constants import (
     OUTCOME_PULSE_TTL_S,
     OUTCOME_SIGMA,
 )
+from pulses.credit import Credit
 from pulses.pulse import PulseKind, SalientPulse
 
 #: Rewards are scores of one decision, from fully wrong to fully right.
@@ -129,8 +130,13 @@ def outcome_to_pulses(
     *,
     index_version: str,
     ttl_s: float = OUTCOME_PULSE_TTL_S,
+    credits: Sequence[Credit] | None = None,
 ) -> list[SalientPulse]:
-    """One pulse per attributed chunk whose embedding is known, in sorted chunk-hash order.
+    """One pulse per credited chunk whose embedding is known, in sorted chunk-hash order.
+
+    `credits` (pulses.credit) say which chunks and how strongly; None credits every
+    attributed chunk with the whole reward, as the protocol's outcome conversion
+    was first written.
 
     Every field comes from the outcome, the attribution and the chunk's stored
     embedding, never from the converting peer's clock or identity, so peers holding
@@ -146,16 +152,21 @@ def outcome_to_pulses(
         )
     if outcome.reward == 0:
         return []
-    kind = PulseKind.REWARD if outcome.reward > 0 else PulseKind.DECAY
+    if credits is None:
+        amounts = dict.fromkeys(attribution.chunk_hashes, float(outcome.reward))
+    else:
+        attributed = set(attribution.chunk_hashes)
+        amounts = {c.chunk_hash: c.amount for c in credits if c.chunk_hash in attributed}
     pulses: list[SalientPulse] = []
-    for chunk in sorted(set(attribution.chunk_hashes)):
+    for chunk in sorted(amounts):
         embedding = embedding_of(chunk)
-        if embedding is None:
+        amount = amounts[chunk]
+        if embedding is None or amount == 0:
             continue
         pulse = SalientPulse(
             seed_embedding=np.ascontiguousarray(embedding, dtype=np.float32),
-            kind=kind,
-            strength=abs(float(outcome.reward)),
+            kind=PulseKind.REWARD if amount > 0 else PulseKind.DECAY,
+            strength=abs(amount),
             sigma=OUTCOME_SIGMA,
             max_hops=OUTCOME_MAX_HOPS,
             k=OUTCOME_K,

@@ -1,19 +1,24 @@
-"""Time downscaling and the percentile sweep (seed section 5, Membrane-style decay)."""
+"""Time downscaling and the percentile sweep (Membrane-style decay; the sweep keeps a state).
+
+The sweep moves the bottom percentile of each kind, by a value that mixes learned
+salience with intrinsic worth, to the cold tier; see plan_sweep.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
 
 from pulses.constants import EPSILON, SALIENCE_MIN
 
-#: Seed section 5: the bottom 60 % by salience is tombstoned each cycle.
+#: The bottom 60 % by value is kept in the cold tier.
 DEFAULT_SWEEP_PERCENTILE: Final = 60.0
-#: Seed section 5: a cold database (fewer sweepable chunks than this) is not swept.
+#: A young store (fewer sweepable chunks than this) is not swept.
 DEFAULT_MIN_POPULATION: Final = 100
 #: Interpolation of numpy.percentile, fixed so every peer computes the same threshold.
 PERCENTILE_METHOD: Final = "linear"
@@ -46,14 +51,35 @@ def downscale(salience: float, pin_floor: float, elapsed_s: float, half_life_s: 
     return max(decayed, pin_floor, SALIENCE_MIN)
 
 
+#: How salience and intrinsic value mix into the value the sweep ranks by (sums to 1).
+DEFAULT_SALIENCE_SHARE: Final = 0.5
+DEFAULT_INFORMATION_SHARE: Final = 0.4
+DEFAULT_IMPORTANCE_SHARE: Final = 0.1
+#: A kind with fewer sweepable chunks than this is left alone (its percentile means little).
+MIN_KIND_POPULATION: Final = 10
+_WORD: Final = re.compile(r"[a-z0-9]+")
+
+
 @dataclass(frozen=True)
 class SweepCandidate:
-    """A live chunk as the sweep sees it; `protected` means its deletion policy forbids pruning."""
+    """A chunk as the sweep sees it.
+
+    `protected` means its deletion policy forbids pruning; `cold` that an earlier
+    sweep already moved it to the cold tier (it still counts towards the
+    percentile, so the bottom share is a state the sweep keeps, not a cut it
+    repeats); `eligible` that its grace period is over; `information` its
+    intrinsic value (see information_content).
+    """
 
     label: int
     salience: float
     pinned: bool
     protected: bool
+    kind: str = "note"
+    information: float = 0.0
+    importance: int = 5
+    cold: bool = False
+    eligible: bool = True
 
     @property
     def sweepable(self) -> bool:
@@ -61,13 +87,72 @@ class SweepCandidate:
 
 
 @dataclass(frozen=True)
+class SweepMix:
+    """Shares of the three signals in a chunk's value; each is a percentile rank within kind."""
+
+    salience: float = DEFAULT_SALIENCE_SHARE
+    information: float = DEFAULT_INFORMATION_SHARE
+    importance: float = DEFAULT_IMPORTANCE_SHARE
+
+    def validate(self) -> None:
+        shares = (self.salience, self.information, self.importance)
+        if any(not (math.isfinite(s) and s >= 0) for s in shares) or sum(shares) <= 0:
+            raise InvalidSweep(f"sweep mix shares must be >= 0 and not all 0, got {shares}")
+
+
+@dataclass(frozen=True)
 class SweepPlan:
-    """What one sweep would tombstone: `doomed` labels ascending, or why it was skipped."""
+    """What one sweep would move to the cold tier: `doomed` labels ascending, or why not.
+
+    `thresholds` maps each swept kind to the value below which its chunks go.
+    """
 
     threshold: float | None
     population: int
     doomed: tuple[int, ...]
     skipped_reason: str | None
+    thresholds: dict[str, float] = field(default_factory=dict)
+    values: dict[int, float] = field(default_factory=dict)
+    already_cold: int = 0
+
+
+def information_content(texts: Sequence[str]) -> list[float]:
+    """Summed inverse document frequency of each text's distinct words, over `texts`.
+
+    Greetings and acknowledgements share common words and score low; a chunk that
+    names rare things scores high, whatever its salience.
+    """
+    documents = [set(_WORD.findall(text.lower())) for text in texts]
+    frequency: dict[str, int] = {}
+    for words in documents:
+        for word in words:
+            frequency[word] = frequency.get(word, 0) + 1
+    total = len(documents)
+    return [
+        math.fsum(math.log((total + 1) / (frequency[word] + 0.5)) for word in sorted(words))
+        for words in documents
+    ]
+
+
+def percentile_ranks(values: Sequence[float]) -> list[float]:
+    """Each value's rank in [0, 1], ties sharing their average rank (never split arbitrarily)."""
+    count = len(values)
+    if count == 0:
+        return []
+    if count == 1:
+        return [0.5]
+    order = sorted(range(count), key=lambda i: values[i])
+    ranks = [0.0] * count
+    start = 0
+    while start < count:
+        end = start
+        while end + 1 < count and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        average = (start + end) / 2.0
+        for position in range(start, end + 1):
+            ranks[order[position]] = average / (count - 1)
+        start = end + 1
+    return ranks
 
 
 def plan_sweep(
@@ -75,14 +160,22 @@ def plan_sweep(
     percentile: float = DEFAULT_SWEEP_PERCENTILE,
     min_population: int = DEFAULT_MIN_POPULATION,
     tolerance: float = EPSILON,
+    mix: SweepMix | None = None,
 ) -> SweepPlan:
-    """Threshold = `percentile` of the sweepable saliences; doom those below it by more than
-    `tolerance`.
+    """Per kind, the `percentile` of value over live and cold chunks; doom live, eligible
+    chunks whose value is below it.
 
-    The tolerance keeps a sweep from deciding on differences no pulse could have made
-    (chunks ingested seconds apart differ by ~1e-8 after decay). Pinned and protected
-    chunks neither count towards the threshold nor get doomed.
+    Value = the mix of a chunk's percentile ranks (within its kind) of salience,
+    information content and declared importance. Saliences within a relative
+    `tolerance` of each other tie first, so differences no pulse could have made
+    (chunks ingested seconds apart differ by ~1e-8 after decay) do not split.
+    Ranking within kind means a kind that decays faster is never wiped as a
+    whole; ranks are unchanged by a decay that scales a whole kind alike, so
+    repeated sweeps of a static corpus settle. Pinned and protected chunks
+    neither count nor get doomed.
     """
+    mix = mix or SweepMix()
+    mix.validate()
     if not (math.isfinite(tolerance) and tolerance >= 0.0):
         raise InvalidSweep(f"sweep tolerance must be finite and >= 0, got {tolerance}")
     if not (math.isfinite(percentile) and 0.0 < percentile < 100.0):
@@ -93,21 +186,93 @@ def plan_sweep(
         raise InvalidSweep(f"sweep min_population must be >= 0, got {min_population}")
     sweepable = _sweepable(candidates)
     population = len(sweepable)
+    already_cold = sum(c.cold for c in sweepable)
     if population < min_population:
         return SweepPlan(
             threshold=None,
             population=population,
             doomed=(),
             skipped_reason=f"population {population} below minimum {min_population}",
+            already_cold=already_cold,
         )
     if population == 0:
         return SweepPlan(
             threshold=None, population=0, doomed=(), skipped_reason="no sweepable chunks"
         )
-    saliences = np.fromiter((c.salience for c in sweepable), dtype=np.float64, count=population)
-    threshold = float(np.percentile(saliences, percentile, method=PERCENTILE_METHOD))
-    doomed = tuple(sorted(c.label for c in sweepable if c.salience < threshold - tolerance))
-    return SweepPlan(threshold=threshold, population=population, doomed=doomed, skipped_reason=None)
+    by_kind: dict[str, list[SweepCandidate]] = {}
+    for candidate in sweepable:
+        by_kind.setdefault(candidate.kind, []).append(candidate)
+    values: dict[int, float] = {}
+    thresholds: dict[str, float] = {}
+    doomed: list[int] = []
+    for kind in sorted(by_kind):
+        group = by_kind[kind]
+        kind_values = _values(group, mix, tolerance)
+        values.update(zip((c.label for c in group), kind_values, strict=True))
+        if len(group) < MIN_KIND_POPULATION:
+            continue
+        threshold = float(np.percentile(kind_values, percentile, method=PERCENTILE_METHOD))
+        thresholds[kind] = threshold
+        doomed.extend(
+            c.label
+            for c, value in zip(group, kind_values, strict=True)
+            if not c.cold and c.eligible and value < threshold - _VALUE_TOLERANCE
+        )
+    overall = float(np.percentile(list(values.values()), percentile, method=PERCENTILE_METHOD))
+    return SweepPlan(
+        threshold=overall,
+        population=population,
+        doomed=tuple(sorted(doomed)),
+        skipped_reason=None,
+        thresholds=thresholds,
+        values=values,
+        already_cold=already_cold,
+    )
+
+
+#: Values are mixes of ranks; closer than this they are the same value.
+_VALUE_TOLERANCE: Final = 1e-9
+
+
+def relative_ties(values: Sequence[float], tolerance: float) -> list[float]:
+    """Each value replaced by the smallest value of its run of near-equal values.
+
+    Sorted values join a run while within a factor (1 + tolerance) of the run's
+    first value. The grouping depends only on ratios, so scaling every value by
+    the same decay factor leaves the groups (and so the ranks) as they were.
+    """
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    tied = [0.0] * len(values)
+    anchor: float | None = None
+    for i in order:
+        value = values[i]
+        if anchor is None or value > anchor * (1.0 + tolerance):
+            anchor = value
+        tied[i] = anchor
+    return tied
+
+
+def _values(group: Sequence[SweepCandidate], mix: SweepMix, tolerance: float) -> list[float]:
+    salience = relative_ties([c.salience for c in group], tolerance)
+    signals = (
+        (mix.salience, percentile_ranks(salience)),
+        (mix.information, percentile_ranks([c.information for c in group])),
+        (mix.importance, percentile_ranks([float(c.importance) for c in group])),
+    )
+    total = mix.salience + mix.information + mix.importance
+    return [
+        math.fsum(share * ranks[i] for share, ranks in signals) / total for i in range(len(group))
+    ]
+
+
+def spare(plan: SweepPlan, keep: Iterable[int]) -> tuple[SweepPlan, tuple[int, ...]]:
+    """The plan without the labels in `keep` (the prune gate's verdict), and those spared."""
+    kept = set(keep)
+    spared = tuple(label for label in plan.doomed if label in kept)
+    if not spared:
+        return plan, ()
+    remaining = tuple(label for label in plan.doomed if label not in kept)
+    return replace(plan, doomed=remaining), spared
 
 
 def _sweepable(candidates: Iterable[SweepCandidate]) -> list[SweepCandidate]:

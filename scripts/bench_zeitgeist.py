@@ -43,6 +43,7 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import numpy as np
 import numpy.typing as npt
 
+from daemon.clock import SystemClock
 from daemon.config import load_config
 from daemon.cycle import CURSOR_META_KEY, PHASE_FUNCTIONS, CycleState, run_cycle_blocking
 from daemon.ingest import ingest, read_files
@@ -73,7 +74,7 @@ from scripts.local_servers import (
     start_seaweedfs,
 )
 from zeitgeist.entries import AttributionEntry, Entry, OutcomeEntry, PulseEntry
-from zeitgeist.hlc import HybridLogicalClock, wall_clock_ms
+from zeitgeist.hlc import HybridLogicalClock
 from zeitgeist.keys import SEGMENT_PREFIX, segment_listing_start
 from zeitgeist.log import PreparedSegment, Zeitgeist
 from zeitgeist.s3 import S3Backend
@@ -327,7 +328,10 @@ class Publisher:
 
 def publisher(server: RunningS3, prefix: str, peer_id: str) -> Publisher:
     backend = server.backend(prefix)
-    return Publisher(Zeitgeist(backend, peer_id, HybridLogicalClock()), backend)
+    wall_ms = SystemClock().now_ms
+    return Publisher(
+        Zeitgeist(backend, peer_id, HybridLogicalClock(wall_ms), wall_ms=wall_ms), backend
+    )
 
 
 # ---- publish latency ---------------------------------------------------------------------
@@ -454,7 +458,7 @@ def ingest_published(rt: Peer) -> IngestResult:
     segments = entries = distinct = duplicates = pulses = cycles = 0
     with counting(backend) as requests:
         while True:
-            st = CycleState(now_ms=wall_clock_ms())
+            st = CycleState(now_ms=rt.now_ms())
             spent: dict[str, float] = {}
             for name in INGEST_PHASES:
                 started = time.perf_counter()

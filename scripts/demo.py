@@ -328,11 +328,7 @@ def saliences(peer: Peer) -> dict[int, float]:
     """Salience of every live chunk of `peer`, by rowid."""
     db = Database(peer.database_path)
     try:
-        return {
-            rowid: value
-            for rowid, value, _floor, tombstoned, _policy in db.salience_rows()
-            if not tombstoned
-        }
+        return {row.rowid: row.salience for row in db.salience_rows() if not row.tombstoned}
     finally:
         db.close()
 

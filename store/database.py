@@ -29,6 +29,20 @@ CHUNK_KINDS: Final = ("fact", "preference", "insight", "summary", "note")
 DELETION_POLICIES: Final = ("auto_prune", "manual_only", "never")
 #: Metadata a `reconsolidate` entry may change without changing the chunk's content.
 REVISABLE_COLUMNS: Final = ("title", "topic_key", "importance")
+#: A new chunk's salience is INITIAL_SALIENCE_BASE + INITIAL_SALIENCE_PER_IMPORTANCE *
+#: importance: 0.5 at the default importance 5, 0.75 at 10, always below the cap 1.0,
+#: so a Reward can still lift it.
+INITIAL_SALIENCE_BASE: Final = 0.25
+INITIAL_SALIENCE_PER_IMPORTANCE: Final = 0.05
+#: meta key counting moves between the live and the cold tier (part of the index's stamp).
+TIER_EPOCH_META_KEY: Final = "tier_epoch"
+#: Observations of this type record the daemon's own efficacy; they are not memory to recall.
+EFFICACY_TYPE: Final = "efficacy"
+
+
+def initial_salience(importance: int) -> float:
+    return INITIAL_SALIENCE_BASE + INITIAL_SALIENCE_PER_IMPORTANCE * importance
+
 
 apsw.bestpractice.apply(apsw.bestpractice.recommended)
 
@@ -108,12 +122,54 @@ class Observation:
     access_count: int
     deletion_policy: str
     created_at: str
+    cold_at: str | None = None
+    cold_reason: str | None = None
+    importance: int = 5
+
+    @property
+    def live(self) -> bool:
+        return self.deleted_at is None and self.cold_at is None
 
 
 _OBSERVATION_COLUMNS: Final = (
     "id, content_hash, title, content, type, kind, topic_key, project, salience, pin_floor, "
-    "deleted_at, access_count, deletion_policy, created_at"
+    "deleted_at, access_count, deletion_policy, created_at, cold_at, cold_reason, importance"
 )
+
+
+@dataclass(frozen=True)
+class SalienceRow:
+    rowid: int
+    salience: float
+    pin_floor: float
+    tombstoned: bool
+    deletion_policy: str
+    cold: bool
+
+
+@dataclass(frozen=True)
+class AttributionRecord:
+    """A recorded decision: chunks best first (when known), who decided, and the query."""
+
+    chunk_hashes: list[str]
+    peer: str
+    hlc: int
+    decision_text: str
+    ranked: list[str]
+    query_text: str | None
+    query_embedding: npt.NDArray[np.float32] | None
+
+
+@dataclass(frozen=True)
+class OutcomeRecord:
+    outcome_id: str
+    decision_hash: str
+    reward: float
+    observer_peer: str
+    hlc: int
+    reason: str
+    expires_ms: int
+    cited: list[str]
 
 
 def vector_to_blob(vector: npt.NDArray[np.float32]) -> bytes:
@@ -153,6 +209,10 @@ class Database:
 
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         return self.conn.execute(sql, params).fetchall()
+
+    # The stores of other tables (tiers, keys, lexical) query through these.
+    fetch_one = _one
+    fetch_all = _all
 
     @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:
@@ -218,7 +278,7 @@ class Database:
                 "scope, topic_key, normalized_hash, created_at, updated_at, last_seen_at, "
                 "last_decay_ts, pin_floor, salience, content_hash, kind, importance, "
                 "deletion_policy, origin_peer, source_ref) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     item.session_id,
                     item.type,
@@ -234,6 +294,7 @@ class Database:
                     now,
                     now,
                     item.pin_floor,
+                    max(item.pin_floor, initial_salience(item.importance)),
                     digest,
                     item.kind,
                     item.importance,
@@ -307,12 +368,12 @@ class Database:
     def embeddings(
         self, index_version: str, dim: int, *, after_rowid: int = 0
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """(live labels, their vectors, tombstoned labels) embedded under `index_version`."""
+        """(live labels, their vectors, tombstoned or cold labels) embedded under `index_version`."""
         live: list[int] = []
         blobs: list[bytes] = []
         dead: list[int] = []
         for rowid, blob, deleted in self._all(
-            "SELECT id, embedding, deleted_at FROM observations "
+            "SELECT id, embedding, coalesce(deleted_at, cold_at) FROM observations "
             "WHERE admitted_seq IS NOT NULL AND index_version = ? AND id > ? ORDER BY id",
             (index_version, after_rowid),
         ):
@@ -351,36 +412,26 @@ class Database:
         )
         return {int(r[0]): _observation(r) for r in rows}
 
-    def search_text(self, query: str, limit: int) -> list[int]:
-        """Full-text matches (FTS5 over title, content, topic_key), best first, live only."""
-        terms = " ".join(f'"{t}"' for t in query.replace('"', " ").split())
-        if not terms:
-            return []
-        rows = self._all(
-            "SELECT o.id FROM observations_fts f JOIN observations o ON o.id = f.rowid "
-            "WHERE observations_fts MATCH ? AND o.deleted_at IS NULL ORDER BY rank LIMIT ?",
-            (terms, limit),
-        )
-        return [int(r[0]) for r in rows]
-
     def bump_access(self, rowids: Sequence[int], *, now_ms: int) -> None:
         self.conn.executemany(
-            "UPDATE observations SET access_count = access_count + 1, last_seen_at = ? WHERE id = ?",
+            # A cold chunk recalled by fallback is not thereby revived (see store.tiers).
+            "UPDATE observations SET access_count = access_count + 1, "
+            "last_seen_at = CASE WHEN cold_at IS NULL THEN ? ELSE last_seen_at END WHERE id = ?",
             [(iso_from_ms(now_ms), r) for r in rowids],
         )
 
     # ---- salience -----------------------------------------------------------------
 
-    def salience_rows(
-        self, *, after_rowid: int = 0
-    ) -> Iterator[tuple[int, float, float, bool, str]]:
-        """(rowid, salience, pin_floor, tombstoned, deletion_policy) of every chunk."""
-        for rowid, salience, floor, deleted, policy in self._all(
-            "SELECT id, salience, pin_floor, deleted_at IS NOT NULL, deletion_policy "
-            "FROM observations WHERE id > ? ORDER BY id",
+    def salience_rows(self, *, after_rowid: int = 0) -> Iterator[SalienceRow]:
+        """The salience state of every chunk, in rowid order."""
+        for rowid, salience, floor, deleted, policy, cold in self._all(
+            "SELECT id, salience, pin_floor, deleted_at IS NOT NULL, deletion_policy, "
+            "cold_at IS NOT NULL FROM observations WHERE id > ? ORDER BY id",
             (after_rowid,),
         ):
-            yield int(rowid), float(salience), float(floor), bool(deleted), str(policy)
+            yield SalienceRow(
+                int(rowid), float(salience), float(floor), bool(deleted), str(policy), bool(cold)
+            )
 
     def write_salience(self, values: dict[int, float]) -> None:
         self.conn.executemany(
@@ -481,7 +532,12 @@ class Database:
             "WHERE content_hash = ? AND deleted_at IS NULL RETURNING id",
             (iso_from_ms(now_ms), iso_from_ms(now_ms), digest),
         )
-        return None if row is None else int(row[0])
+        if row is None:
+            return None
+        # Learned keys go with the chunk: nothing may recall a retracted chunk by them.
+        self.conn.execute("DELETE FROM learned_keys WHERE chunk_id = ?", (row[0],))
+        self.conn.execute("UPDATE recall_fts SET learned = '' WHERE rowid = ?", (row[0],))
+        return int(row[0])
 
     def is_tombstoned_hash(self, digest: str) -> bool:
         return self._one("SELECT 1 FROM tombstones WHERE hash = ?", (digest,)) is not None
@@ -535,11 +591,19 @@ class Database:
         hlc: int,
         ts_ms: int,
         decision_text: str,
+        ranked: Sequence[str] | None = None,
+        query_text: str | None = None,
+        query_embedding: npt.NDArray[np.float32] | None = None,
     ) -> bool:
-        """False if the decision was already recorded (attributions are idempotent)."""
+        """False if the decision was already recorded (attributions are idempotent).
+
+        `ranked` (best first), the query and its embedding are known only to the
+        peer that recalled; they let an outcome credit by rank and teach keys.
+        """
         row = self._one(
-            "INSERT INTO attributions (decision_hash, chunk_hashes_json, peer, ts, hlc, decision_text) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (decision_hash) DO NOTHING RETURNING 1",
+            "INSERT INTO attributions (decision_hash, chunk_hashes_json, peer, ts, hlc, "
+            "decision_text, ranked_json, query_text, query_embedding) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (decision_hash) DO NOTHING RETURNING 1",
             (
                 decision_hash,
                 json.dumps(sorted(chunk_hashes)),
@@ -547,20 +611,55 @@ class Database:
                 iso_from_ms(ts_ms),
                 hlc,
                 decision_text,
+                None if ranked is None else json.dumps(list(ranked)),
+                query_text,
+                None if query_embedding is None else vector_to_blob(query_embedding),
             ),
         )
         return row is not None
 
-    def attribution(self, decision_hash: str) -> tuple[list[str], str, int, str] | None:
-        """(chunk hashes, peer, hlc, decision text) of a recorded decision."""
+    def attribution(self, decision_hash: str) -> AttributionRecord | None:
         row = self._one(
-            "SELECT chunk_hashes_json, peer, hlc, decision_text FROM attributions "
-            "WHERE decision_hash = ?",
+            "SELECT chunk_hashes_json, peer, hlc, decision_text, ranked_json, query_text, "
+            "query_embedding FROM attributions WHERE decision_hash = ?",
             (decision_hash,),
         )
         if row is None:
             return None
-        return list(json.loads(row[0])), str(row[1]), int(row[2]), str(row[3])
+        chunks = list(json.loads(row[0]))
+        return AttributionRecord(
+            chunk_hashes=chunks,
+            peer=str(row[1]),
+            hlc=int(row[2]),
+            decision_text=str(row[3]),
+            ranked=chunks if row[4] is None else list(json.loads(row[4])),
+            query_text=row[5],
+            query_embedding=None if row[6] is None else blob_to_vector(bytes(row[6])),
+        )
+
+    def successful_decisions(
+        self, peer: str, *, since_ms: int, limit: int
+    ) -> list[tuple[str, list[str], list[str], str, npt.NDArray[np.float32]]]:
+        """Recent decisions of `peer` with a positive outcome, newest first:
+        (decision hash, chunks best first, cited chunks, query, query embedding)."""
+        rows = self._all(
+            "SELECT a.decision_hash, coalesce(a.ranked_json, a.chunk_hashes_json), o.cited_json, "
+            "a.query_text, a.query_embedding FROM outcomes o "
+            "JOIN attributions a ON a.decision_hash = o.decision_hash "
+            "WHERE o.reward > 0 AND a.peer = ? AND a.query_embedding IS NOT NULL AND a.ts >= ? "
+            "GROUP BY a.decision_hash ORDER BY max(o.hlc) DESC LIMIT ?",
+            (peer, iso_from_ms(since_ms), limit),
+        )
+        return [
+            (
+                str(d),
+                list(json.loads(r)),
+                list(json.loads(c)),
+                str(q or ""),
+                blob_to_vector(bytes(e)),
+            )
+            for d, r, c, q, e in rows
+        ]
 
     def record_outcome(
         self,
@@ -572,24 +671,36 @@ class Database:
         hlc: int,
         reason: str,
         expires_ms: int,
+        cited: Sequence[str] = (),
     ) -> bool:
         row = self._one(
             "INSERT INTO outcomes (outcome_id, decision_hash, reward, observer_peer, hlc, reason, "
-            "status, expires_ms) VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?) "
+            "status, expires_ms, cited_json) VALUES (?, ?, ?, ?, ?, ?, 'waiting', ?, ?) "
             "ON CONFLICT (outcome_id) DO NOTHING RETURNING 1",
-            (outcome_id, decision_hash, reward, observer_peer, hlc, reason, expires_ms),
+            (
+                outcome_id,
+                decision_hash,
+                reward,
+                observer_peer,
+                hlc,
+                reason,
+                expires_ms,
+                json.dumps(list(cited)),
+            ),
         )
         return row is not None
 
-    def waiting_outcomes(self) -> list[tuple[str, str, float, str, int, str, int]]:
-        """(outcome_id, decision_hash, reward, observer, hlc, reason, expires_ms), oldest first."""
+    def waiting_outcomes(self) -> list[OutcomeRecord]:
+        """Outcomes not yet converted, oldest first."""
         rows = self._all(
-            "SELECT outcome_id, decision_hash, reward, observer_peer, hlc, reason, expires_ms "
-            "FROM outcomes WHERE status = 'waiting' ORDER BY hlc, outcome_id"
+            "SELECT outcome_id, decision_hash, reward, observer_peer, hlc, reason, expires_ms, "
+            "cited_json FROM outcomes WHERE status = 'waiting' ORDER BY hlc, outcome_id"
         )
         return [
-            (str(a), str(b), float(c), str(d), int(e), str(f), int(g))
-            for a, b, c, d, e, f, g in rows
+            OutcomeRecord(
+                str(a), str(b), float(c), str(d), int(e), str(f), int(g), list(json.loads(h))
+            )
+            for a, b, c, d, e, f, g, h in rows
         ]
 
     def settle_outcome(self, outcome_id: str, status: str, pulses: int = 0) -> None:
@@ -741,7 +852,8 @@ class Database:
     def live_and_tombstoned(self) -> tuple[int, int]:
         """The two counts the daemon reports after every cycle, cheaply."""
         row = self._one(
-            "SELECT (SELECT count(*) FROM observations WHERE deleted_at IS NULL), "
+            "SELECT (SELECT count(*) FROM observations "
+            "WHERE deleted_at IS NULL AND cold_at IS NULL), "
             "(SELECT count(*) FROM tombstones)"
         )
         return int(row[0]), int(row[1])
@@ -753,7 +865,13 @@ class Database:
 
         return {
             "observations": one("SELECT count(*) FROM observations"),
-            "live": one("SELECT count(*) FROM observations WHERE deleted_at IS NULL"),
+            "live": one(
+                "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND cold_at IS NULL"
+            ),
+            "cold": one(
+                "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND cold_at IS NOT NULL"
+            ),
+            "learned_keys": one("SELECT count(*) FROM learned_keys"),
             "pinned": one(
                 "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND pin_floor > 0"
             ),
@@ -783,17 +901,22 @@ class Database:
     def live_saliences(self) -> npt.NDArray[np.float64]:
         values = [
             float(r[0])
-            for r in self._all("SELECT salience FROM observations WHERE deleted_at IS NULL")
+            for r in self._all(
+                "SELECT salience FROM observations WHERE deleted_at IS NULL AND cold_at IS NULL"
+            )
         ]
         return np.array(values, dtype=np.float64)
 
     def change_stamp(self) -> str:
-        """Changes whenever chunks are added, embedded or tombstoned: the index's freshness mark."""
+        """Changes whenever chunks are added, embedded, tombstoned, swept or revived: the
+        index's freshness mark."""
         row = self._one(
             "SELECT coalesce(max(id), 0), count(admitted_seq), "
-            "(SELECT count(*) FROM observations WHERE deleted_at IS NOT NULL) FROM observations"
+            "(SELECT count(*) FROM observations WHERE deleted_at IS NOT NULL), "
+            "(SELECT coalesce(max(value), '0') FROM meta WHERE key = ?) FROM observations",
+            (TIER_EPOCH_META_KEY,),
         )
-        return "-".join(str(v) for v in row) if row else "0-0-0"
+        return "-".join(str(v) for v in row) if row else "0-0-0-0"
 
 
 def embedding_text(title: str, content: str) -> str:
@@ -817,4 +940,7 @@ def _observation(row: Sequence[Any]) -> Observation:
         access_count=int(row[11]),
         deletion_policy=str(row[12]),
         created_at=str(row[13]),
+        cold_at=row[14],
+        cold_reason=row[15],
+        importance=int(row[16]),
     )

@@ -241,7 +241,8 @@ def _check_header(path: Path, dim: int, meta: _Meta) -> None:
 
 
 class HnswIndex:
-    """Cosine k-NN over live chunks; tombstoned labels are never returned or revived.
+    """Cosine k-NN over live chunks; deleted labels (tombstoned or cold) are never returned,
+    and come back only through `restore` (a cold chunk revived).
 
     Every method holds one lock: hnswlib must not add, resize or delete while a query
     runs, and queries change the shared search breadth.
@@ -408,7 +409,7 @@ class HnswIndex:
             self._live.update(new_labels.tolist())
 
     def mark_deleted(self, labels: Labels) -> None:
-        """Tombstone `labels` for good; unknown or already tombstoned labels are ignored."""
+        """Delete `labels` from the live index; unknown or already deleted labels are ignored."""
         label_array = _as_labels(labels, "labels")
         with self._lock:
             for label in sorted(set(label_array.tolist())):
@@ -416,6 +417,32 @@ class HnswIndex:
                     self._engine.mark_deleted(label)
                     self._live.discard(label)
                     self._deleted.add(label)
+
+    def restore(self, labels: Labels, vectors: Vectors) -> None:
+        """Make deleted labels live again (a chunk revived from the cold tier).
+
+        Labels the engine holds are unmarked; labels it never held are added with
+        their vector. Labels already live are left as they are.
+        """
+        label_array = _as_labels(labels, "labels")
+        vector_array = _as_vectors(vectors, self._dim, "vectors")
+        if len(label_array) != len(vector_array):
+            raise InvalidIndexInput(f"{len(label_array)} labels for {len(vector_array)} vectors")
+        with self._lock:
+            held = set(np.asarray(self._engine.get_ids_list(), dtype=np.int64).tolist())
+            missing: list[int] = []
+            for position, label in enumerate(label_array.tolist()):
+                if label in self._live:
+                    continue
+                if label in held:
+                    self._engine.unmark_deleted(label)
+                    self._deleted.discard(label)
+                    self._live.add(label)
+                else:
+                    self._deleted.discard(label)
+                    missing.append(position)
+        if missing:
+            self.add(label_array[missing], vector_array[missing])
 
     def knn_many(self, vectors: Vectors, k: int) -> tuple[Labels, Distances]:
         """Nearest live neighbours of each row, as (labels, cosine distances), both (n, k').

@@ -23,6 +23,18 @@ def apply_migrations(conn: apsw.Connection) -> list[str]:
         "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
     )
     applied = {int(v) for (v,) in conn.execute("SELECT version FROM schema_migrations")}
+    # A migration may copy a table to change a constraint (SQLite's documented way);
+    # foreign keys are checked as a whole before each commit instead of row by row.
+    enforced = conn.execute("PRAGMA foreign_keys").fetchall() == [(1,)]
+    conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        return _apply_pending(conn, applied)
+    finally:
+        if enforced:
+            conn.execute("PRAGMA foreign_keys = ON")
+
+
+def _apply_pending(conn: apsw.Connection, applied: set[int]) -> list[str]:
     files = migrations.migration_files()
     known: set[int] = set()
     done: list[str] = []
@@ -38,6 +50,11 @@ def apply_migrations(conn: apsw.Connection) -> list[str]:
             continue
         with conn:
             conn.execute(file.read_text(encoding="utf-8"))
+            broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise MigrationError(
+                    f"migration {file.name} would break foreign keys: {broken[:5]}"
+                )
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) "
                 "VALUES (?, ?, strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))",

@@ -22,6 +22,7 @@ class _Undo:
     dirty: dict[int, float | None] = field(default_factory=dict)
     floor: dict[int, float] = field(default_factory=dict)
     tombstoned: set[int] = field(default_factory=set)
+    cold: set[int] = field(default_factory=set)
     loaded_up_to: int = 0
 
 
@@ -34,6 +35,7 @@ class SalienceCache:
         self._floor: dict[int, float] = {}
         self._policy: dict[int, str] = {}
         self._tombstoned: set[int] = set()
+        self._cold: set[int] = set()
         self._dirty: dict[int, float] = {}
         self._loaded_up_to = 0
         self._undo: _Undo | None = None
@@ -42,15 +44,16 @@ class SalienceCache:
     def refresh(self) -> int:
         """Load chunks added since the last load; returns how many."""
         added = 0
-        for rowid, salience, floor, tombstoned, policy in self._db.salience_rows(
-            after_rowid=self._loaded_up_to
-        ):
+        for row in self._db.salience_rows(after_rowid=self._loaded_up_to):
+            rowid = row.rowid
             self._remember(rowid)
-            self._salience[rowid] = salience
-            self._floor[rowid] = floor
-            self._policy[rowid] = policy
-            if tombstoned:
+            self._salience[rowid] = row.salience
+            self._floor[rowid] = row.pin_floor
+            self._policy[rowid] = row.deletion_policy
+            if row.tombstoned:
                 self._tombstoned.add(rowid)
+            if row.cold:
+                self._cold.add(rowid)
             self._loaded_up_to = rowid
             added += 1
         return added
@@ -60,6 +63,7 @@ class SalienceCache:
         self._floor.clear()
         self._policy.clear()
         self._tombstoned.clear()
+        self._cold.clear()
         self._dirty.clear()
         self._loaded_up_to = 0
         self.refresh()
@@ -107,6 +111,8 @@ class SalienceCache:
             undo.floor[label] = self._floor[label]
         if label in self._tombstoned:
             undo.tombstoned.add(label)
+        if label in self._cold:
+            undo.cold.add(label)
 
     def _restore(self, undo: _Undo) -> None:
         for label, value in undo.salience.items():
@@ -127,6 +133,10 @@ class SalienceCache:
                 self._tombstoned.add(label)
             else:
                 self._tombstoned.discard(label)
+            if label in undo.cold:
+                self._cold.add(label)
+            else:
+                self._cold.discard(label)
         self._loaded_up_to = undo.loaded_up_to
 
     # ---- daemon-side ---------------------------------------------------------------
@@ -139,8 +149,24 @@ class SalienceCache:
         self._remember(label)
         self._floor[label] = floor
 
+    def set_cold(self, label: int, cold: bool) -> None:
+        """Move a chunk between the live and the cold tier (it keeps its salience)."""
+        self._remember(label)
+        if cold:
+            self._cold.add(label)
+        else:
+            self._cold.discard(label)
+
+    def is_cold(self, label: int) -> bool:
+        return label in self._cold
+
     def live(self) -> list[int]:
-        return sorted(label for label in self._salience if label not in self._tombstoned)
+        """Chunks neither tombstoned nor cold."""
+        return sorted(
+            label
+            for label in self._salience
+            if label not in self._tombstoned and label not in self._cold
+        )
 
     def deletion_policy(self, label: int) -> str:
         return self._policy[label]

@@ -292,8 +292,8 @@ class Peer:
         return rows[0][0]
 
     def salience(self, *, live_only: bool = False) -> dict[str, float]:
-        """Content hash -> stored salience."""
-        where = " WHERE deleted_at IS NULL" if live_only else ""
+        """Content hash -> stored salience; `live_only`: neither tombstoned nor cold."""
+        where = " WHERE deleted_at IS NULL AND cold_at IS NULL" if live_only else ""
         return {
             str(h): float(s)
             for h, s in self.query(f"SELECT content_hash, salience FROM observations{where}")

@@ -14,6 +14,7 @@ import pytest
 
 from daemon.cli.main import build_parser as dreamcycle_parser
 from daemon.cli.pulse_emit import build_parser as pulse_emit_parser
+from store.database import initial_salience
 from tests.daemon_helpers import (
     CLI_TIMEOUT_S,
     DREAMCYCLE,
@@ -79,7 +80,7 @@ def help_commands() -> Iterator[list[str]]:
 
 def test_every_command_and_subcommand_has_help() -> None:
     assert subcommands(dreamcycle_parser()) == sorted(
-        ["run", "ingest", "recall", "status", "sweep", "rebuild"]
+        ["run", "ingest", "recall", "status", "sweep", "forgotten", "rebuild", "efficacy"]
     )
     assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]
     commands = list(help_commands())
@@ -119,6 +120,21 @@ INVALID_EMITS = [
     ("outcome", ("--decision", A_DECISION, "--reward", "-2", "--reason", "r"), "reward"),
     ("outcome", ("--decision", A_DECISION, "--reward", "nan", "--reason", "r"), "reward"),
     ("outcome", ("--decision", A_DECISION, "--reward", "0.5", "--reason", ""), "reason"),
+    (
+        "outcome",
+        ("--decision", A_DECISION, "--reward", "0.5", "--reason", "r", "--cited", "xyz"),
+        "'xyz' is not a chunk hash",
+    ),
+    (
+        "outcome",
+        ("--decision", A_DECISION, "--reward", "0.5", "--reason", "r", "--cited", "AB" * 32),
+        "is not a chunk hash",
+    ),
+    (
+        "outcome",
+        ("--decision", A_DECISION, "--reward", "0.5", "--reason", "r", "--cited", "abcdef12"),
+        "give the full 64-digit hash",  # a prefix needs the decision's attribution here
+    ),
     ("tombstone", ("not-a-hash", "--reason", "wrong"), "is not a chunk hash"),
     ("tombstone", ("A" * 64, "--reason", "wrong"), "is not a chunk hash"),
     ("tombstone", ("a" * 64, "--reason", "  "), "--reason is empty"),
@@ -156,6 +172,50 @@ def test_pulse_emit_is_idempotent(peer: Peer) -> None:
     assert peer.pulse_emit("outcome", *outcome).stdout.startswith("queued outcome ")
     assert peer.pulse_emit("outcome", *outcome).stdout.startswith("already queued outcome ")
     assert peer.scalar("SELECT count(*) FROM outbox WHERE kind = 'outcome'") == 1
+
+
+def outbox_outcomes(peer: Peer) -> list[dict[str, object]]:
+    return [json.loads(body) for (body,) in peer.query(
+        "SELECT body FROM outbox WHERE kind = 'outcome' ORDER BY hlc"
+    )]  # fmt: skip
+
+
+def test_outcome_cites_only_chunks_its_decision_recalled(peer: Peer) -> None:
+    report = json.loads(peer.dreamcycle("recall", QUERY, "--json").stdout)
+    decision = report["decision_hash"]
+    recalled = [hit["content_hash"] for hit in report["hits"]]
+    outcome = ("--decision", decision, "--reward", "0.5", "--reason", "python/assert")
+    stranger = peer.scalar(
+        "SELECT content_hash FROM observations WHERE content_hash NOT IN "
+        f"({', '.join('?' * len(recalled))}) LIMIT 1",
+        recalled,
+    )
+
+    before = peer.dump()
+    refused = peer.pulse_emit(
+        "outcome", *outcome, "--cited", recalled[0], stranger, expect=EXIT_USAGE
+    )
+    assert refused.stderr.startswith("error: ")
+    assert f"cited chunk {stranger} is not among the chunks decision {decision}" in refused.stderr
+    ambiguous = peer.pulse_emit("outcome", *outcome, "--cited", "0123abcd", expect=EXIT_USAGE)
+    assert "'0123abcd' matches none of the chunks" in ambiguous.stderr
+    assert peer.dump() == before
+
+    # The 12-digit prefixes the recall table prints resolve; order and repeats do not matter.
+    prefixes = [recalled[1][:12], recalled[0][:12], recalled[1]]
+    first = peer.pulse_emit("outcome", *outcome, "--cited", *prefixes)
+    assert first.stdout.startswith("queued outcome ")
+    again = peer.pulse_emit("outcome", *outcome, "--cited", recalled[0], recalled[1])
+    assert again.stdout.startswith("already queued outcome ")
+    assert emitted_id(again) == emitted_id(first)
+    [body] = outbox_outcomes(peer)
+    assert body["cited"] == sorted(recalled[:2])
+
+    # Other citations, or none, are other requests.
+    assert peer.pulse_emit("outcome", *outcome, "--cited", recalled[2]).stdout.startswith("queued")
+    assert peer.pulse_emit("outcome", *outcome).stdout.startswith("queued outcome ")
+    bodies = outbox_outcomes(peer)
+    assert [b.get("cited") for b in bodies] == [sorted(recalled[:2]), [recalled[2]], None]
 
 
 def test_emitted_pulse_is_applied_by_the_next_cycle(peer: Peer) -> None:
@@ -253,7 +313,11 @@ def test_status_of_a_fresh_data_dir_after_ingest(ingested: Peer, tmp_path: Path)
     assert report["counts"]["pending_admission"] == CHUNK_COUNT
     assert report["counts"]["tombstones"] == 0
     assert sum(b["chunks"] for b in report["salience_histogram"]) == CHUNK_COUNT
-    assert report["salience_histogram"][-1]["chunks"] == CHUNK_COUNT  # all start at 1.0
+    # All start at the initial salience of the default importance (0.5), not at 1.0.
+    start = initial_salience(5)
+    [bucket] = [b for b in report["salience_histogram"] if b["chunks"]]
+    assert bucket["chunks"] == CHUNK_COUNT
+    assert bucket["from"] <= start < bucket["to"]
     assert report["last_cycle"] is None
 
     text = fresh.dreamcycle("status").stdout
@@ -292,23 +356,33 @@ def test_sweep_dry_run_changes_nothing(peer: Peer) -> None:
     peer.dreamcycle("run", "--once")
     before = peer.dump()
     options = ("--percentile", "30", "--min-population", "10")
-    result = peer.dreamcycle("sweep", "--dry-run", *options)
+    no_grace = {"DREAMCYCLE_SWEEP_GRACE_S": "0"}  # the chunks are minutes old
+    result = peer.dreamcycle("sweep", "--dry-run", *options, settings=no_grace)
     found = re.search(r"doomed (\d+)", result.stdout)
     assert found is not None, result.stdout
     doomed = int(found.group(1))
     assert doomed > 0
-    assert "dry run: nothing tombstoned" in result.stdout
+    assert "dry run: nothing moved" in result.stdout
     assert peer.dump() == before
 
-    result = peer.dreamcycle("sweep", *options)
-    assert f"tombstoned {doomed}" in result.stdout
-    assert (
-        peer.scalar("SELECT count(*) FROM tombstones WHERE reason = 'percentile_sweep'") == doomed
-    )
-    assert (
-        peer.scalar("SELECT count(*) FROM observations WHERE deleted_at IS NULL")
-        == CHUNK_COUNT - doomed
-    )
+    # A sweep moves chunks to the cold tier: nothing is tombstoned.
+    result = peer.dreamcycle("sweep", *options, settings=no_grace)
+    assert f"moved to the cold tier {doomed};" in result.stdout
+    assert peer.scalar("SELECT count(*) FROM tombstones") == 0
+    assert peer.scalar("SELECT count(*) FROM observations WHERE cold_at IS NOT NULL") == doomed
+    assert peer.scalar("SELECT count(*) FROM observations WHERE deleted_at IS NULL") == CHUNK_COUNT
+    assert peer.scalar("SELECT count(*) FROM journal WHERE kind = 'sweep'") == doomed
+
+    listed = json.loads(peer.dreamcycle("forgotten", "--json", "--limit", "1000").stdout)
+    assert listed["cold"] == doomed
+    assert len(listed["chunks"]) == doomed
+    assert all(row["reason"].startswith("percentile_sweep") for row in listed["chunks"])
+
+
+def test_sweep_spares_chunks_within_the_grace_period(peer: Peer) -> None:
+    result = peer.dreamcycle("sweep", "--percentile", "30", "--min-population", "10")
+    assert "doomed 0" in result.stdout, result.stdout
+    assert peer.scalar("SELECT count(*) FROM observations WHERE cold_at IS NOT NULL") == 0
 
 
 def test_sweep_skips_a_cold_database(peer: Peer) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from daemon import defaults
+from daemon.clock import SystemClock
 from pulses.pulse import PulseKind, SalientPulse
 from tests.daemon_helpers import Daemon, Peer, documentation_chunks, wait_until, write_jsonl
 from zeitgeist.directory import DirectoryBackend
@@ -68,8 +69,9 @@ def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random) -> list[s
     """SEGMENTS segments of Reward/Decay pulses seeded at the peer's chunks; their pulse ids."""
     seeds = list(peer.embeddings().values())
     index_version = str(peer.scalar("SELECT DISTINCT index_version FROM observations"))
-    clock = HybridLogicalClock()
-    log = Zeitgeist(DirectoryBackend(directory), GENERATOR, clock)
+    wall_ms = SystemClock().now_ms
+    clock = HybridLogicalClock(wall_ms)
+    log = Zeitgeist(DirectoryBackend(directory), GENERATOR, clock, wall_ms=wall_ms)
     pulse_ids: list[str] = []
     for seq in range(1, SEGMENTS + 1):
         entries = []

@@ -92,9 +92,11 @@ def test_outcomes_raise_and_lower_the_recalled_chunks(peer: Peer) -> None:
     unrelated = unrelated_to(peer, [embeddings[h] for h in recalled])
     assert len(unrelated) > CHUNK_COUNT // 2, "the corpus must hold unrelated topics"
 
+    # Only cited chunks are credited (learning.credit_rule 'none'): cite every one recalled.
     peer.pulse_emit(
-        "outcome", "--decision", decision, "--reward", "0.6", "--reason", "python/assert"
-    )
+        "outcome", "--decision", decision, "--reward", "0.6", "--reason", "python/assert",
+        "--cited", *recalled,
+    )  # fmt: skip
     peer.dreamcycle("run", "--once")
     rewarded = peer.salience()
     for digest in recalled:
@@ -107,8 +109,9 @@ def test_outcomes_raise_and_lower_the_recalled_chunks(peer: Peer) -> None:
     decision, again = recall(peer, QUERY)
     assert set(again) == set(recalled)
     peer.pulse_emit(
-        "outcome", "--decision", decision, "--reward", "-0.8", "--reason", "python/assert"
-    )
+        "outcome", "--decision", decision, "--reward", "-0.8", "--reason", "python/assert",
+        "--cited", *again,
+    )  # fmt: skip
     peer.dreamcycle("run", "--once")
     punished = peer.salience()
     for digest in recalled:
@@ -174,10 +177,11 @@ def test_tombstone_hides_a_chunk_for_good(peer: Peer) -> None:
 
 @pytest.mark.slow
 def test_rebuild_replays_salience_bit_for_bit(peer: Peer, tmp_path: Path) -> None:
-    decision, _ = recall(peer, QUERY)
+    decision, cited = recall(peer, QUERY)
     peer.pulse_emit(
-        "outcome", "--decision", decision, "--reward", "0.7", "--reason", "python/assert"
-    )
+        "outcome", "--decision", decision, "--reward", "0.7", "--reason", "python/assert",
+        "--cited", *cited,
+    )  # fmt: skip
     peer.pulse_emit("pulse", "--text", DECAY_TEXT, "--kind", "decay", "--strength", "0.5")
     peer.dreamcycle("run", "--once")
     _, recalled = recall(peer, "the while loop repeats while a condition is true", "--no-record")
@@ -187,19 +191,26 @@ def test_rebuild_replays_salience_bit_for_bit(peer: Peer, tmp_path: Path) -> Non
     # Another half-life than the first cycle's: replay must use the one each downscale used.
     other_half_life = {**short_half_life(peer), "DREAMCYCLE_DOWNSCALE_NOTE_HALF_LIFE_S": "5"}
     peer.dreamcycle("run", "--once", settings=other_half_life)
-    peer.dreamcycle("sweep", "--percentile", "20", "--min-population", "10")
-    decision, _ = recall(peer, "class definitions and inheritance")
+    # No grace period: the chunks are minutes old, and the sweep must move some to the cold tier.
+    peer.dreamcycle(
+        "sweep", "--percentile", "20", "--min-population", "10",
+        settings={"DREAMCYCLE_SWEEP_GRACE_S": "0"},
+    )  # fmt: skip
+    decision, cited = recall(peer, "class definitions and inheritance")
     peer.pulse_emit(
-        "outcome", "--decision", decision, "--reward", "-0.5", "--reason", "python/class"
-    )
+        "outcome", "--decision", decision, "--reward", "-0.5", "--reason", "python/class",
+        "--cited", *cited,
+    )  # fmt: skip
     peer.dreamcycle("run", "--once", settings={"DREAMCYCLE_DOWNSCALE_ENABLED": "true"})
 
     kinds = dict(peer.query("SELECT kind, count(*) FROM journal GROUP BY kind"))
     assert kinds["chunk"] == CHUNK_COUNT
     assert kinds["pulse"] >= 10
-    assert kinds["tombstone"] > 1
+    assert kinds["tombstone"] == 1
+    assert kinds["sweep"] >= 1  # the sweep moves chunks to the cold tier; rebuild replays it
     assert kinds["downscale"] == 3
     live_before = peer.salience(live_only=True)
+    assert len(live_before) == CHUNK_COUNT - 1 - kinds["sweep"]
     before = peer.salience()
 
     # Rebuild runs with the default configuration, not the settings of any cycle.

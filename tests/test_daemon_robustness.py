@@ -12,6 +12,7 @@ from pydoc_data.topics import topics
 
 import pytest
 
+from daemon.clock import SystemClock
 from daemon.config import load_config
 from daemon.cycle import (
     CURSOR_META_KEY,
@@ -25,7 +26,8 @@ from daemon.recall import recall
 from daemon.runtime import Peer, Runtime
 from pulses.outcome import decision_hash
 from pulses.pulse import PulseKind, SalientPulse
-from store.database import NewObservation
+from store import tiers as store_tiers
+from store.database import NewObservation, initial_salience
 from zeitgeist.directory import DirectoryBackend
 from zeitgeist.entries import (
     Entry,
@@ -35,12 +37,14 @@ from zeitgeist.entries import (
     TombstoneEntry,
     encode_segment,
 )
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms, wall_clock_ms
+from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from zeitgeist.keys import segment_key
 from zeitgeist.log import PreparedSegment, PublishResult
 
 CHUNKS = 40
 CENTURY_MS = 100 * 365 * 86_400_000
+#: The peers here run on real time (the default clock); other writers stamp by it too.
+wall_clock_ms = SystemClock().now_ms
 
 
 class Killed(BaseException):
@@ -84,7 +88,7 @@ def peer(tmp_path: Path) -> Iterator[Peer]:
 def publish_as(tmp_path: Path, peer_id: str, entries: list[Entry], seq: int = 1) -> str:
     """Write a segment as a careless (or hostile) peer might: keyed at the present, whatever
     its entries say."""
-    key = segment_key(HybridLogicalClock().now(), peer_id, seq)
+    key = segment_key(HybridLogicalClock(wall_clock_ms).now(), peer_id, seq)
     DirectoryBackend(tmp_path / "zeitgeist").create(key, encode_segment(entries))
     return key
 
@@ -102,7 +106,7 @@ def test_bad_entries_are_rejected_alone_and_the_rest_of_the_segment_applies(
 ) -> None:
     chunk = peer.db.observation(1)
     assert chunk is not None
-    now = HybridLogicalClock().now()
+    now = HybridLogicalClock(wall_clock_ms).now()
     mine = recall(peer.runtime, "how are exceptions raised")
     assert mine.decision_hash is not None
     seed = peer.embedder.embed_one("exceptions")
@@ -142,14 +146,14 @@ def test_bad_entries_are_rejected_alone_and_the_rest_of_the_segment_applies(
     assert entry_status(peer, good) == ("applied", None)
     assert peer.db.observation(1).title == "renamed"  # type: ignore[union-attr]
     assert peer.clock.last < hlc_from_ms(wall_clock_ms() + 3_600_000)
-    # The salience of the chunk the bad reconsolidate named did not move.
-    assert peer.salience.salience(1) == 1.0
+    # The salience of the chunk the bad reconsolidate named did not move from where it started.
+    assert peer.salience.salience(1) == initial_salience(5)
 
 
 def test_a_cycle_after_rejections_is_clean(peer: Peer, tmp_path: Path) -> None:
     chunk = peer.db.observation(2)
     assert chunk is not None
-    now = HybridLogicalClock().now()
+    now = HybridLogicalClock(wall_clock_ms).now()
     publish_as(tmp_path, "b", [ReconsolidateEntry(hlc=now, origin="b",
                content_hash=chunk.content_hash, changes={"importance": -1})])  # fmt: skip
     first = run_cycle_blocking(peer)
@@ -171,8 +175,11 @@ def test_own_segments_move_the_cursor(peer: Peer) -> None:
     assert listed <= total
 
 
-def test_a_crash_inside_a_sweep_never_sweeps_twice(tmp_path: Path) -> None:
-    settings = {"sweep.min_population": 10, "sweep.interval_s": 3600.0}
+def test_a_crash_inside_a_sweep_never_sweeps_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No grace period: the chunks were just ingested.
+    settings = {"sweep.min_population": 10, "sweep.interval_s": 3600.0, "sweep.grace_s": 0.0}
     peer = open_peer(tmp_path, **settings)
     ingest(peer.runtime, [[NewObservation(content=text) for text in paragraphs(CHUNKS)]])
     run_cycle_blocking(peer)  # the first cycle starts the sweep interval
@@ -181,20 +188,22 @@ def test_a_crash_inside_a_sweep_never_sweeps_twice(tmp_path: Path) -> None:
         peer.db.set_meta(LAST_SWEEP_META_KEY, "0")  # the interval has passed
     peer.salience.reload()
 
-    def crash(*_args: object, **_kwargs: object) -> None:
+    def crash(*_args: object, **_kwargs: object) -> list[int]:
         raise Killed
 
-    original = peer.db.tombstone
-    peer.db.tombstone = crash  # type: ignore[method-assign]
-    with pytest.raises(Killed):
-        percentile_sweep(peer, CycleState(now_ms=wall_clock_ms()))
-    peer.db.tombstone = original  # type: ignore[method-assign]
+    # The sweep moves chunks to the cold tier: die at the first move.
+    with monkeypatch.context() as patch:
+        patch.setattr(store_tiers, "move_to_cold", crash)
+        with pytest.raises(Killed):
+            percentile_sweep(peer, CycleState(now_ms=wall_clock_ms()))
     peer.runtime.close()
 
     restarted = open_peer(tmp_path, **settings)
     assert percentile_sweep(restarted, CycleState(now_ms=wall_clock_ms())) == {
-        "skipped": "interval"
+        "revived": 0,
+        "skipped": "interval",
     }
+    assert restarted.db.counts()["cold"] == 0
     assert restarted.db.counts()["tombstones"] == 0
     restarted.runtime.close()
 
@@ -234,5 +243,7 @@ def test_decision_hash_of_a_recall_is_reproducible(peer: Peer) -> None:
     result = recall(peer.runtime, "exceptions")
     row = peer.db.attribution(result.decision_hash or "")
     assert row is not None
-    chunks, decider, hlc, text = row
-    assert decision_hash(decider, hlc, chunks, text) == result.decision_hash
+    assert (
+        decision_hash(row.peer, row.hlc, row.chunk_hashes, row.decision_text)
+        == result.decision_hash
+    )

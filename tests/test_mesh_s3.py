@@ -35,6 +35,7 @@ from typing import Final
 import numpy as np
 import pytest
 
+from daemon.clock import SystemClock
 from pulses.memory import InMemorySalience
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import SalientPulse
@@ -49,7 +50,7 @@ from tests.daemon_helpers import (
     wait_until,
     write_jsonl,
 )
-from zeitgeist.hlc import HybridLogicalClock, wall_clock_ms
+from zeitgeist.hlc import HybridLogicalClock
 from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key
 from zeitgeist.log import CompactionOutcome, CompactionReport, Zeitgeist
 
@@ -58,6 +59,8 @@ pytestmark = pytest.mark.slow
 CYCLE_INTERVAL_S: Final = 1.0
 #: Short, so that compaction's horizon (min cursor - window) moves within the test.
 WINDOW_S: Final = 3.0
+#: The daemons here run on real time; the test measures and compacts by it too.
+wall_clock_ms = SystemClock().now_ms
 #: Slack for the operating system's scheduling: the bound itself is measured, not guessed.
 SCHEDULING_SLACK_S: Final = 0.5
 WATCH_INTERVAL_S: Final = 0.05
@@ -384,7 +387,8 @@ def compact_past(server: RunningS3, prefix: str, pulse_ids: set[str]) -> Compact
     zeitgeist = Zeitgeist(
         server.backend(prefix),
         "compactor",
-        HybridLogicalClock(),
+        HybridLogicalClock(wall_clock_ms),
+        wall_ms=wall_clock_ms,
         window_ms=int(WINDOW_S * 1000),
     )
     reports: list[CompactionReport] = []

@@ -27,6 +27,7 @@ from zeitgeist.entries import (
     OutcomeEntry,
     PulseEntry,
     ReconsolidateEntry,
+    RetrievalKeyEntry,
     SupersedeEntry,
     TombstoneEntry,
     canonical_json,
@@ -120,7 +121,7 @@ def make_assert(text: str, *, hlc: int, origin: str = "peer_a", seed: int = 0) -
 
 
 def one_of_each_kind(origin: str = "peer_a", base_ms: int = BASE_MS) -> list[Entry]:
-    """Seven entries, one per kind, with increasing HLCs from `base_ms`."""
+    """Eight entries, one per kind, with increasing HLCs from `base_ms`."""
     hlc = hlc_from_ms(base_ms)
     old, new = content_hash(f"old {origin}"), content_hash(f"new {origin}")
     decision = content_hash(f"decision {origin}")
@@ -157,6 +158,15 @@ def one_of_each_kind(origin: str = "peer_a", base_ms: int = BASE_MS) -> list[Ent
             chunk_hashes=(new, old),
             decision_text="use the directory backend",
         ),
+        RetrievalKeyEntry(
+            hlc=hlc + 8,
+            origin=origin,
+            decision_hash=decision,
+            chunk_hash=new,
+            embedding=unit_vector(11),
+            text="which backend for a shared directory",
+            amount=0.5,
+        ),
     ]
 
 
@@ -169,7 +179,7 @@ def ndjson_segment(objects: Sequence[dict[str, Any] | str]) -> bytes:
 # ---- round trips ------------------------------------------------------------------------
 
 
-def test_all_seven_kinds_round_trip_exactly() -> None:
+def test_all_eight_kinds_round_trip_exactly() -> None:
     entries = one_of_each_kind()
     assert {e.KIND for e in entries} == set(ENTRY_TYPES)
     decoded = decode_segment(encode_segment(entries))
@@ -201,6 +211,56 @@ def test_all_seven_kinds_round_trip_exactly() -> None:
         "title": "renamed",
         "topic_key": None,
     }
+
+    key = decoded.entries[7]
+    assert isinstance(key, RetrievalKeyEntry) and isinstance(entries[7], RetrievalKeyEntry)
+    assert key.embedding.dtype == np.float32
+    assert key.embedding.tobytes() == entries[7].embedding.tobytes()
+    assert (key.text, key.amount) == ("which backend for a shared directory", 0.5)
+    unshared = dataclasses.replace(entries[7], text=None, amount=-0.25)
+    (again,) = decode_segment(encode_segment([unshared])).entries
+    assert again == unshared and isinstance(again, RetrievalKeyEntry)
+    assert (again.text, again.amount) == (None, -0.25)
+
+
+#: The outcome of one_of_each_kind() as every version before citations wrote it.
+OUTCOME_BEFORE_CITATIONS_ID = "9d322ba46cea01f56ba52906b3715c0b"
+OUTCOME_BEFORE_CITATIONS_WIRE = (
+    b'{"decision_hash":"1145e0ba0c48694640a9f09edc3e886d339729dad7863f34e821c6050cc31340",'
+    b'"hlc":114688000000000006,"id":"9d322ba46cea01f56ba52906b3715c0b","kind":"outcome",'
+    b'"observer_peer":"peer_b","origin":"peer_a","reason":"tests/failed","reward":-0.75,"v":1}'
+)
+
+
+def test_an_outcome_without_citations_keeps_its_old_wire_form_and_id() -> None:
+    outcome = one_of_each_kind()[5]
+    assert isinstance(outcome, OutcomeEntry) and outcome.cited == ()
+    wire = encode_entry(outcome)
+    assert "cited" not in wire
+    assert canonical_json(wire) == OUTCOME_BEFORE_CITATIONS_WIRE
+    assert outcome.id == OUTCOME_BEFORE_CITATIONS_ID
+    # And an old peer's line still decodes, to an outcome that cites nothing.
+    (old,) = decode_segment(ndjson_segment([json.loads(OUTCOME_BEFORE_CITATIONS_WIRE)])).entries
+    assert isinstance(old, OutcomeEntry)
+    assert old.cited == () and old.id == OUTCOME_BEFORE_CITATIONS_ID and old == outcome
+
+
+def test_an_outcome_with_citations_round_trips() -> None:
+    outcome = one_of_each_kind()[5]
+    assert isinstance(outcome, OutcomeEntry)
+    cited = tuple(sorted((content_hash("old peer_a"), content_hash("new peer_a"))))
+    citing = dataclasses.replace(outcome, cited=cited)
+    wire = encode_entry(citing)
+    assert wire["cited"] == list(cited)
+    assert citing.id != outcome.id  # the citations are part of what the id covers
+    (decoded,) = decode_segment(encode_segment([citing])).entries
+    assert isinstance(decoded, OutcomeEntry)
+    assert decoded == citing and decoded.id == citing.id and decoded.cited == cited
+    assert encode_entry(decoded) == wire
+    bad = {**wire, "cited": ["not-a-hash"]}
+    decoded_bad = decode_segment(ndjson_segment([bad]))
+    assert decoded_bad.entries == []
+    assert "cited[0]" in decoded_bad.rejected[0].reason
 
 
 def test_envelope_and_ids() -> None:

@@ -1,4 +1,4 @@
-"""The versioned entry codec: seven entry kinds, one JSON object per line, gzip'd segments.
+"""The versioned entry codec: eight entry kinds, one JSON object per line, gzip'd segments.
 
 Every entry carries the envelope fields "v" (format version), "kind", "id", "hlc"
 and "origin" next to its own fields. The id of a salience_pulse entry is its
@@ -251,6 +251,9 @@ class EntryBase:
     RULES: ClassVar[Mapping[str, Rule]]
     #: Fields whose wire form needs decoding before the rule sees it.
     WIRE_DECODERS: ClassVar[Mapping[str, Rule]] = {}
+    #: Fields added after a kind first shipped: absent from the wire (and from the id)
+    #: when empty, so entries written before them keep their ids.
+    OPTIONAL: ClassVar[Mapping[str, Any]] = {}
 
     hlc: int
     origin: str
@@ -269,7 +272,11 @@ class EntryBase:
 
     def body(self) -> dict[str, Any]:
         """The kind's own fields in wire form."""
-        return {name: _to_wire(getattr(self, name)) for name in self.RULES}
+        return {
+            name: _to_wire(getattr(self, name))
+            for name in self.RULES
+            if name not in self.OPTIONAL or getattr(self, name) != self.OPTIONAL[name]
+        }
 
     def unsigned_wire(self) -> dict[str, Any]:
         """The wire object without "id": what a non-pulse id is computed over."""
@@ -300,7 +307,7 @@ class EntryBase:
     def from_wire(cls, obj: Mapping[str, Any]) -> Self:
         """Build the entry from its wire object; InvalidEntry names the bad field."""
         expected = {*ENVELOPE_FIELDS, *cls.RULES}
-        missing = sorted(expected - obj.keys())
+        missing = sorted(expected - obj.keys() - cls.OPTIONAL.keys())
         if missing:
             raise InvalidEntry(f"{cls.KIND} entry: missing field(s) {', '.join(missing)}")
         unexpected = sorted(obj.keys() - expected)
@@ -309,6 +316,9 @@ class EntryBase:
         values: dict[str, Any] = {}
         for name in cls.RULES:
             decode = cls.WIRE_DECODERS.get(name)
+            if name not in obj:
+                values[name] = cls.OPTIONAL[name]
+                continue
             try:
                 values[name] = obj[name] if decode is None else decode(name, obj[name])
             except InvalidEntry as exc:
@@ -437,12 +447,46 @@ class OutcomeEntry(EntryBase):
         "reward": _number,
         "observer_peer": _peer,
         "reason": _text,
+        "cited": _hash_tuple,
     }
+    OPTIONAL: ClassVar[Mapping[str, Any]] = {"cited": ()}
 
     decision_hash: str
     reward: float
     observer_peer: str
     reason: str
+    #: The recalled chunks the decision actually used; only they are credited.
+    cited: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class RetrievalKeyEntry(EntryBase):
+    """A credited outcome teaching a chunk a question it answers (or unlearning one).
+
+    The query travels as its embedding; its words only when the deciding peer is
+    configured to share them.
+    """
+
+    KIND: ClassVar[str] = "retrieval_key"
+    RULES: ClassVar[Mapping[str, Rule]] = {
+        "decision_hash": _hash,
+        "chunk_hash": _hash,
+        "embedding": _embedding,
+        "text": _optional_text,
+        "amount": _number,
+    }
+    WIRE_DECODERS: ClassVar[Mapping[str, Rule]] = {"embedding": _embedding_from_wire}
+
+    decision_hash: str
+    chunk_hash: str
+    embedding: Embedding = field(repr=False)
+    text: str | None
+    amount: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not -1.0 <= self.amount <= 1.0:
+            raise InvalidEntry(f"retrieval_key entry: amount {self.amount} is outside [-1, 1]")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -469,6 +513,7 @@ Entry: TypeAlias = (
     | PulseEntry
     | OutcomeEntry
     | AttributionEntry
+    | RetrievalKeyEntry
 )
 
 ENTRY_TYPES: Final[Mapping[str, type[Entry]]] = MappingProxyType(
@@ -482,6 +527,7 @@ ENTRY_TYPES: Final[Mapping[str, type[Entry]]] = MappingProxyType(
             PulseEntry,
             OutcomeEntry,
             AttributionEntry,
+            RetrievalKeyEntry,
         )
     }
 )

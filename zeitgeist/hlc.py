@@ -8,7 +8,6 @@ could place one of its segments before entries it had already seen.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Final
 
@@ -26,11 +25,6 @@ HLC_HEX_DIGITS: Final = HLC_BITS // 4
 
 class InvalidHlc(ValueError):
     """An HLC value outside 0..2**64-1, or text that is not 16 lowercase hex digits."""
-
-
-def wall_clock_ms() -> int:
-    """Milliseconds since the Unix epoch from the system clock."""
-    return time.time_ns() // 1_000_000
 
 
 def check_hlc(value: int, what: str = "hlc") -> int:
@@ -67,10 +61,11 @@ def ms_to_hlc_span(duration_ms: int) -> int:
 class HybridLogicalClock:
     """Issues strictly increasing HLC values, never below anything observed.
 
-    Thread-safe: the daemon stamps entries from worker threads.
+    Thread-safe: the daemon stamps entries from worker threads. `wall_ms` (milliseconds
+    since the epoch) is whatever clock the caller runs on, so tests can simulate time.
     """
 
-    def __init__(self, wall_ms: Callable[[], int] = wall_clock_ms, start: int = 0) -> None:
+    def __init__(self, wall_ms: Callable[[], int], start: int = 0) -> None:
         self._wall_ms = wall_ms
         self._last = check_hlc(start, "start")
         self._lock = threading.Lock()

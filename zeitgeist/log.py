@@ -45,7 +45,6 @@ from zeitgeist.hlc import (
     check_hlc,
     hlc_from_ms,
     ms_to_hlc_span,
-    wall_clock_ms,
 )
 from zeitgeist.keys import (
     HEARTBEAT_PREFIX,
@@ -242,12 +241,14 @@ class Zeitgeist:
         peer_id: str,
         clock: HybridLogicalClock,
         *,
+        wall_ms: Callable[[], int],
         window_ms: int = DEFAULT_WINDOW_MS,
         liveness_timeout_ms: int = DEFAULT_LIVENESS_TIMEOUT_MS,
         lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
         max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
-        wall_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
+        """`wall_ms` is the caller's clock (ms since the epoch): lateness of a write and the
+        horizon of deferred keys are measured against it, so tests can simulate time."""
         self.backend = backend
         self.peer_id = validate_peer_id(peer_id)
         self.clock = clock

@@ -1,4 +1,4 @@
-"""`pulse-emit outcome`: the result of a decision, credited to the chunks it recalled."""
+"""`pulse-emit outcome`: the result of a decision, credited to the chunks it cites."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ def register(verbs: Any) -> None:
         parents=[config_options()],
         help="report how a decision turned out",
         description="Report an outcome for a decision hash printed by `dreamcycle recall`. "
-        "A positive reward becomes Reward pulses at each chunk that was in context, a "
-        "negative one Decay pulses (sigma 0.15, 2 hops, k 3, decay 0.3 per hop).",
+        "Without --cited an outcome credits nothing by default (learning.credit_rule = "
+        "'none'). With --cited, only the cited chunks are credited: a positive reward "
+        "becomes Reward pulses at them, a negative one Decay pulses scaled by "
+        "learning.miss_factor (sigma 0.15, 2 hops, k 3, decay 0.3 per hop), and each "
+        "learns (or, on a miss, unlearns) the recall's query as a retrieval key.",
     )
     parser.add_argument(
         "--decision", required=True, metavar="HASH", help="decision hash (64 hex digits)"
@@ -24,6 +27,15 @@ def register(verbs: Any) -> None:
         "--reward", required=True, type=float, metavar="R", help="reward in [-1, 1]"
     )
     parser.add_argument("--reason", required=True, metavar="TOPIC", help="topic key, for audit")
+    parser.add_argument(
+        "--cited",
+        nargs="+",
+        default=[],
+        metavar="HASH",
+        help="chunks the decision actually used: 64 hex digits, or a unique prefix of at "
+        "least 8 (such as the 12 `dreamcycle recall` prints); each must be among the "
+        "decision's recalled chunks",
+    )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _emit(args)))
 
 
@@ -33,7 +45,13 @@ def _emit(args: argparse.Namespace) -> int:
 
     rt = Runtime.open(load(args))
     try:
-        emitted = emit_outcome(rt, decision=args.decision, reward=args.reward, reason=args.reason)
+        emitted = emit_outcome(
+            rt,
+            decision=args.decision,
+            reward=args.reward,
+            reason=args.reason,
+            cited=args.cited,
+        )
     finally:
         rt.close()
     print(f"{'queued' if emitted.new else 'already queued'} outcome {emitted.entry_id}")

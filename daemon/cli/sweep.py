@@ -12,10 +12,13 @@ def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "sweep",
         parents=[config_options()],
-        help="tombstone the bottom percentile by salience (or show what would go)",
-        description="Compute the sweep threshold (sweep.percentile of unpinned, auto-prunable "
-        "live chunks) and tombstone everything below it. --dry-run only reports, and is safe "
-        "while the daemon runs; a real sweep needs the daemon stopped (it sweeps every cycle).",
+        help="move the bottom percentile by value to the cold tier (or show what would go)",
+        description="Rank every chunk of a kind, live and cold together, by a value that mixes "
+        "salience, information content and importance, and move live chunks below the "
+        "sweep.percentile of their kind to the cold tier (they stay findable and can come "
+        "back; see `dreamcycle forgotten`). --dry-run only reports, and is safe while the "
+        "daemon runs; a real sweep needs the daemon stopped (it sweeps on its own every "
+        "sweep.interval_s).",
     )
     parser.add_argument("--dry-run", action="store_true", help="report only; change nothing")
     parser.add_argument("--percentile", type=float, help="override sweep.percentile")
@@ -25,10 +28,9 @@ def register(verbs: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from daemon.cycle import SWEEP_REASON, sweep_plan, tombstone_labels
+    from daemon import forgetting
     from daemon.runtime import Runtime
     from store.salience import SalienceCache
-    from zeitgeist.hlc import wall_clock_ms
 
     config = load(args)
     if args.percentile is not None:
@@ -36,14 +38,15 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.min_population is not None:
         config.sweep.min_population = args.min_population
     config.sweep.check()
+    if args.show < 0:
+        raise ValueError(f"--show must be >= 0, got {args.show}")
     rt = Runtime.open(config)
     try:
-        if not args.dry_run:
-            rt.lock_data_dir()
-        salience = SalienceCache(rt.db)
-        plan = sweep_plan(config.sweep, salience)
+        now_ms = rt.clock.now_ms()
+        plan = forgetting.plan(rt, SalienceCache(rt.db), now_ms)
         print(
-            f"population {plan.population}  threshold {plan.threshold}  doomed {len(plan.doomed)}"
+            f"population {plan.population}  already cold {plan.already_cold}  "
+            f"doomed {len(plan.doomed)}"
         )
         if plan.skipped_reason:
             print(f"no sweep: {plan.skipped_reason}")
@@ -52,29 +55,31 @@ def _sweep(args: argparse.Namespace) -> int:
         print_table(
             [
                 {
+                    "kind": o.kind,
+                    "value": plan.values.get(o.rowid),
+                    "threshold": plan.thresholds.get(o.kind),
                     "salience": o.salience,
                     "hash": o.content_hash[:12],
-                    "text": (o.title or o.content)[:70].replace("\n", " "),
+                    "text": (o.title or o.content)[:60].replace("\n", " "),
                 }
                 for o in shown.values()
             ],
-            ["salience", "hash", "text"],
+            ["kind", "value", "threshold", "salience", "hash", "text"],
         )
         if args.dry_run:
-            print("dry run: nothing tombstoned")
+            print("dry run: nothing moved")
             return 0
-        index, _ = rt.open_index()
-        hidden = tombstone_labels(
-            rt.db,
-            salience,
-            index,
-            plan.doomed,
-            reason=SWEEP_REASON,
-            origin_peer=rt.peer_id,
-            now_ms=wall_clock_ms(),
+        rt.lock_data_dir()
+        peer = rt.open_peer()
+        try:
+            stats = forgetting.sweep(peer, now_ms)
+            peer.save_index()
+        finally:
+            peer.close()
+        print(
+            f"moved to the cold tier {stats.get('cold', 0)}; spared by the prune gate "
+            f"{stats.get('gate_spared', 0)}"
         )
-        index.save(rt.db.change_stamp())
-        print(f"tombstoned {len(hidden)}")
     finally:
         rt.close()
     return 0

@@ -1,0 +1,72 @@
+"""`dreamcycle forgotten`: what the sweep moved to the cold tier, and why; bring one back."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from typing import Any
+
+from daemon.cli.common import config_options, load, print_table, run_guarded
+
+
+def register(verbs: Any) -> None:
+    parser: argparse.ArgumentParser = verbs.add_parser(
+        "forgotten",
+        parents=[config_options()],
+        help="list chunks the sweep moved to the cold tier, and why",
+        description="Swept chunks are not deleted: they leave the live index and default "
+        "recall, recall still falls back to them when live results are weak, and they come "
+        "back when their content is ingested again, when a Reward is seeded at them, or "
+        "with --revive. After sweep.cold_retention_s they become permanent tombstones. "
+        "Safe while the daemon runs.",
+    )
+    parser.add_argument("-n", "--limit", type=int, default=20, metavar="N", help="rows to list")
+    parser.add_argument("--offset", type=int, default=0, metavar="N", help="rows to skip")
+    parser.add_argument(
+        "--revive",
+        metavar="HASH",
+        help="ask the daemon to bring this cold chunk back (at its next cycle)",
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=lambda args: run_guarded(lambda: _forgotten(args)))
+
+
+def _forgotten(args: argparse.Namespace) -> int:
+    from daemon.runtime import Runtime
+    from store import tiers
+
+    if args.limit < 1 or args.offset < 0:
+        raise ValueError("--limit must be >= 1 and --offset >= 0")
+    rt = Runtime.open(load(args))
+    try:
+        if args.revive is not None:
+            rowid = tiers.cold_rowid_of_hash(rt.db, args.revive)
+            if rowid is None:
+                raise ValueError(f"{args.revive!r} is not the hash of a chunk in the cold tier")
+            with rt.db.transaction():
+                tiers.request_revival(rt.db, rowid, now_ms=rt.clock.now_ms())
+            print(f"revival of {args.revive[:12]} requested; the daemon applies it next cycle")
+            return 0
+        rows = tiers.cold_chunks(rt.db, limit=args.limit, offset=args.offset)
+        total = rt.db.counts()["cold"]
+    finally:
+        rt.close()
+    if args.json:
+        print(json.dumps({"cold": total, "chunks": [asdict(r) for r in rows]}, indent=2))
+        return 0
+    print(f"{total} chunks in the cold tier")
+    print_table(
+        [
+            {
+                "since": r.cold_at,
+                "salience": r.salience,
+                "hash": r.content_hash[:12],
+                "why": r.reason,
+                "text": r.text[:50].replace("\n", " "),
+            }
+            for r in rows
+        ],
+        ["since", "salience", "hash", "why", "text"],
+    )
+    return 0

@@ -1,0 +1,190 @@
+"""The percentile sweep as a state: chunks move to the cold tier, come back, and expire.
+
+Each sweep ranks every chunk of a kind, live and cold together, by a value that
+mixes learned salience with intrinsic worth (information content, declared
+importance), and keeps the bottom percentile cold. Chunks younger than the
+grace period stay live. Before it commits, the prune gate replays recent
+successful decisions as if the doomed chunks were already cold: any chunk a
+replay would no longer find is spared, with the reason recorded. A cold chunk
+comes back when its content is ingested again (or `dreamcycle forgotten
+--revive` asks), or when a Reward is seeded at it; after the retention period
+it becomes a permanent tombstone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from daemon.recall import rank_query
+from daemon.runtime import Peer, Runtime
+from pulses.sweep import SweepCandidate, SweepPlan, information_content, plan_sweep, spare
+from store import tiers
+from store.salience import SalienceCache
+from store.timefmt import ms_from_iso
+
+SWEEP_REASON: Final = "percentile_sweep"
+RETENTION_REASON: Final = "cold retention expired"
+
+
+@dataclass
+class GateReport:
+    """What the prune gate replayed, and what it spared."""
+
+    decisions: int = 0
+    found: int = 0
+    still_found: int = 0
+    spared: list[int] = field(default_factory=list)
+
+    @property
+    def replay_rate(self) -> float | None:
+        return None if self.found == 0 else self.still_found / self.found
+
+
+def sweep_candidates(rt: Runtime, salience: SalienceCache, now_ms: int) -> list[SweepCandidate]:
+    """Every admitted chunk not tombstoned, live or cold, as the sweep ranks it."""
+    rows = [r for r in tiers.sweep_rows(rt.db) if not salience.is_tombstoned(r.rowid)]
+    information = information_content([r.content for r in rows])
+    grace_ms = rt.config.sweep.grace_s * 1000
+    return [
+        SweepCandidate(
+            label=row.rowid,
+            salience=salience.salience(row.rowid),
+            pinned=salience.pin_floor(row.rowid) > 0,
+            protected=salience.deletion_policy(row.rowid) != "auto_prune",
+            kind=row.kind,
+            information=info,
+            importance=row.importance,
+            cold=row.cold,
+            eligible=now_ms - ms_from_iso(row.created_at) >= grace_ms,
+        )
+        for row, info in zip(rows, information, strict=True)
+    ]
+
+
+def plan(rt: Runtime, salience: SalienceCache, now_ms: int) -> SweepPlan:
+    cfg = rt.config.sweep
+    return plan_sweep(
+        sweep_candidates(rt, salience, now_ms),
+        percentile=cfg.percentile,
+        min_population=cfg.min_population,
+        mix=cfg.mix(),
+    )
+
+
+def prune_gate(peer: Peer, doomed: Iterable[int], now_ms: int) -> GateReport:
+    """Replay recent successful decisions as if `doomed` were cold; report what they lose."""
+    rt, cfg = peer.runtime, peer.config.sweep
+    report = GateReport()
+    doomed_set = frozenset(doomed)
+    decisions = rt.db.successful_decisions(
+        peer.peer_id, since_ms=now_ms - int(cfg.gate_window_s * 1000), limit=cfg.gate_decisions
+    )
+    spared: set[int] = set()
+    for _digest, ranked, cited, query, vector in decisions:
+        found_hashes = cited or ranked
+        found = {
+            obs.rowid
+            for digest in found_hashes
+            if (obs := rt.db.observation_by_hash(digest)) is not None and obs.live
+        }
+        if not found:
+            continue
+        hits = rank_query(
+            rt, query or " ", vector, len(ranked), index=peer.index, assume_cold=doomed_set
+        )
+        again = {h.rowid for h in hits}
+        report.decisions += 1
+        report.found += len(found)
+        report.still_found += len(found & again)
+        spared.update(label for label in found - again if label in doomed_set)
+    report.spared = sorted(spared)
+    return report
+
+
+def sweep(peer: Peer, now_ms: int, *, dry_run: bool = False) -> dict[str, object]:
+    """Plan, gate and apply one sweep; returns its stats."""
+    cfg = peer.config.sweep
+    planned = plan(peer.runtime, peer.salience, now_ms)
+    stats: dict[str, object] = {
+        "population": planned.population,
+        "threshold": planned.threshold,
+        "already_cold": planned.already_cold,
+        "doomed": len(planned.doomed),
+    }
+    if planned.skipped_reason is not None:
+        stats["skipped"] = planned.skipped_reason
+        return stats
+    final = planned
+    if cfg.prune_gate and planned.doomed:
+        report = prune_gate(peer, planned.doomed, now_ms)
+        final, spared = spare(planned, report.spared)
+        stats.update(
+            gate_decisions=report.decisions,
+            gate_spared=len(spared),
+            gate_replay_rate=report.replay_rate,
+        )
+    if dry_run:
+        stats["dry_run"] = True
+        return stats
+    stats["cold"] = len(move_to_cold(peer, final, now_ms))
+    return stats
+
+
+def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
+    """Journal and apply the plan's moves; the index drops them after the commit."""
+    db, cache = peer.db, peer.salience
+    moved: list[int] = []
+    with db.transaction():
+        observations = db.observations(list(planned.doomed))
+        for label in sorted(observations):
+            obs = observations[label]
+            value = planned.values.get(label)
+            threshold = planned.thresholds.get(obs.kind)
+            reason = (
+                f"{SWEEP_REASON}: value {value:.3f} < {obs.kind} threshold {threshold:.3f}"
+                if value is not None and threshold is not None
+                else SWEEP_REASON
+            )
+            if tiers.move_to_cold(db, [label], reason=reason, now_ms=now_ms):
+                db.journal("sweep", obs.content_hash, {"rowid": label}, now_ms=now_ms)
+                cache.set_cold(label, True)
+                moved.append(label)
+    if moved:
+        peer.index.mark_deleted(np.array(moved, dtype=np.int64))
+    return moved
+
+
+def revive(peer: Peer, labels: Iterable[int], now_ms: int) -> list[int]:
+    """Bring cold chunks back to the live tier and index (journaled)."""
+    db, cache = peer.db, peer.salience
+    revived: list[int] = []
+    with db.transaction():
+        observations = db.observations(sorted(set(labels)))
+        for label, obs in sorted(observations.items()):
+            if tiers.revive(db, label):
+                db.journal("revive", obs.content_hash, {"rowid": label}, now_ms=now_ms)
+                cache.set_cold(label, False)
+                revived.append(label)
+    if revived:
+        vectors = db.embeddings_of(revived)
+        held = [label for label in revived if label in vectors]
+        if held:
+            peer.index.restore(
+                np.array(held, dtype=np.int64), np.stack([vectors[label] for label in held])
+            )
+    return revived
+
+
+def revive_reingested(peer: Peer, now_ms: int) -> int:
+    """Cold chunks whose content came in again since they went cold come back."""
+    return len(revive(peer, tiers.reingested_cold(peer.db), now_ms))
+
+
+def expire_cold(peer: Peer, now_ms: int) -> list[str]:
+    """Hashes of cold chunks past retention: they become permanent tombstones."""
+    retention_ms = int(peer.config.sweep.cold_retention_s * 1000)
+    return tiers.expired_cold(peer.db, older_than_ms=now_ms - retention_ms)

@@ -1,0 +1,160 @@
+"""Outcomes into learning: who gets credit, salience pulses, and retrieval keys.
+
+Only the peer that made a decision knows what it recalled (in rank order) and
+the query, so only it converts an outcome: credit by pulses.credit, Reward or
+Decay pulses seeded at the credited chunks, and a retrieval key per credited
+chunk. Pulses and keys are published, so every peer learns from one success.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import numpy.typing as npt
+
+from daemon.runtime import Peer
+from pulses.credit import CreditRule, assign_credit
+from pulses.keys import LearnedKey, learn
+from pulses.outcome import Attribution, Outcome, outcome_to_pulses
+from store import keys as key_store
+from store.database import Database
+from zeitgeist.entries import PulseEntry, RetrievalKeyEntry, encode_entry
+
+log = logging.getLogger("dreamcycle.learning")
+
+
+def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
+    """Pulses (queued for publishing) and keys learned for waiting outcomes of our decisions.
+
+    Returns the pulse entries and how many keys changed.
+    """
+    db, cfg = peer.db, peer.config.learning
+    derived: list[PulseEntry] = []
+    keys_changed = 0
+    for record in db.waiting_outcomes():
+        attribution = db.attribution(record.decision_hash)
+        if attribution is None:
+            if record.expires_ms < now_ms:
+                db.settle_outcome(record.outcome_id, "expired")
+            continue
+        if attribution.peer != peer.peer_id:
+            db.settle_outcome(record.outcome_id, "foreign")
+            continue
+        outcome = Outcome(
+            decision_hash=record.decision_hash,
+            reward=record.reward,
+            observer_peer=record.observer_peer,
+            ts=record.hlc,
+            reason=record.reason,
+        )
+        try:
+            credits = assign_credit(
+                attribution.ranked,
+                record.cited,
+                record.reward,
+                CreditRule(cfg.credit_rule),
+                miss_factor=cfg.miss_factor,
+            )
+            pulses = outcome_to_pulses(
+                outcome,
+                Attribution(
+                    decision_hash=record.decision_hash,
+                    chunk_hashes=tuple(attribution.chunk_hashes),
+                    peer=attribution.peer,
+                    ts=attribution.hlc,
+                    decision_text=attribution.decision_text,
+                ),
+                db.embedding_of_hash,
+                index_version=peer.embedder.index_version,
+                credits=credits,
+            )
+        except ValueError as exc:  # pure validation: nothing was written
+            log.warning(
+                "outcome rejected", extra={"outcome": record.outcome_id, "reason": str(exc)}
+            )
+            db.settle_outcome(record.outcome_id, "rejected")
+            continue
+        for pulse in pulses:
+            entry = PulseEntry(hlc=pulse.ts, origin=peer.peer_id, pulse=pulse)
+            # Applied when it propagates: a crash before then leaves it for the next scan.
+            if db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=now_ms):
+                derived.append(entry)
+        query = attribution.query_embedding
+        if cfg.keys and query is not None:
+            for credit in credits:
+                if teach_key(
+                    peer, credit.chunk_hash, query, attribution.query_text, credit.amount, now_ms
+                ):
+                    keys_changed += 1
+                key_entry = RetrievalKeyEntry(
+                    hlc=record.hlc,
+                    origin=peer.peer_id,
+                    decision_hash=record.decision_hash,
+                    chunk_hash=credit.chunk_hash,
+                    embedding=query,
+                    text=attribution.query_text if cfg.share_key_text else None,
+                    amount=credit.amount,
+                )
+                db.outbox_add(
+                    key_entry.id,
+                    key_entry.KIND,
+                    key_entry.hlc,
+                    encode_entry(key_entry),
+                    now_ms=now_ms,
+                    applied=True,
+                )
+        db.settle_outcome(record.outcome_id, "converted", len(pulses))
+    return derived, keys_changed
+
+
+def teach_key(
+    peer: Peer,
+    chunk_hash: str,
+    query: npt.NDArray[np.float32],
+    text: str | None,
+    amount: float,
+    now_ms: int,
+) -> bool:
+    """Learn (amount > 0) or weaken (amount < 0) `query` as a key of the chunk, if held here."""
+    db, cfg = peer.db, peer.config.learning
+    obs = db.observation_by_hash(chunk_hash)
+    if obs is None or obs.deleted_at is not None or amount == 0:
+        return False
+    return _relearn(
+        db, obs.rowid, query, text, amount, now_ms, cfg.max_keys_per_chunk, cfg.key_half_life_s
+    )
+
+
+def _relearn(
+    db: Database,
+    rowid: int,
+    query: npt.NDArray[np.float32],
+    text: str | None,
+    amount: float,
+    now_ms: int,
+    max_keys: int,
+    half_life_s: float,
+) -> bool:
+    before = [
+        LearnedKey(embedding=k.embedding, weight=k.weight, updated_ms=k.updated_ms, text=k.text)
+        for k in key_store.keys_of(db, rowid)
+    ]
+    after = learn(
+        before, query, amount, now_ms, text=text, max_keys=max_keys, half_life_s=half_life_s
+    )
+    unchanged = len(after) == len(before) and all(
+        a.weight == b.weight and a.updated_ms == b.updated_ms
+        for a, b in zip(after, before, strict=True)
+    )
+    if unchanged:
+        return False
+    key_store.replace_keys(
+        db,
+        rowid,
+        [
+            key_store.StoredKey(rowid, k.embedding, k.text, min(1.0, k.weight), k.updated_ms)
+            for k in after
+        ],
+    )
+    return True

@@ -1,0 +1,142 @@
+"""Learned retrieval keys: the questions a chunk has been shown to answer.
+
+One chunk answers different questions, so a single salience per chunk cannot
+say *which* question it is good for. A credited success adds the decision's
+query (its embedding, and its words where they are known) to the chunk as a
+key; recall then matches a query against a chunk's keys as well as against the
+chunk itself. Keys are bounded per chunk, their weight decays with disuse, a
+credited failure weakens the key that matches the failed query, and they go
+with the chunk when it is tombstoned.
+
+Everything here is pure: it takes a chunk's keys and returns the new list.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+#: Keys kept per chunk; the weakest goes when a new one would exceed it.
+MAX_KEYS_PER_CHUNK: Final = 8
+#: A query at least this close to a key reinforces (or weakens) that key instead of adding one.
+SAME_KEY_SIMILARITY: Final = 0.92
+#: A key's weight halves over this many seconds without reinforcement.
+KEY_HALF_LIFE_S: Final = 60 * 86_400.0
+#: Keys whose effective weight falls below this are dropped.
+MIN_KEY_WEIGHT: Final = 0.05
+#: A key's weight never exceeds this.
+MAX_KEY_WEIGHT: Final = 1.0
+
+Vector = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class LearnedKey:
+    """One key: the query embedding, its words (None when they did not travel)."""
+
+    embedding: Vector
+    weight: float
+    updated_ms: int
+    text: str | None = None
+
+
+def effective_weight(key: LearnedKey, now_ms: int, half_life_s: float = KEY_HALF_LIFE_S) -> float:
+    """The key's weight after decay since it was last reinforced."""
+    elapsed_s = max(0.0, (now_ms - key.updated_ms) / 1000.0)
+    if half_life_s <= 0 or math.isinf(half_life_s):
+        return key.weight
+    return key.weight * math.pow(0.5, elapsed_s / half_life_s)
+
+
+def _closest(keys: Sequence[LearnedKey], query: Vector) -> tuple[int, float]:
+    best, best_similarity = -1, -math.inf
+    for position, key in enumerate(keys):
+        similarity = float(np.dot(key.embedding, query))
+        if similarity > best_similarity:
+            best, best_similarity = position, similarity
+    return best, best_similarity
+
+
+def _settled(keys: Sequence[LearnedKey], now_ms: int, half_life_s: float) -> list[LearnedKey]:
+    """Decay folded into the stored weight, dead keys dropped."""
+    out: list[LearnedKey] = []
+    for key in keys:
+        weight = effective_weight(key, now_ms, half_life_s)
+        if weight >= MIN_KEY_WEIGHT:
+            out.append(replace(key, weight=weight, updated_ms=max(key.updated_ms, now_ms)))
+    return out
+
+
+def learn(
+    keys: Sequence[LearnedKey],
+    query: Vector,
+    amount: float,
+    now_ms: int,
+    *,
+    text: str | None = None,
+    max_keys: int = MAX_KEYS_PER_CHUNK,
+    half_life_s: float = KEY_HALF_LIFE_S,
+) -> list[LearnedKey]:
+    """The chunk's keys after a credited outcome of signed `amount` for `query`.
+
+    A positive amount reinforces the matching key (or adds one, evicting the
+    weakest beyond `max_keys`); a negative one weakens only the matching key,
+    by at most |amount|, and never adds one. Unmatched keys only decay.
+    """
+    if not math.isfinite(amount):
+        raise ValueError(f"key amount must be finite, got {amount}")
+    current = keys
+    position, similarity = _closest(current, query)
+    matched = position >= 0 and similarity >= SAME_KEY_SIMILARITY
+    updated = list(current)
+    if matched:
+        key = updated[position]
+        weight = min(MAX_KEY_WEIGHT, max(0.0, effective_weight(key, now_ms, half_life_s) + amount))
+        updated[position] = replace(
+            key, weight=weight, updated_ms=now_ms, text=key.text if text is None else text
+        )
+    elif amount > 0:
+        updated.append(
+            LearnedKey(
+                embedding=np.ascontiguousarray(query, dtype=np.float32),
+                weight=min(MAX_KEY_WEIGHT, amount),
+                updated_ms=now_ms,
+                text=text,
+            )
+        )
+    if not matched and amount <= 0:
+        return list(keys)
+    settled = _settled(updated, now_ms, half_life_s)
+    if len(settled) > max_keys:
+        settled.sort(key=lambda k: (-k.weight, -k.updated_ms))
+        settled = settled[:max_keys]
+    return settled
+
+
+def key_similarity(
+    query: Vector, keys: Sequence[LearnedKey], now_ms: int, half_life_s: float = KEY_HALF_LIFE_S
+) -> float | None:
+    """The best cosine of `query` to a key, scaled by that key's effective weight."""
+    best: float | None = None
+    for key in keys:
+        value = float(np.dot(key.embedding, query)) * effective_weight(key, now_ms, half_life_s)
+        if best is None or value > best:
+            best = value
+    return best
+
+
+def effective_weight_array(
+    weights: npt.NDArray[np.float64],
+    updated_ms: Sequence[int],
+    now_ms: int,
+    half_life_s: float = KEY_HALF_LIFE_S,
+) -> npt.NDArray[np.float32]:
+    """effective_weight for many keys at once (recall scores every key per query)."""
+    elapsed_s = np.maximum(0.0, (now_ms - np.asarray(updated_ms, dtype=np.float64)) / 1000.0)
+    decayed = weights * np.power(0.5, elapsed_s / half_life_s)
+    return np.where(decayed >= MIN_KEY_WEIGHT, decayed, 0.0).astype(np.float32)
