@@ -6,18 +6,20 @@ The story, driven through the real command-line tools as a user would run them:
    into paragraph chunks. Three peers each ingest a different, partly overlapping
    slice: alpha and beta share some chunks, beta and gamma share some, alpha and
    gamma share none, though gamma holds the paragraphs next to alpha's.
-2. One downscale cycle per peer ages its memory to salience ~0.5 (fresh chunks
-   sit at 1.0, the cap, where a reward could not show).
-3. alpha recalls for a question about exceptions; the decision went well
-   (`pulse-emit outcome --reward 0.9`). alpha recalls for string formatting;
-   that decision went badly (`--reward -0.8`). beta emits a decay pulse about
-   importing modules.
+2. One downscale cycle per peer ages its memory by one half-life (fresh chunks
+   start at salience 0.5, the value of default importance).
+3. alpha recalls for a question about exceptions; the decision went well and
+   used every chunk recalled (`pulse-emit outcome --reward 0.9 --cited ...`:
+   only cited chunks are credited). alpha recalls for string formatting; that
+   decision went badly (`--reward -0.8 --cited ...`). beta emits a decay pulse
+   about importing modules.
 4. Dream cycles run on every peer: alpha turns its outcomes into pulses and
    publishes them; beta and gamma apply them over their own k-NN graphs, and
    everyone applies beta's pulse.
 5. Before/after tables show the mean salience of the chunks nearest each seed on
    every peer, including gamma, which never held a chunk alpha recalled.
-6. A percentile sweep on alpha keeps what helped and forgets what misled.
+6. A percentile sweep on alpha keeps what helped and moves what misled to the
+   cold tier (forgotten from the live index, yet revivable).
 
 Every claim is checked; the exit status is 0 only if all of them hold.
 
@@ -109,6 +111,8 @@ DECAY_TEXT: Final = "importing a module from a package and binding its name"
 DECAY_STRENGTH: Final = 0.5
 DECAY_REASON: Final = "demo/imports"
 
+#: How many hex digits of a chunk hash the recall table shows, and outcomes cite.
+CITED_PREFIX: Final = 12
 #: A pulse's first hop lands on the k = 3 chunks nearest its seed; that is the neighbourhood.
 NEIGHBOURS_PER_SEED: Final = 3
 #: Order in which peers run dream cycles after the outcomes: the recaller goes again last
@@ -251,6 +255,8 @@ format = "text"
 [sweep]
 # Cycles only report what a sweep would take; the demo sweeps once, explicitly, at the end.
 dry_run = true
+# The demo's chunks are minutes old: no grace period, or the sweep could take none of them.
+grace_s = 0.0
 """,
         encoding="utf-8",
     )
@@ -443,7 +449,7 @@ def run_cycle(peer: Peer, env: Mapping[str, str] | None = None) -> dict[str, Any
 def age_memory(peers: Mapping[str, Peer]) -> None:
     variable = f"{ENV_PREFIX}DOWNSCALE_{CHUNK_KIND.upper()}_HALF_LIFE_S"
     print(
-        "Fresh chunks start at salience 1.0, the cap, where a reward cannot show. The first\n"
+        "Fresh chunks start at salience 0.5 (0.25 + 0.05 x importance 5). The first\n"
         "cycle of each peer indexes its chunks and runs downscale with the half-life of\n"
         f"'{CHUNK_KIND}' chunks set to the time since that peer's ingest: as if one half-life\n"
         "had passed, salience halves. Later cycles use the default half-life (days), so over\n"
@@ -537,26 +543,28 @@ def sweep_and_check(
     run_tool("dreamcycle", "sweep", recaller, "--show", "5")
     db = Database(recaller.database_path)
     try:
-        live = {
-            digest: (obs := db.observation_by_hash(digest)) is not None and obs.deleted_at is None
-            for digest in rewarded + penalised
-        }
+        state = {digest: db.observation_by_hash(digest) for digest in rewarded + penalised}
     finally:
         db.close()
-    kept = sum(live[d] for d in rewarded)
-    forgotten = sum(not live[d] for d in penalised)
+    kept = sum((obs := state[d]) is not None and obs.live for d in rewarded)
+    cold = sum(
+        (obs := state[d]) is not None and obs.deleted_at is None and obs.cold_at is not None
+        for d in penalised
+    )
     print(
         f"{OUTPUT_INDENT}{RECALLER} after the sweep: {kept}/{len(rewarded)} chunks of the rewarded "
-        f"decision kept, {forgotten}/{len(penalised)} chunks of the penalised decision forgotten"
+        f"decision kept live, {cold}/{len(penalised)} chunks of the penalised decision moved to "
+        "the cold tier (not deleted: `dreamcycle forgotten` lists them)"
     )
+    run_tool("dreamcycle", "forgotten", recaller, "--limit", "5")
     return [
         Claim(
-            f"{RECALLER}: the sweep kept every chunk of the rewarded decision",
+            f"{RECALLER}: the sweep kept every chunk of the rewarded decision live",
             kept == len(rewarded),
         ),
         Claim(
-            f"{RECALLER}: the sweep forgot every chunk of the penalised decision",
-            forgotten == len(penalised),
+            f"{RECALLER}: the sweep moved every chunk of the penalised decision to the cold tier",
+            cold == len(penalised),
         ),
     ]
 
@@ -602,6 +610,9 @@ def run_demo(demo_dir: Path) -> list[Claim]:
         str(REWARD),
         "--reason",
         REWARD_REASON,
+        # The decision used every chunk recalled: cite them (the prefixes the table shows).
+        "--cited",
+        *[digest[:CITED_PREFIX] for digest in rewarded],
     )
     heading(4, f"{RECALLER} recalls context for a decision that turns out badly")
     penalised_decision, penalised = recall(recaller, PENALTY_QUERY)
@@ -615,6 +626,8 @@ def run_demo(demo_dir: Path) -> list[Claim]:
         str(PENALTY),
         "--reason",
         PENALTY_REASON,
+        "--cited",
+        *[digest[:CITED_PREFIX] for digest in penalised],
     )
     heading(5, f"{PULSER} decays the neighbourhood of a text, on every peer")
     run_tool(
@@ -675,7 +688,7 @@ def run_demo(demo_dir: Path) -> list[Claim]:
         )
     )
 
-    heading(8, "percentile sweep: forget the bottom of the salience distribution")
+    heading(8, "percentile sweep: the bottom of each kind by value goes to the cold tier")
     claims += sweep_and_check(peers, rewarded, penalised)
 
     heading(9, f"status of {RECALLER}")

@@ -864,9 +864,12 @@ class Database:
             return int(row[0]) if row else 0
 
         return {
-            "observations": one("SELECT count(*) FROM observations"),
+            "observations": one(
+                f"SELECT count(*) FROM observations WHERE type != '{EFFICACY_TYPE}'"
+            ),
             "live": one(
-                "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND cold_at IS NULL"
+                "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND cold_at IS NULL "
+                f"AND type != '{EFFICACY_TYPE}'"
             ),
             "cold": one(
                 "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND cold_at IS NOT NULL"

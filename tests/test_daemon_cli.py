@@ -265,7 +265,7 @@ def test_ingest_deduplicates_by_content(peer: Peer, tmp_path: Path) -> None:
     result = peer.dreamcycle("ingest", str(source))
     assert "new 0" in result.stdout
     assert "duplicates 5" in result.stdout
-    assert peer.scalar("SELECT count(*) FROM observations") == CHUNK_COUNT
+    assert peer.scalar("SELECT count(*) FROM observations WHERE type != 'efficacy'") == CHUNK_COUNT
 
 
 # ---- recall -------------------------------------------------------------------------------
@@ -370,7 +370,12 @@ def test_sweep_dry_run_changes_nothing(peer: Peer) -> None:
     assert f"moved to the cold tier {doomed};" in result.stdout
     assert peer.scalar("SELECT count(*) FROM tombstones") == 0
     assert peer.scalar("SELECT count(*) FROM observations WHERE cold_at IS NOT NULL") == doomed
-    assert peer.scalar("SELECT count(*) FROM observations WHERE deleted_at IS NULL") == CHUNK_COUNT
+    assert (
+        peer.scalar(
+            "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND type != 'efficacy'"
+        )
+        == CHUNK_COUNT
+    )
     assert peer.scalar("SELECT count(*) FROM journal WHERE kind = 'sweep'") == doomed
 
     listed = json.loads(peer.dreamcycle("forgotten", "--json", "--limit", "1000").stdout)
