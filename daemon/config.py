@@ -200,12 +200,17 @@ class RecallConfig:
     cold_factor: float = defaults.RECALL_COLD_FACTOR
     key_min_similarity: float = defaults.RECALL_KEY_MIN_SIMILARITY
     #: Weights of the two lists in the fusion; 0 turns a retriever off (for comparisons).
-    lexical_weight: float = 1.0
-    vector_weight: float = 1.0
+    lexical_weight: float = defaults.RECALL_LEXICAL_WEIGHT
+    vector_weight: float = defaults.RECALL_VECTOR_WEIGHT
+    learned_weight: float = defaults.RECALL_LEARNED_WEIGHT
 
     def check(self) -> None:
         _positive("recall.top_k", self.top_k)
         _positive("recall.candidates", self.candidates)
+        if not -1.0 <= self.key_min_similarity <= 1.0:
+            raise ConfigError(
+                f"recall.key_min_similarity must be in [-1, 1], got {self.key_min_similarity}"
+            )
         try:
             self.weights().validate()
         except InvalidRanking as exc:
@@ -219,6 +224,7 @@ class RecallConfig:
             cold_factor=self.cold_factor,
             lexical_weight=self.lexical_weight,
             vector_weight=self.vector_weight,
+            learned_weight=self.learned_weight,
         )
 
 

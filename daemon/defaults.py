@@ -94,6 +94,11 @@ RECALL_KEY_WEIGHT: Final = ranking.DEFAULT_KEY_WEIGHT
 RECALL_COLD_FACTOR: Final = ranking.DEFAULT_COLD_FACTOR
 #: A learned key answers only queries at least this close to the question it was learned from.
 RECALL_KEY_MIN_SIMILARITY: Final = 0.8
+#: Weights of the fused lists: BM25 over content, cosine (chunk or learned key), BM25
+#: over the words of usable learned keys.
+RECALL_LEXICAL_WEIGHT: Final = 1.0
+RECALL_VECTOR_WEIGHT: Final = 0.7
+RECALL_LEARNED_WEIGHT: Final = 1.0
 
 #: Without citations an outcome credits nothing (see pulses/credit.py for why).
 LEARNING_CREDIT_RULE: Final = "none"

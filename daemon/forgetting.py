@@ -3,7 +3,7 @@
 Each sweep ranks every chunk of a kind, live and cold together, by a value that
 mixes learned salience with intrinsic worth (information content, declared
 importance), and keeps the bottom percentile cold. Chunks younger than the
-grace period stay live. Before it commits, the prune gate replays recent
+grace period, or revived within it, stay live. Before it commits, the prune gate replays recent
 successful decisions as if the doomed chunks were already cold: any chunk a
 replay would no longer find is spared, with the reason recorded. A cold chunk
 comes back when its content is ingested again (or `dreamcycle forgotten
@@ -45,10 +45,15 @@ class GateReport:
 
 
 def sweep_candidates(rt: Runtime, salience: SalienceCache, now_ms: int) -> list[SweepCandidate]:
-    """Every admitted chunk not tombstoned, live or cold, as the sweep ranks it."""
+    """Every admitted chunk not tombstoned, live or cold, as the sweep ranks it.
+
+    The grace period runs from a chunk's creation, and again from its revival: a chunk
+    brought back (in this very cycle, with no grace) is not swept straight back.
+    """
     rows = [r for r in tiers.sweep_rows(rt.db) if not salience.is_tombstoned(r.rowid)]
     information = information_content([r.content for r in rows])
     grace_ms = rt.config.sweep.grace_s * 1000
+    revived = tiers.revived_since(rt.db, now_ms - int(grace_ms))
     return [
         SweepCandidate(
             label=row.rowid,
@@ -59,7 +64,7 @@ def sweep_candidates(rt: Runtime, salience: SalienceCache, now_ms: int) -> list[
             information=info,
             importance=row.importance,
             cold=row.cold,
-            eligible=now_ms - ms_from_iso(row.created_at) >= grace_ms,
+            eligible=now_ms - ms_from_iso(row.created_at) >= grace_ms and row.rowid not in revived,
         )
         for row, info in zip(rows, information, strict=True)
     ]

@@ -21,13 +21,13 @@ import numpy as np
 import numpy.typing as npt
 
 from daemon.runtime import Runtime, issue_hlc
-from pulses.keys import effective_weight_array
+from pulses.keys import alive
 from pulses.outcome import decision_hash
 from pulses.ranking import Candidate, Ranked, lexical_ranks, rank_candidates
 from store import keys as key_store
 from store import tiers
 from store.index import HnswIndex, IndexUnusable
-from store.lexical import search_lexical
+from store.lexical import LEARNED_COLUMN, search_lexical
 from zeitgeist.entries import AttributionEntry, encode_entry
 
 Vector = npt.NDArray[np.float32]
@@ -101,6 +101,14 @@ def rank_query(
     labels.update(_best(key_scores, pool))
     lexical = search_lexical(db, query, pool, cold=None)
     labels.update(lexical)
+    # The words of a learned question count only where the question itself is close to
+    # the query (a usable key): otherwise one question's words would pull its chunk
+    # into every query that shares a word with it.
+    learned = [
+        label
+        for label in search_lexical(db, query, pool, cold=None, column=LEARNED_COLUMN)
+        if label in key_scores
+    ]
     labels.update(_cold_candidates(rt, vector, pool))
     labels -= exclude
     if not labels:
@@ -109,6 +117,7 @@ def rank_query(
     observations = db.observations(ordered)
     stored = db.embeddings_of(ordered)
     ranks = lexical_ranks([label for label in lexical if label not in exclude])
+    learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
     candidates = [
         Candidate(
             label=rowid,
@@ -116,6 +125,7 @@ def rank_query(
             salience=obs.salience,
             lexical_rank=ranks.get(rowid),
             key_similarity=key_scores.get(rowid),
+            learned_rank=learned_ranks.get(rowid),
             cold=obs.cold_at is not None or rowid in assume_cold,
         )
         for rowid, obs in observations.items()
@@ -169,7 +179,7 @@ def _cold_candidates(rt: Runtime, vector: Vector, n: int) -> list[int]:
 
 
 def _key_scores(rt: Runtime, vector: Vector) -> dict[int, float]:
-    """Per chunk, the best cosine of the query to one of its keys times the key's weight."""
+    """Per chunk, the best cosine of the query to one of its usable keys."""
     stamp = key_store.keys_stamp(rt.db)
     cached = rt.recall_cache.get("keys", stamp)
     if cached is None:
@@ -179,10 +189,12 @@ def _key_scores(rt: Runtime, vector: Vector) -> dict[int, float]:
         return {}
     half_life = rt.config.learning.key_half_life_s
     cosines = matrix @ vector
-    scaled = cosines * effective_weight_array(weights, updated, rt.clock.now_ms(), half_life)
     # A key stands for the question it was learned from: only queries close to that
-    # question (a repeat or a paraphrase) may use it.
-    scaled = np.where(cosines >= rt.config.recall.key_min_similarity, scaled, -np.inf)
+    # question (a repeat or a paraphrase) may use it, and only while it lives.
+    usable = alive(weights, updated, rt.clock.now_ms(), half_life) & (
+        cosines >= rt.config.recall.key_min_similarity
+    )
+    scaled = np.where(usable, cosines, -np.inf)
     best: dict[int, float] = {}
     for chunk, value in zip(chunks.tolist(), scaled.tolist(), strict=True):
         if value > best.get(chunk, -np.inf) and value > -np.inf:

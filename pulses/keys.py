@@ -121,22 +121,30 @@ def learn(
 def key_similarity(
     query: Vector, keys: Sequence[LearnedKey], now_ms: int, half_life_s: float = KEY_HALF_LIFE_S
 ) -> float | None:
-    """The best cosine of `query` to a key, scaled by that key's effective weight."""
+    """The best cosine of `query` to a key that is still alive.
+
+    Weight decides how long a key lives and how far a miss weakens it, not how
+    well it matches: a question asked again two months later must still find
+    what answered it (scaling by weight halved that match and lost it).
+    """
     best: float | None = None
     for key in keys:
-        value = float(np.dot(key.embedding, query)) * effective_weight(key, now_ms, half_life_s)
+        if effective_weight(key, now_ms, half_life_s) < MIN_KEY_WEIGHT:
+            continue
+        value = float(np.dot(key.embedding, query))
         if best is None or value > best:
             best = value
     return best
 
 
-def effective_weight_array(
+def alive(
     weights: npt.NDArray[np.float64],
     updated_ms: Sequence[int],
     now_ms: int,
     half_life_s: float = KEY_HALF_LIFE_S,
-) -> npt.NDArray[np.float32]:
-    """effective_weight for many keys at once (recall scores every key per query)."""
+) -> npt.NDArray[np.bool_]:
+    """Which of many keys are still alive (recall checks every key per query)."""
     elapsed_s = np.maximum(0.0, (now_ms - np.asarray(updated_ms, dtype=np.float64)) / 1000.0)
     decayed = weights * np.power(0.5, elapsed_s / half_life_s)
-    return np.where(decayed >= MIN_KEY_WEIGHT, decayed, 0.0).astype(np.float32)
+    mask: npt.NDArray[np.bool_] = decayed >= MIN_KEY_WEIGHT
+    return mask

@@ -1,8 +1,9 @@
 """Recall ranking: relevance first, then bounded adjustments (salience, the cold tier).
 
-Relevance fuses two ranked lists by reciprocal rank: BM25 over a chunk's words
-(and the words of questions it learned to answer), and the exact cosine of the
-query to the chunk's embedding or to one of its learned keys. Every candidate of
+Relevance fuses ranked lists by reciprocal rank: BM25 over a chunk's words; the
+exact cosine of the query to the chunk's embedding or to one of its learned
+keys; and BM25 over the words of the questions it learned to answer, for chunks
+whose key is close enough to the query to be used. Every candidate of
 either list is re-scored on both, so a chunk that only one retriever found still
 gets the other's opinion.
 
@@ -49,6 +50,7 @@ class RankingWeights:
     cold_factor: float = DEFAULT_COLD_FACTOR
     lexical_weight: float = 1.0
     vector_weight: float = 1.0
+    learned_weight: float = 1.0
 
     def validate(self) -> None:
         if not (math.isfinite(self.rrf_k) and self.rrf_k >= 0):
@@ -59,7 +61,7 @@ class RankingWeights:
             raise InvalidRanking(f"key_weight must be in [0, 1], got {self.key_weight}")
         if not 0.0 < self.cold_factor <= 1.0:
             raise InvalidRanking(f"cold_factor must be in (0, 1], got {self.cold_factor}")
-        for name in ("lexical_weight", "vector_weight"):
+        for name in ("lexical_weight", "vector_weight", "learned_weight"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise InvalidRanking(f"{name} must be finite and >= 0, got {value}")
@@ -75,8 +77,9 @@ class Candidate:
     """What recall knows of one chunk for one query.
 
     `lexical_rank` is the 1-based rank among full-text matches (None: no match);
-    `key_similarity` is the best weighted cosine of the query to a learned key
-    (None: the chunk has no key).
+    `key_similarity` is the best cosine of the query to a usable learned key
+    (None: the chunk has none); `learned_rank` the 1-based rank among matches of
+    the query's words against the words of the chunk's usable keys.
     """
 
     label: int
@@ -85,6 +88,7 @@ class Candidate:
     lexical_rank: int | None = None
     key_similarity: float | None = None
     cold: bool = False
+    learned_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,9 +130,11 @@ def rank_candidates(
     by_vector = sorted(pool, key=lambda c: (-vector_similarity(c, weights.key_weight), c.label))
     ranked: list[Ranked] = []
     for vector_rank, candidate in enumerate(by_vector, start=1):
-        relevance = weights.vector_weight * reciprocal_rank(
-            vector_rank, weights.rrf_k
-        ) + weights.lexical_weight * reciprocal_rank(candidate.lexical_rank, weights.rrf_k)
+        relevance = (
+            weights.vector_weight * reciprocal_rank(vector_rank, weights.rrf_k)
+            + weights.lexical_weight * reciprocal_rank(candidate.lexical_rank, weights.rrf_k)
+            + weights.learned_weight * reciprocal_rank(candidate.learned_rank, weights.rrf_k)
+        )
         score = relevance * salience_multiplier(candidate.salience, weights.salience_bound)
         if candidate.cold:
             score *= weights.cold_factor
@@ -162,10 +168,12 @@ def _unique(candidates: Iterable[Candidate]) -> list[Candidate]:
             raise InvalidRanking(
                 f"candidate {candidate.label} has key similarity {candidate.key_similarity}"
             )
-        if candidate.lexical_rank is not None and candidate.lexical_rank < 1:
-            raise InvalidRanking(
-                f"candidate {candidate.label} has lexical rank {candidate.lexical_rank}"
-            )
+        for name in ("lexical_rank", "learned_rank"):
+            rank = getattr(candidate, name)
+            if rank is not None and rank < 1:
+                raise InvalidRanking(
+                    f"candidate {candidate.label} has {name.replace('_', ' ')} {rank}"
+                )
         seen.add(candidate.label)
         out.append(candidate)
     return out

@@ -101,7 +101,13 @@ VARIANTS: Final = (
         {"recall.salience_bound": 0.0, "sweep.enabled": False},
         train=False,
     ),
-    Variant("full", "the defaults: hybrid, bounded salience, cited credit, keys, sweep"),
+    Variant(
+        "hybrid-equal",
+        "the hybrid with equal fusion weights (vector 1.0 instead of 0.7)",
+        {"recall.vector_weight": 1.0, "sweep.enabled": False},
+        train=False,
+    ),
+    Variant("full", "the defaults: hybrid, cited credit, learned keys, sweep to the cold tier"),
     Variant("full-nosweep", "defaults without the sweep", {"sweep.enabled": False}),
     Variant(
         "full-literal",
@@ -112,6 +118,12 @@ VARIANTS: Final = (
         "no-keys", "defaults without learned keys (salience pulses only)", {"learning.keys": False}
     ),
     Variant("salience-0.1", "defaults with salience bound 0.1", {"recall.salience_bound": 0.1}),
+    Variant("cold-0.5", "defaults with cold chunks at half relevance", {"recall.cold_factor": 0.5}),
+    Variant(
+        "keys-0.9",
+        "defaults, keys only for queries >= 0.9-similar",
+        {"recall.key_min_similarity": 0.9},
+    ),
     Variant("uncited-none", "outcomes without citations, credit rule none", cite=False),
     Variant(
         "uncited-top",
@@ -344,17 +356,30 @@ def _measure(sim: Simulation) -> dict[str, Any]:
 def _evidence_lost(
     sim: Simulation, test: Sequence[Question], heldout: Sequence[Ranking]
 ) -> dict[str, float]:
-    """Held-out evidence that was swept: all of it, and what recall no longer finds."""
+    """Held-out evidence in the cold tier, and the part of it the sweep cost.
+
+    Lost = cold evidence that recall finds in the top 10 when cold chunks count
+    fully (as if nothing had been swept) but not with the configured cold factor:
+    evidence that nobody would have found anyway is not lost to the sweep.
+    """
     db = sim.rt.db
+    recall_config = sim.rt.config.recall
+    configured = recall_config.cold_factor
+    recall_config.cold_factor = 1.0
+    try:
+        unswept = [_ranking(sim, q, q.text) for q in test]
+    finally:
+        recall_config.cold_factor = configured
     swept = lost = total = 0
-    for question, ranking in zip(test, heldout, strict=True):
+    for question, ranking, baseline in zip(test, heldout, unswept, strict=True):
         for chunk in question.evidence:
             obs = db.observation_by_hash(sim.hash_of_chunk[chunk])
             total += 1
-            if obs is None or obs.live:
+            if obs is None or obs.cold_at is None:
                 continue
             swept += 1
-            lost += chunk not in ranking.returned[:EVAL_TOP_K]
+            found = chunk in ranking.returned[:EVAL_TOP_K]
+            lost += chunk in baseline.returned[:EVAL_TOP_K] and not found
     return {
         "heldout_evidence_swept": swept / max(1, total),
         "heldout_evidence_lost": lost / max(1, total),

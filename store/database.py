@@ -310,7 +310,8 @@ class Database:
         """Live chunks without an embedding: (rowid, text to embed), oldest first."""
         rows = self._all(
             "SELECT id, title, content FROM observations "
-            "WHERE embedding IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?",
+            f"WHERE embedding IS NULL AND deleted_at IS NULL AND type != '{EFFICACY_TYPE}' "
+            "ORDER BY id LIMIT ?",
             (limit,),
         )
         return [(int(r[0]), embedding_text(str(r[1]), str(r[2]))) for r in rows]
@@ -374,7 +375,8 @@ class Database:
         dead: list[int] = []
         for rowid, blob, deleted in self._all(
             "SELECT id, embedding, coalesce(deleted_at, cold_at) FROM observations "
-            "WHERE admitted_seq IS NOT NULL AND index_version = ? AND id > ? ORDER BY id",
+            "WHERE admitted_seq IS NOT NULL AND index_version = ? AND id > ? "
+            f"AND type != '{EFFICACY_TYPE}' ORDER BY id",
             (index_version, after_rowid),
         ):
             if deleted is None:
@@ -445,14 +447,14 @@ class Database:
             (int(r[0]), str(r[1]), str(r[2]))
             for r in self._all(
                 "SELECT id, kind, coalesce(last_decay_ts, created_at) FROM observations "
-                "WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL"
+                f"WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'"
             )
         ]
 
     def mark_decayed(self, now_ms: int) -> None:
         self.conn.execute(
             "UPDATE observations SET last_decay_ts = ? "
-            "WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL",
+            f"WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'",
             (iso_from_ms(now_ms),),
         )
 

@@ -7,9 +7,11 @@ from typing import Final
 
 from store.database import Database
 
-#: BM25 weight of a chunk's own words and of the words of the questions it learned.
-CONTENT_WEIGHT: Final = 1.0
-LEARNED_WEIGHT: Final = 1.0
+#: The columns of recall_fts: a chunk's own words, and the words of the questions it
+#: learned to answer (searched as separate lists, see daemon/recall.py).
+CONTENT_COLUMN: Final = "content"
+LEARNED_COLUMN: Final = "learned"
+COLUMNS: Final = (CONTENT_COLUMN, LEARNED_COLUMN)
 #: Words so common that matching them says nothing; dropping them keeps OR queries fast.
 STOPWORDS: Final = frozenset(
     [
@@ -89,17 +91,23 @@ def search_lexical(
     limit: int,
     *,
     cold: bool | None = False,
-    learned_weight: float = LEARNED_WEIGHT,
+    column: str | None = CONTENT_COLUMN,
 ) -> list[int]:
-    """Best BM25 matches first: live chunks, cold ones when `cold`, both when None."""
+    """Best BM25 matches first, over one column (a chunk's own words, or the words of
+    the questions it learned) or both (None); live chunks, cold ones when `cold`, both
+    tiers when `cold` is None."""
     expression = match_expression(query)
     if not expression:
         return []
+    if column is not None:
+        if column not in COLUMNS:
+            raise ValueError(f"recall_fts has no column {column!r}")
+        expression = f"{column} : ({expression})"
     tier = {None: "1", True: "o.cold_at IS NOT NULL", False: "o.cold_at IS NULL"}[cold]
     rows = db.fetch_all(
         "SELECT f.rowid FROM recall_fts f JOIN observations o ON o.id = f.rowid "
         f"WHERE recall_fts MATCH ? AND o.deleted_at IS NULL AND {tier} "
-        "ORDER BY bm25(recall_fts, ?, ?), f.rowid LIMIT ?",
-        (expression, CONTENT_WEIGHT, learned_weight, limit),
+        "ORDER BY bm25(recall_fts), f.rowid LIMIT ?",
+        (expression, limit),
     )
     return [int(r[0]) for r in rows]

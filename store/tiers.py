@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from store.database import TIER_EPOCH_META_KEY, Database
+from store.database import EFFICACY_TYPE, TIER_EPOCH_META_KEY, Database
 from store.timefmt import iso_from_ms
 
 
@@ -86,6 +86,18 @@ def reingested_cold(db: Database) -> list[int]:
     ]
 
 
+def revived_since(db: Database, since_ms: int) -> set[int]:
+    """Chunks brought back from the cold tier at or after `since_ms` (from the journal)."""
+    return {
+        int(r[0])
+        for r in db.fetch_all(
+            "SELECT DISTINCT o.id FROM journal j JOIN observations o ON o.content_hash = j.ref "
+            "WHERE j.kind = 'revive' AND j.at_ms >= ?",
+            (since_ms,),
+        )
+    }
+
+
 def cold_rowid_of_hash(db: Database, digest: str) -> int | None:
     row = db.fetch_one(
         "SELECT id FROM observations WHERE content_hash = ? AND cold_at IS NOT NULL "
@@ -135,6 +147,7 @@ def sweep_rows(db: Database) -> list[SweepRow]:
         for a, b, c, d, e, f in db.fetch_all(
             "SELECT id, kind, importance, created_at, content, cold_at IS NOT NULL "
             "FROM observations WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL "
+            f"AND type != '{EFFICACY_TYPE}' "
             "ORDER BY id"
         )
     ]

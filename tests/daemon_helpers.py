@@ -293,7 +293,9 @@ class Peer:
 
     def salience(self, *, live_only: bool = False) -> dict[str, float]:
         """Content hash -> stored salience; `live_only`: neither tombstoned nor cold."""
-        where = " WHERE deleted_at IS NULL AND cold_at IS NULL" if live_only else ""
+        where = " WHERE type != 'efficacy'"
+        if live_only:
+            where += " AND deleted_at IS NULL AND cold_at IS NULL"
         return {
             str(h): float(s)
             for h, s in self.query(f"SELECT content_hash, salience FROM observations{where}")

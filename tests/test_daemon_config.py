@@ -230,3 +230,35 @@ def test_missing_and_malformed_files_are_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not valid TOML") as caught:
         load_config(broken, environ={})
     assert str(broken) in str(caught.value)
+
+
+def test_the_example_config_loads_and_states_every_default() -> None:
+    """scripts/dreamcycle.example.toml is what users copy: it must load, and every value
+    it shows must be the default (except the few marked as examples)."""
+    import dataclasses
+    import tomllib
+
+    example = Path(__file__).resolve().parent.parent / "scripts" / "dreamcycle.example.toml"
+    loaded = load_config(example, environ={})
+    defaults = load_config(None, environ={})
+    shown = tomllib.loads(example.read_text(encoding="utf-8"))
+
+    def leaves(table: dict[str, object], prefix: str = "") -> list[str]:
+        out: list[str] = []
+        for key, value in table.items():
+            if isinstance(value, dict):
+                out.extend(leaves(value, f"{prefix}{key}."))
+            else:
+                out.append(f"{prefix}{key}")
+        return out
+
+    def value_of(config: object, dotted: str) -> object:
+        for part in dotted.split("."):
+            config = getattr(config, part)
+        return config
+
+    for dotted in leaves(shown):
+        if dotted in ("peer.id",):
+            continue
+        assert value_of(loaded, dotted) == pytest.approx(value_of(defaults, dotted)), dotted
+    assert dataclasses.asdict(loaded.recall) == dataclasses.asdict(defaults.recall)

@@ -68,7 +68,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Peer:
 def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random) -> list[str]:
     """SEGMENTS segments of Reward/Decay pulses seeded at the peer's chunks; their pulse ids."""
     seeds = list(peer.embeddings().values())
-    index_version = str(peer.scalar("SELECT DISTINCT index_version FROM observations"))
+    index_version = str(
+        peer.scalar(
+            "SELECT DISTINCT index_version FROM observations WHERE index_version IS NOT NULL"
+        )
+    )
     wall_ms = SystemClock().now_ms
     clock = HybridLogicalClock(wall_ms)
     log = Zeitgeist(DirectoryBackend(directory), GENERATOR, clock, wall_ms=wall_ms)

@@ -1,8 +1,9 @@
 """The efficacy benchmark on the generated corpus, at CI size, with the real model.
 
 The figures that chose the defaults are in docs/efficacy.md; this test keeps the
-defaults honest: learning must lift questions asked again and paraphrased, cost
-held-out questions little, and the sweep must keep held-out evidence findable.
+defaults honest: learning must lift questions asked again, must not cost
+held-out questions anything against the hybrid without salience, and the sweep
+must lose none of the held-out evidence.
 """
 
 from __future__ import annotations
@@ -16,15 +17,8 @@ from scripts.efficacy_corpus import load_corpus
 
 pytestmark = pytest.mark.slow
 
-#: Questions asked again / paraphrased must gain at least this much recall@5 over the
-#: hybrid without learning.
+#: Questions asked again must gain at least this much recall@5 over the hybrid.
 MIN_REPEATED_GAIN = 10.0
-MIN_PARAPHRASED_GAIN = 5.0
-#: Held-out recall@5 may cost at most this much against the hybrid (learned keys of
-#: similar questions compete with the evidence of new ones).
-MAX_HELDOUT_COST = 10.0
-#: Share of held-out evidence the default sweep may make unfindable.
-MAX_EVIDENCE_LOST = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -34,23 +28,19 @@ def results() -> dict[str, dict[str, Any]]:
     return {c["name"]: c["metrics"] for c in run(corpus, chosen)["configs"]}
 
 
-def test_learning_lifts_repeated_and_paraphrased_questions(
-    results: dict[str, dict[str, Any]],
-) -> None:
+def test_learning_lifts_questions_asked_again(results: dict[str, dict[str, Any]]) -> None:
     full, hybrid = results["full"], results["hybrid"]
     assert full["repeated"]["recall@5"] >= hybrid["repeated"]["recall@5"] + MIN_REPEATED_GAIN
-    assert (
-        full["paraphrased"]["recall@5"] >= hybrid["paraphrased"]["recall@5"] + MIN_PARAPHRASED_GAIN
-    )
 
 
-def test_held_out_questions_cost_little(results: dict[str, dict[str, Any]]) -> None:
-    full, hybrid = results["full"], results["hybrid"]
-    assert full["heldout"]["recall@5"] >= hybrid["heldout"]["recall@5"] - MAX_HELDOUT_COST
+def test_held_out_questions_are_not_worse_than_the_hybrid(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    assert results["full"]["heldout"]["recall@5"] >= results["hybrid"]["heldout"]["recall@5"]
 
 
 def test_the_sweep_keeps_held_out_evidence_findable(results: dict[str, dict[str, Any]]) -> None:
     full = results["full"]
     assert full["swept_fraction"] > 0.3  # the sweep ran and moved chunks to the cold tier
-    assert full["heldout_evidence_lost"] <= MAX_EVIDENCE_LOST
+    assert full["heldout_evidence_lost"] == 0.0
     assert results["hybrid"]["swept_fraction"] == 0.0

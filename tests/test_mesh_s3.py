@@ -40,6 +40,7 @@ from pulses.memory import InMemorySalience
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import SalientPulse
 from scripts.local_servers import RunningS3
+from store.database import initial_salience
 from store.index import HnswIndex
 from store.timefmt import ms_from_iso
 from tests.daemon_helpers import (
@@ -149,7 +150,9 @@ def ingest_all(pairs: Sequence[tuple[Peer, Path]]) -> None:
 def all_admitted(peer: Peer) -> bool:
     if peer.cycles_done() == 0:
         return False
-    count = peer.scalar("SELECT count(*) FROM observations WHERE admitted_seq IS NOT NULL")
+    count = peer.scalar(
+        "SELECT count(*) FROM observations WHERE admitted_seq IS NOT NULL AND type != 'efficacy'"
+    )
     return bool(count == CHUNKS_PER_PEER)
 
 
@@ -322,8 +325,11 @@ def replay(
         workdir / f"replay-{uuid.uuid4().hex}.hnsw", vectors.shape[1], chunks[0][4]
     )
     state = InMemorySalience()
+    importance = {
+        int(i): int(v) for i, v in chunks_of.query("SELECT id, importance FROM observations")
+    }
     for rowid, _, floor, _, _ in chunks:
-        state.add(rowid)
+        state.add(rowid, initial_salience(importance[rowid]))  # as ingest stored it
         if floor > 0:
             state.pin(rowid, floor)
     index.add(np.array([c[0] for c in chunks], dtype=np.int64), vectors.astype(np.float32))

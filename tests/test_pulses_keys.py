@@ -15,6 +15,7 @@ from pulses.keys import (
     SAME_KEY_SIMILARITY,
     LearnedKey,
     Vector,
+    alive,
     effective_weight,
     key_similarity,
     learn,
@@ -222,20 +223,27 @@ def test_keys_decayed_below_the_minimum_are_dropped_at_the_next_learn() -> None:
 # ---- key_similarity --------------------------------------------------------------------------
 
 
-def test_key_similarity_is_the_best_weighted_cosine() -> None:
+def test_key_similarity_is_the_best_cosine_of_a_live_key() -> None:
     keys = [key(E0, 0.5), key(FAR, 1.0)]
-    # E0: 1.0 * 0.5 = 0.5; FAR: 0.8 * 1.0 = 0.8.
-    assert key_similarity(E0, keys, T0) == pytest.approx(0.8, abs=1e-6)
+    # Weight does not scale the match: E0 matches its own key at 1.0.
+    assert key_similarity(E0, keys, T0) == pytest.approx(1.0, abs=1e-6)
     # E1: E0 gives 0; FAR gives 0.6.
     assert key_similarity(E1, keys, T0) == pytest.approx(0.6, abs=1e-6)
     # E2 is orthogonal to both.
     assert key_similarity(E2, keys, T0) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_key_similarity_decays_with_the_keys() -> None:
-    keys = [key(E0, 0.5), key(FAR, 1.0, updated_ms=T0 - 2 * HALF_LIFE_MS)]
-    # FAR now weighs 0.25: 0.8 * 0.25 = 0.2 < E0's 0.5.
-    assert key_similarity(E0, keys, T0) == pytest.approx(0.5, abs=1e-6)
+def test_dead_keys_do_not_match() -> None:
+    # E0's key has decayed below MIN_KEY_WEIGHT (0.5 -> 0.03 after four half-lives).
+    keys = [key(E0, 0.5, updated_ms=T0 - 4 * HALF_LIFE_MS), key(FAR, 1.0)]
+    assert key_similarity(E0, keys, T0) == pytest.approx(0.8, abs=1e-6)
+    assert key_similarity(E0, keys[:1], T0) is None
+
+
+def test_alive_masks_keys_by_decayed_weight() -> None:
+    weights = np.array([1.0, 0.5, 0.04])
+    mask = alive(weights, [T0, T0 - 4 * HALF_LIFE_MS, T0], T0, HALF_LIFE_MS / 1000)
+    assert mask.tolist() == [True, False, False]
 
 
 def test_key_similarity_of_no_keys_is_none() -> None:
@@ -243,4 +251,4 @@ def test_key_similarity_of_no_keys_is_none() -> None:
 
 
 def test_key_similarity_can_be_negative() -> None:
-    assert key_similarity(-E0, [key(E0, 0.5)], T0) == pytest.approx(-0.5)
+    assert key_similarity(-E0, [key(E0, 0.5)], T0) == pytest.approx(-1.0)

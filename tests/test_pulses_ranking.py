@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -23,16 +24,19 @@ from pulses.ranking import (
     vector_similarity,
 )
 
-WEIGHTS = RankingWeights()
+#: The mechanisms under test: salience bounded at 0.1, the cold tier halved. (The
+#: defaults switch the salience factor off and discount the cold tier only a little.)
+WEIGHTS = RankingWeights(salience_bound=0.1, cold_factor=0.5)
 
 
 def test_defaults_are_the_documented_ones() -> None:
     assert (DEFAULT_RRF_K, DEFAULT_SALIENCE_BOUND, DEFAULT_KEY_WEIGHT, DEFAULT_COLD_FACTOR) == (
         60.0,
-        0.1,
+        0.0,
         0.9,
-        0.5,
+        0.95,
     )
+    assert RankingWeights().overtake_ratio == 1.0  # salience never reorders by default
     assert WEIGHTS.overtake_ratio == pytest.approx(0.9 / 1.1)
 
 
@@ -161,7 +165,7 @@ def test_key_similarity_used_when_higher_than_cosine() -> None:
     assert [r.label for r in ranked] == [1, 2]
     assert ranked[0].vector_rank == 1 and ranked[0].similarity == pytest.approx(0.72)
     # With key_weight 0.5 the key gives 0.4 < 0.6: the chunk's own order returns.
-    half = rank_candidates(pool, RankingWeights(key_weight=0.5))
+    half = rank_candidates(pool, replace(WEIGHTS, key_weight=0.5))
     assert [r.label for r in half] == [2, 1]
     assert half[1].similarity == pytest.approx(0.4)
 
@@ -192,12 +196,12 @@ def test_cold_chunk_is_multiplied_by_cold_factor() -> None:
     assert cold.score == pytest.approx(0.5 * 2 / 61)
     assert ranked[0].score == pytest.approx(2 / 62)
     # With cold_factor 1 the cold tier is not penalised and relevance wins again.
-    assert [r.label for r in rank_candidates(pool, RankingWeights(cold_factor=1.0))] == [1, 2]
+    assert [r.label for r in rank_candidates(pool, replace(WEIGHTS, cold_factor=1.0))] == [1, 2]
 
 
 def test_cold_factor_stacks_with_salience() -> None:
     pool = [Candidate(label=1, cosine=0.9, salience=1.0, cold=True)]
-    (only,) = rank_candidates(pool, RankingWeights(cold_factor=0.25))
+    (only,) = rank_candidates(pool, replace(WEIGHTS, cold_factor=0.25))
     assert only.score == pytest.approx(1 / 61 * 1.1 * 0.25)
 
 

@@ -208,8 +208,10 @@ def test_two_processes_with_one_peer_id_are_fenced(backend: LogBackend) -> None:
     # Same clock, same key, different entries: the segment itself collides.
     third = make_zeitgeist(backend, "triplet", ManualClock(BASE_MS))
     fourth = make_zeitgeist(backend, "triplet", ManualClock(BASE_MS))
-    mine = third.prepare(one_of_each_kind("triplet"), 0)
-    other = make_assert("something else", hlc=hlc_from_ms(BASE_MS) + 7, origin="triplet")
+    entries = one_of_each_kind("triplet")
+    mine = third.prepare(entries, 0)
+    # The key carries the segment's highest HLC: stamp the other entry with the same.
+    other = make_assert("something else", hlc=max(e.hlc for e in entries), origin="triplet")
     theirs = fourth.prepare([other], 0)
     assert mine.key == theirs.key and mine.data != theirs.data
     third.publish(mine)
