@@ -650,7 +650,7 @@ def _apply_pulse_entry(
             return "expired", "ts + ttl < now"
         if pulse.kind is PulseKind.FORGET:
             return "skipped", "forget pulses travel with their tombstone"
-        if pulse.kind is PulseKind.REWARD and pulse.seed_hash is not None:
+        if pulse.kind is PulseKind.REWARD and pulse.seed_hash and peer.salience.any_cold():
             # A Reward seeded at a swept chunk brings it back before it is credited.
             cold = tiers.cold_rowid_of_hash(db, pulse.seed_hash)
             if cold is not None:

@@ -96,8 +96,10 @@ def rank_query(
     cfg = rt.config.recall
     db = rt.db
     pool = cfg.candidates
-    labels = set(_vector_candidates(rt, vector, pool, index))
-    key_scores = _key_scores(rt, vector)
+    # One read of the database's state serves the index check and both caches.
+    stamp = db.change_stamp()
+    labels = set(_vector_candidates(rt, vector, pool, index, stamp))
+    key_scores = _key_scores(rt, vector, stamp)
     labels.update(_best(key_scores, pool))
     lexical = search_lexical(db, query, pool, cold=None)
     labels.update(lexical)
@@ -109,7 +111,7 @@ def rank_query(
         for label in search_lexical(db, query, pool, cold=None, column=LEARNED_COLUMN)
         if label in key_scores
     ]
-    labels.update(_cold_candidates(rt, vector, pool))
+    labels.update(_cold_candidates(rt, vector, pool, stamp))
     labels -= exclude
     if not labels:
         return []
@@ -152,35 +154,40 @@ def _best(scores: dict[int, float], n: int) -> list[int]:
     return [label for label, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
 
-def _vector_candidates(rt: Runtime, vector: Vector, n: int, index: HnswIndex | None) -> list[int]:
-    index = index if index is not None else _saved_index(rt)
-    if index is not None:
-        labels, _ = index.knn_many(vector[None, :], n)
-        return [int(x) for x in labels[0]]
-    live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
-    if len(live) == 0:
-        return []
-    order = np.argsort(-(vectors @ vector), kind="stable")[:n]
-    return [int(live[i]) for i in order]
-
-
-def _cold_candidates(rt: Runtime, vector: Vector, n: int) -> list[int]:
-    stamp = rt.db.change_stamp()
-    cached = rt.recall_cache.get("cold", stamp)
-    if cached is None:
-        cached = rt.recall_cache.put(
-            "cold", stamp, tiers.cold_vectors(rt.db, rt.embedder.index_version, rt.embedder.dim)
-        )
-    labels, vectors = cached
+def _nearest(
+    labels: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32], vector: Vector, n: int
+) -> list[int]:
+    """The `n` labels whose vectors are closest to `vector`, by exact cosine."""
     if len(labels) == 0:
         return []
     order = np.argsort(-(vectors @ vector), kind="stable")[:n]
     return [int(labels[i]) for i in order]
 
 
-def _key_scores(rt: Runtime, vector: Vector) -> dict[int, float]:
+def _vector_candidates(
+    rt: Runtime, vector: Vector, n: int, index: HnswIndex | None, stamp: str
+) -> list[int]:
+    index = index if index is not None else _saved_index(rt, stamp)
+    if index is not None:
+        labels, _ = index.knn_many(vector[None, :], n)
+        return [int(x) for x in labels[0]]
+    live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
+    return _nearest(live, vectors, vector, n)
+
+
+def _cold_candidates(rt: Runtime, vector: Vector, n: int, stamp: str) -> list[int]:
+    cached = rt.recall_cache.get("cold", stamp)
+    if cached is None:
+        cached = rt.recall_cache.put(
+            "cold", stamp, tiers.cold_vectors(rt.db, rt.embedder.index_version, rt.embedder.dim)
+        )
+    labels, vectors = cached
+    return _nearest(labels, vectors, vector, n)
+
+
+def _key_scores(rt: Runtime, vector: Vector, stamp: str) -> dict[int, float]:
     """Per chunk, the best cosine of the query to one of its usable keys."""
-    stamp = key_store.keys_stamp(rt.db)
+    stamp = key_store.keys_stamp(rt.db, stamp)
     cached = rt.recall_cache.get("keys", stamp)
     if cached is None:
         cached = rt.recall_cache.put("keys", stamp, key_store.all_keys(rt.db))
@@ -202,13 +209,13 @@ def _key_scores(rt: Runtime, vector: Vector) -> dict[int, float]:
     return best
 
 
-def _saved_index(rt: Runtime) -> HnswIndex | None:
-    """The daemon's saved index, if it reflects the database as it is now."""
+def _saved_index(rt: Runtime, stamp: str) -> HnswIndex | None:
+    """The daemon's saved index, if it reflects the database as it is now (`stamp`)."""
     try:
         index = HnswIndex.load(rt.config.index_path, rt.embedder.dim, rt.embedder.index_version)
     except IndexUnusable:
         return None
-    return index if index.stamp == rt.db.change_stamp() else None
+    return index if index.stamp == stamp else None
 
 
 def _record_attribution(

@@ -111,7 +111,7 @@ VARIANTS: Final = (
     Variant("full-nosweep", "defaults without the sweep", {"sweep.enabled": False}),
     Variant(
         "full-literal",
-        "defaults with the seed's literal update rule",
+        "defaults with the literal update rule (no visited set)",
         {"pulses.update_rule": "literal"},
     ),
     Variant(

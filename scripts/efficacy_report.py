@@ -289,58 +289,56 @@ def _colours(count: int) -> list[Any]:
     return [palette(i % palette.N) for i in range(count)]
 
 
-def plot_learning_curve(results: Mapping[str, Any]) -> str | None:
-    """Held-out and repeated recall@5 by day: learning should lift the repeated line
-    without dropping the held-out one."""
+def _plot_curves(
+    results: Mapping[str, Any],
+    series: Sequence[tuple[str, str, str, float]],
+    ylabel: str,
+    title: str,
+) -> str | None:
+    """One line per configuration and series (curve key, line style, label, scale)."""
     configs = list(results.get("configs", []))
     figure = Figure(figsize=FIGURE_SIZE, dpi=FIGURE_DPI)
     axes = figure.add_subplot()
     drawn = False
     for config, colour in zip(configs, _colours(len(configs)), strict=True):
-        for key, style, label in (
-            ("heldout_recall@5", "-", "held-out"),
-            ("repeated_recall@5", "--", "repeated"),
-        ):
+        for key, style, label, scale in series:
             days, values = _curve(config, key)
             if days:
                 axes.plot(
                     days,
-                    values,
+                    [scale * v for v in values],
                     style,
                     marker=CURVE_MARKER,
                     color=colour,
-                    label=f"{config['name']} {label}",
+                    label=f"{config['name']} {label}".strip(),
                 )
                 drawn = True
     if not drawn:
         return None
-    _finish(axes, "simulated day", "recall@5 (%)", "Learning curve")
+    _finish(axes, "simulated day", ylabel, title)
     figure.tight_layout()
     return _png(figure)
+
+
+def plot_learning_curve(results: Mapping[str, Any]) -> str | None:
+    """Held-out and repeated recall@5 by day: learning should lift the repeated line
+    without dropping the held-out one."""
+    return _plot_curves(
+        results,
+        [
+            ("heldout_recall@5", "-", "held-out", 1.0),
+            ("repeated_recall@5", "--", "repeated", 1.0),
+        ],
+        "recall@5 (%)",
+        "Learning curve",
+    )
 
 
 def plot_swept_fraction(results: Mapping[str, Any]) -> str | None:
-    """How much of the store sweeps have removed by each day."""
-    configs = list(results.get("configs", []))
-    figure = Figure(figsize=FIGURE_SIZE, dpi=FIGURE_DPI)
-    axes = figure.add_subplot()
-    drawn = False
-    for config, colour in zip(configs, _colours(len(configs)), strict=True):
-        days, values = _curve(config, "swept_fraction")
-        if days:
-            axes.plot(
-                days,
-                [PERCENT * v for v in values],
-                marker=CURVE_MARKER,
-                color=colour,
-                label=config["name"],
-            )
-            drawn = True
-    if not drawn:
-        return None
-    _finish(axes, "simulated day", "chunks swept (%)", "Swept fraction")
-    figure.tight_layout()
-    return _png(figure)
+    """How much of the store sweeps have moved to the cold tier by each day."""
+    return _plot_curves(
+        results, [("swept_fraction", "-", "", PERCENT)], "chunks swept (%)", "Swept fraction"
+    )
 
 
 def plot_salience(results: Mapping[str, Any]) -> str | None:

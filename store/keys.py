@@ -82,6 +82,7 @@ def key_count(db: Database) -> int:
     return int(row[0])
 
 
-def keys_stamp(db: Database) -> str:
-    """Changes whenever any chunk's keys change or a chunk is tombstoned."""
-    return f"{db.get_meta(KEYS_EPOCH_META_KEY) or '0'}-{db.change_stamp()}"
+def keys_stamp(db: Database, change_stamp: str) -> str:
+    """Changes whenever any chunk's keys change or (with the database's `change_stamp`)
+    a chunk is tombstoned."""
+    return f"{db.get_meta(KEYS_EPOCH_META_KEY) or '0'}-{change_stamp}"

@@ -160,6 +160,10 @@ class SalienceCache:
     def is_cold(self, label: int) -> bool:
         return label in self._cold
 
+    def any_cold(self) -> bool:
+        """Whether the cold tier holds anything (lets the pulse loop skip a lookup)."""
+        return bool(self._cold)
+
     def live(self) -> list[int]:
         """Chunks neither tombstoned nor cold."""
         return sorted(
