@@ -1,4 +1,5 @@
-"""Queue this peer's own entries (outcomes, pulses, tombstones) durably and idempotently.
+"""Queue this peer's own entries (outcomes, pulses, tombstones, supersedes, revisions) durably
+and idempotently.
 
 `pulse-emit` writes here while the daemon may be running: one transaction in
 the shared database (WAL, synchronous=FULL), so the entry is on disk when the
@@ -21,7 +22,15 @@ from daemon.runtime import Runtime, issue_hlc
 from pulses.outcome import Outcome
 from pulses.pulse import PulseKind, SalientPulse
 from store.hashing import content_hash
-from zeitgeist.entries import Entry, OutcomeEntry, PulseEntry, TombstoneEntry, encode_entry
+from zeitgeist.entries import (
+    Entry,
+    OutcomeEntry,
+    PulseEntry,
+    ReconsolidateEntry,
+    SupersedeEntry,
+    TombstoneEntry,
+    encode_entry,
+)
 
 _HASH: Final = re.compile(r"^[0-9a-f]{64}$")
 #: The shortest prefix `--cited` resolves against the decision's recalled chunks.
@@ -212,3 +221,34 @@ def emit_tombstone(rt: Runtime, *, digest: str, reason: str, ttl_s: float) -> Em
         )
 
     return _queue(rt, _request_key("tombstone", digest=digest), build)
+
+
+def emit_supersede(rt: Runtime, *, old_hash: str, new_hash: str, reason: str) -> Emitted:
+    """Queue `new_hash` replacing `old_hash`: the new chunk inherits the old one's salience and
+    the old is tombstoned, here and on every peer."""
+    for digest in (old_hash, new_hash):
+        if not _HASH.match(digest):
+            raise ValueError(f"{digest!r} is not a chunk hash (64 lowercase hex digits)")
+    return _queue(
+        rt,
+        _request_key("supersede", old=old_hash, new=new_hash),
+        lambda hlc: SupersedeEntry(
+            hlc=hlc, origin=rt.peer_id, old_hash=old_hash, new_hash=new_hash, reason=reason
+        ),
+    )
+
+
+def emit_revision(
+    rt: Runtime, *, digest: str, changes: dict[str, str | None], nonce: str
+) -> Emitted:
+    """Queue metadata changes (title, topic_key) to a chunk. `nonce` names the revision, so a
+    change back to an earlier value is a new request rather than a repeat."""
+    if not _HASH.match(digest):
+        raise ValueError(f"{digest!r} is not a chunk hash (64 lowercase hex digits)")
+    return _queue(
+        rt,
+        _request_key("reconsolidate", digest=digest, changes=changes, nonce=nonce),
+        lambda hlc: ReconsolidateEntry(
+            hlc=hlc, origin=rt.peer_id, content_hash=digest, changes=changes
+        ),
+    )
