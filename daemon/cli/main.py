@@ -6,7 +6,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from daemon.cli import efficacy, forgotten, ingest, rebuild, recall, run, status, sweep
+from daemon.cli import (
+    efficacy,
+    forgotten,
+    imports,
+    ingest,
+    rebuild,
+    recall,
+    run,
+    status,
+    sweep,
+)
 from daemon.cli.common import command_parser, dispatch
 
 
@@ -18,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 ok, 1 unexpected failure, 2 bad arguments/config/input, "
         "3 cannot run here (data directory in use, peer id owned elsewhere, unusable database).",
         "COMMAND",
-        [run, ingest, recall, status, sweep, forgotten, rebuild, efficacy],
+        [run, ingest, imports, recall, status, sweep, forgotten, rebuild, efficacy],
     )
 
 
