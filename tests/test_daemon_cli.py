@@ -61,39 +61,55 @@ def peer(admitted: Peer, tmp_path: Path) -> Peer:
     return admitted.copy_to(tmp_path / "data", zeitgeist_dir=tmp_path / "zeitgeist")
 
 
-def subcommands(parser: argparse.ArgumentParser) -> list[str]:
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return sorted(action.choices)
-    raise AssertionError(f"{parser.prog} has no subcommands")
+            return dict(action.choices)
+    return {}
+
+
+def subcommands(parser: argparse.ArgumentParser) -> list[str]:
+    verbs = sorted(subparsers(parser))
+    assert verbs, f"{parser.prog} has no subcommands"
+    return verbs
 
 
 # ---- help -------------------------------------------------------------------------------
 
 
-def help_commands() -> Iterator[list[str]]:
+def help_commands() -> Iterator[tuple[list[str], bool]]:
+    """Every program and every command under it, down to the leaves (`import engram`):
+    (command line, whether it is a leaf)."""
+
+    def below(
+        words: list[str], parser: argparse.ArgumentParser
+    ) -> Iterator[tuple[list[str], bool]]:
+        children = subparsers(parser)
+        yield [*words, "--help"], not children
+        for verb, child in sorted(children.items()):
+            yield from below([*words, verb], child)
+
     for program, parser in ((DREAMCYCLE, dreamcycle_parser()), (PULSE_EMIT, pulse_emit_parser())):
-        yield [program, "--help"]
-        for verb in subcommands(parser):
-            yield [program, verb, "--help"]
+        yield from below([program], parser)
 
 
 def test_every_command_and_subcommand_has_help() -> None:
     assert subcommands(dreamcycle_parser()) == sorted(
-        ["run", "ingest", "recall", "status", "sweep", "forgotten", "rebuild", "efficacy"]
+        ["run", "ingest", "import", "recall", "status", "sweep", "forgotten", "rebuild", "efficacy"]
     )
     assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]
-    commands = list(help_commands())
+    commands, leaves = zip(*help_commands(), strict=True)
     running = [
         subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for c in commands
     ]
-    for command, process in zip(commands, running, strict=True):
+    for command, leaf, process in zip(commands, leaves, running, strict=True):
         out, err = process.communicate(timeout=CLI_TIMEOUT_S)
         assert process.returncode == 0, f"{command}: exit {process.returncode}\n{err}"
         assert out.startswith("usage: "), f"{command} printed no usage:\n{out}"
-        if len(command) == 3:
-            assert command[1] in out
+        if len(command) >= 3:
+            assert command[-2] in out
+        if leaf and len(command) >= 3:
             assert "--data-dir" in out  # every verb takes the shared configuration options
 
 
