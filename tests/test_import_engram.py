@@ -303,6 +303,27 @@ def test_dry_run_reports_and_writes_nothing(
     assert rt.db.fetch_all("SELECT * FROM engram_imports") == []
 
 
+@pytest.mark.parametrize("leftover", ["wal without shm", "checkpointed"])
+def test_reading_creates_no_files_beside_the_source(
+    tmp_path: Path, current_engram: tuple[Path, sqlite3.Connection], leftover: str
+) -> None:
+    live, writer = current_engram
+    path = tmp_path / "copy" / "engram.db"
+    path.parent.mkdir()
+    if leftover == "wal without shm":
+        # What a crashed engram leaves once its -shm is gone: the rows are only in the WAL.
+        for suffix in ("", "-wal"):
+            Path(f"{path}{suffix}").write_bytes(Path(f"{live}{suffix}").read_bytes())
+    else:
+        writer.close()  # the last connection checkpoints and removes -wal and -shm
+        path.write_bytes(live.read_bytes())
+    before = file_states(path)
+    source = read_engram(path)
+    assert len(source.memories) == MEMORIES + 3
+    assert file_states(path) == before
+    assert sorted(f.name for f in path.parent.iterdir()) == sorted(before)
+
+
 # ---- an old engram -------------------------------------------------------------------------
 
 
