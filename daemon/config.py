@@ -274,6 +274,42 @@ class MetricsConfig:
 
 
 @dataclass
+class ApiConfig:
+    enabled: bool = defaults.API_ENABLED
+    host: str = defaults.API_HOST
+    port: int = defaults.API_PORT
+    #: Relative paths are inside the data directory; empty: no Unix socket.
+    unix_socket: str = defaults.API_UNIX_SOCKET
+    #: Bearer token required on TCP (the Unix socket is guarded by its file mode).
+    token: str = ""
+    token_file: str = ""
+    workers: int = defaults.API_WORKERS
+
+    def check(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(f"api.port must be in 0..65535, got {self.port}")
+        _positive("api.workers", self.workers)
+        if self.token and self.token_file:
+            raise ConfigError("api.token and api.token_file are both set; set one")
+        if self.enabled and self.port == 0 and not self.unix_socket:
+            raise ConfigError("api.port is 0 and api.unix_socket is empty: nothing to listen on")
+        if self.token_file:
+            self.bearer_token()
+
+    def bearer_token(self) -> str:
+        """The token TCP requests must carry ("" when none is required)."""
+        if not self.token_file:
+            return self.token
+        try:
+            token = Path(os.path.expanduser(self.token_file)).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"api.token_file {self.token_file!r} cannot be read: {exc}") from None
+        if not token:
+            raise ConfigError(f"api.token_file {self.token_file!r} is empty")
+        return token
+
+
+@dataclass
 class LogConfig:
     level: str = defaults.LOG_LEVEL
     format: str = defaults.LOG_FORMAT
@@ -308,6 +344,7 @@ class Config:
     learning: LearningConfig = field(default_factory=LearningConfig)
     efficacy: EfficacyConfig = field(default_factory=EfficacyConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
     log: LogConfig = field(default_factory=LogConfig)
     clock: ClockConfig = field(default_factory=ClockConfig)
 
@@ -328,6 +365,12 @@ class Config:
     @property
     def lock_path(self) -> Path:
         return self.data_dir / defaults.LOCK_FILE
+
+    @property
+    def api_socket_path(self) -> Path | None:
+        if not self.api.unix_socket:
+            return None
+        return self.data_dir / os.path.expanduser(self.api.unix_socket)
 
     @property
     def zeitgeist_dir(self) -> Path:

@@ -22,17 +22,18 @@ from typing import Any, Final
 import numpy as np
 
 from daemon import efficacy, metrics
+from daemon.admission import admission_vectors, chunk_journal, persist_clock, record_admission
 from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
 from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
 from daemon.forgetting import sweep as run_sweep
 from daemon.learning import convert_outcomes, teach_key
-from daemon.runtime import HLC_META_KEY, Peer, Runtime
+from daemon.runtime import Peer, Runtime
 from pulses.outcome import Outcome
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
 from pulses.sweep import downscale
 from store import tiers
-from store.database import CHUNK_KINDS, Database, NewObservation, Observation, PendingChunk
+from store.database import CHUNK_KINDS, Database, NewObservation
 from store.hashing import content_hash
 from store.salience import SalienceCache
 from store.timefmt import ms_from_iso
@@ -50,7 +51,6 @@ from zeitgeist.entries import (
     TombstoneEntry,
     decode_entry,
     decode_segment,
-    encode_entry,
     entry_order_key,
 )
 from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
@@ -215,84 +215,17 @@ def _pulse_problem(peer: Peer, pulse: SalientPulse) -> str | None:
 
 def _admit_pending(peer: Peer, st: CycleState) -> int:
     """Embed (if `ingest` did not already) and index new chunks; queue asserts for local ones."""
-    db, index = peer.db, peer.index
-    version = peer.embedder.index_version
+    db = peer.db
     pending = db.pending_admission(peer.config.cycle.max_embed)
     if not pending:
         return 0
-    missing = [c for c in pending if c.embedding is None or c.index_version != version]
-    fresh = dict(
-        zip((c.rowid for c in missing), peer.embedder.embed([c.text for c in missing]), strict=True)
-    )
-    vectors = np.stack(
-        [
-            fresh[c.rowid] if c.embedding is None or c.rowid in fresh else c.embedding
-            for c in pending
-        ]
-    ).astype(np.float32)
-    rowids = [c.rowid for c in pending]
+    vectors, fresh = admission_vectors(peer.embedder, pending)
     with db.transaction():
-        if fresh:
-            db.set_embeddings(
-                list(fresh),
-                np.stack(list(fresh.values())),
-                model_id=peer.embedder.model_id,
-                index_version=version,
-            )
-        observations = db.observations(rowids)
-        for i, chunk in enumerate(pending):
-            obs = observations[chunk.rowid]
-            seq = db.journal(
-                "chunk", obs.content_hash, _chunk_journal(chunk, obs.salience), now_ms=st.now_ms
-            )
-            db.mark_admitted(chunk.rowid, seq)
-            if chunk.origin_peer in (None, peer.peer_id):
-                entry = _assert_entry(peer, obs, vectors[i])
-                db.outbox_add(
-                    entry.id,
-                    entry.KIND,
-                    entry.hlc,
-                    encode_entry(entry),
-                    now_ms=st.now_ms,
-                    applied=True,
-                )
-        _persist_clock(peer)
+        record_admission(peer, db, pending, vectors, fresh, st.now_ms)
     # After the commit: the index is derived state, and its stamp tells when it lags.
-    index.add(np.array(rowids, dtype=np.int64), vectors)
+    peer.index.add(np.array([c.rowid for c in pending], dtype=np.int64), vectors)
     peer.salience.refresh()
-    return len(rowids)
-
-
-def _assert_entry(peer: Peer, obs: Observation, vector: np.ndarray[Any, Any]) -> AssertEntry:
-    return AssertEntry(
-        hlc=peer.clock.now(),
-        origin=peer.peer_id,
-        content_hash=obs.content_hash,
-        title=obs.title,
-        content=obs.content,
-        obs_type=obs.type,
-        project=obs.project,
-        scope="project",
-        topic_key=obs.topic_key,
-        session_id=None,
-        tool_name=None,
-        chunk_kind=obs.kind,
-        pin_floor=obs.pin_floor,
-        embedding=vector,
-        model_id=peer.embedder.model_id,
-        index_version=peer.embedder.index_version,
-    )
-
-
-def _chunk_journal(chunk: PendingChunk, initial: float) -> dict[str, Any]:
-    """What replay needs to re-create the chunk's salience state."""
-    return {
-        "rowid": chunk.rowid,
-        "initial": initial,
-        "pin_floor": chunk.pin_floor,
-        "kind": chunk.kind,
-        "decay_from_ms": ms_from_iso(chunk.decay_from),
-    }
+    return len(pending)
 
 
 # ---- interleave -----------------------------------------------------------------------
@@ -579,7 +512,7 @@ def _adopt(
     initial = held.salience if held is not None else 1.0
     db.mark_admitted(
         added.rowid,
-        db.journal("chunk", entry.content_hash, _chunk_journal(chunk, initial), now_ms=st.now_ms),
+        db.journal("chunk", entry.content_hash, chunk_journal(chunk, initial), now_ms=st.now_ms),
     )
     adopted.append((added.rowid, vector))
     # Later entries of this cycle (a pin, a supersede) may name the chunk already.
@@ -920,9 +853,7 @@ def _cursor(peer: Peer) -> int:
 
 
 def _persist_clock(peer: Peer) -> None:
-    clock = peer.clock
-    current = int(peer.db.get_meta(HLC_META_KEY) or "0")
-    peer.db.set_meta(HLC_META_KEY, str(max(current, clock.last)))
+    persist_clock(peer.db, peer.clock)
 
 
 def record_cycle_start(rt: Runtime, now_ms: int) -> int:

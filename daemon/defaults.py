@@ -117,6 +117,21 @@ EFFICACY_WINDOW_S: Final = 7 * _DAY_S
 CLOCK_SOURCE: Final = "system"
 CLOCK_SOURCES: Final = ("system", "file")
 
+#: The local HTTP API (off unless enabled): loopback TCP, and a Unix socket in the data
+#: directory whose file mode (0600) is its access control.
+API_ENABLED: Final = False
+API_HOST: Final = "127.0.0.1"
+#: 0: no TCP listener, the Unix socket only.
+API_PORT: Final = 9465
+API_UNIX_SOCKET: Final = "api.sock"
+#: Requests answered side by side at most (each in its own worker thread, never
+#: waiting for a dream cycle's phase).
+API_WORKERS: Final = 8
+#: Mode of the Unix socket file: only the daemon's user may connect.
+API_SOCKET_MODE: Final = 0o600
+#: Largest request body accepted, in bytes (a memory is text, not a file upload).
+API_MAX_BODY_BYTES: Final = 1 << 20
+
 #: Prometheus exposition address; empty disables it.
 METRICS_LISTEN: Final = "127.0.0.1:9464"
 LOG_LEVEL: Final = "info"

@@ -44,6 +44,12 @@ class Hit:
     score: float
     relevance: float = 0.0
     cold: bool = False
+    #: The ranking's inputs, for explaining it: 1-based ranks in the fused lists (None:
+    #: not in that list) and the best usable learned key's cosine.
+    vector_rank: int = 0
+    lexical_rank: int | None = None
+    learned_rank: int | None = None
+    key_similarity: float | None = None
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ def recall(
     hits = rank_query(rt, query, vector, top_k, index=index)
     if not record or not hits:
         return RecallResult(None, hits)
-    digest = _record_attribution(rt, hits, decision_text or query, query, vector)
+    digest = record_attribution(rt, hits, decision_text or query, query, vector)
     return RecallResult(digest, hits)
 
 
@@ -87,18 +93,21 @@ def rank_query(
     index: HnswIndex | None = None,
     exclude: frozenset[int] = frozenset(),
     assume_cold: frozenset[int] = frozenset(),
+    allowed: frozenset[int] | None = None,
 ) -> list[Hit]:
     """Rank every retriever's candidates for one query (no attribution).
 
     `exclude` removes chunks from consideration; `assume_cold` ranks live chunks as
-    if they were cold already (the prune gate asks what a sweep would lose).
+    if they were cold already (the prune gate asks what a sweep would lose);
+    `allowed` (a filter's matches) keeps only those chunks, and the vector retriever
+    then searches among them alone.
     """
     cfg = rt.config.recall
     db = rt.db
     pool = cfg.candidates
     # One read of the database's state serves the index check and both caches.
     stamp = db.change_stamp()
-    labels = set(_vector_candidates(rt, vector, pool, index, stamp))
+    labels = set(_vector_candidates(rt, vector, pool, index, stamp, allowed))
     key_scores = _key_scores(rt, vector, stamp)
     labels.update(_best(key_scores, pool))
     lexical = search_lexical(db, query, pool, cold=None)
@@ -113,6 +122,8 @@ def rank_query(
     ]
     labels.update(_cold_candidates(rt, vector, pool, stamp))
     labels -= exclude
+    if allowed is not None:
+        labels &= allowed
     if not labels:
         return []
     ordered = sorted(labels)
@@ -120,8 +131,8 @@ def rank_query(
     stored = db.embeddings_of(ordered)
     ranks = lexical_ranks([label for label in lexical if label not in exclude])
     learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
-    candidates = [
-        Candidate(
+    candidates = {
+        rowid: Candidate(
             label=rowid,
             cosine=float(np.dot(stored[rowid], vector)) if rowid in stored else -1.0,
             salience=obs.salience,
@@ -132,8 +143,8 @@ def rank_query(
         )
         for rowid, obs in observations.items()
         if obs.deleted_at is None
-    ]
-    ranked: list[Ranked] = rank_candidates(candidates, cfg.weights(), top_k)
+    }
+    ranked: list[Ranked] = rank_candidates(candidates.values(), cfg.weights(), top_k)
     return [
         Hit(
             rowid=r.label,
@@ -145,6 +156,10 @@ def rank_query(
             score=r.score,
             relevance=r.relevance,
             cold=r.cold,
+            vector_rank=r.vector_rank,
+            lexical_rank=r.lexical_rank,
+            learned_rank=candidates[r.label].learned_rank,
+            key_similarity=candidates[r.label].key_similarity,
         )
         for r in ranked
     ]
@@ -165,13 +180,21 @@ def _nearest(
 
 
 def _vector_candidates(
-    rt: Runtime, vector: Vector, n: int, index: HnswIndex | None, stamp: str
+    rt: Runtime,
+    vector: Vector,
+    n: int,
+    index: HnswIndex | None,
+    stamp: str,
+    allowed: frozenset[int] | None = None,
 ) -> list[int]:
     index = index if index is not None else _saved_index(rt, stamp)
     if index is not None:
-        labels, _ = index.knn_many(vector[None, :], n)
+        labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
         return [int(x) for x in labels[0]]
     live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
+    if allowed is not None:
+        keep = np.isin(live, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+        live, vectors = live[keep], vectors[keep]
     return _nearest(live, vectors, vector, n)
 
 
@@ -218,9 +241,11 @@ def _saved_index(rt: Runtime, stamp: str) -> HnswIndex | None:
     return index if index.stamp == stamp else None
 
 
-def _record_attribution(
+def record_attribution(
     rt: Runtime, hits: list[Hit], decision_text: str, query: str, vector: Vector
 ) -> str:
+    """Store which chunks were in context (in rank order) and queue the attribution entry;
+    returns the decision hash an outcome names."""
     db = rt.db
     ranked = [h.content_hash for h in hits]
     chunks = sorted(ranked)

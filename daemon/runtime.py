@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
@@ -186,6 +187,10 @@ class Peer:
     index_rebuild_reason: str | None = None
     #: Read the newest snapshot before polling: at start-up and after the log was unreachable.
     snapshot_check_due: bool = True
+    #: Held by whoever commits chunks and then adds them to the index (the API's `save`),
+    #: and while the index is saved or replaced: a saved index's stamp then never names
+    #: a commit whose chunks it lacks.
+    index_writes: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def config(self) -> Config:
@@ -208,12 +213,14 @@ class Peer:
         return self.runtime.clock.now_ms()
 
     def save_index(self) -> None:
-        self.index.save(self.db.change_stamp())
+        with self.index_writes:
+            self.index.save(self.db.change_stamp())
 
     def reload(self) -> None:
         """Drop in-memory state that a failed phase may have left ahead of the database."""
         self.salience.reload()
-        self.index, self.index_rebuild_reason = self.runtime.open_index()
+        with self.index_writes:
+            self.index, self.index_rebuild_reason = self.runtime.open_index()
 
     def close(self) -> None:
         self.zeitgeist.backend.close()

@@ -5,6 +5,10 @@ a worker thread behind a limiter, so the Trio loop stays free to answer
 signals and keep the systemd watchdog fed. A stop request lets the running
 phase finish, skips the rest (the next start redoes them), saves the index
 and returns 0.
+
+With `[api] enabled`, the same nursery serves the local API (daemon/api/http.py):
+it listens from the start (/healthz), answers operations once the index is
+loaded, and runs them in worker threads of its own limiter, beside the phases.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Final, TypeVar
 import trio
 
 from daemon import metrics, systemd
+from daemon.api import http
+from daemon.api.operations import Operations
 from daemon.cycle import (
     PHASE_FUNCTIONS,
     PHASES,
@@ -42,8 +48,9 @@ class Service:
         self.max_cycles = max_cycles
         self.stop = trio.Event()
         self.cycles_done = 0
-        # hnswlib must never add while it queries: one phase at a time.
+        # Phases share one database connection and the salience cache: one at a time.
         self._limiter = trio.CapacityLimiter(1)
+        self.api: Operations | None = Operations(rt) if rt.config.api.enabled else None
 
     async def run(self) -> int:
         failure: Exception | None = None
@@ -57,6 +64,8 @@ class Service:
                 failure = exc  # re-raised bare, not wrapped in the nursery's ExceptionGroup
             finally:
                 nursery.cancel_scope.cancel()
+        if self.api is not None:
+            self.api.close()
         if failure is not None:
             raise failure
         log.info("daemon stopped", extra={"cycles": self.cycles_done})
@@ -65,8 +74,15 @@ class Service:
     async def _start_and_loop(self, nursery: trio.Nursery) -> int:
         # Opening can take minutes (an index rebuild): tell systemd what we are doing.
         systemd.notify("STATUS=loading index")
+        if self.api is not None:
+            # Listening before the index loads: /healthz answers, operations say "not ready".
+            await nursery.start(
+                functools.partial(http.serve, self.api, self.rt.config, shutdown=self.stop)
+            )
         peer = await self._blocking(self.rt.open_peer)
         await self._blocking(self._abandon_interrupted_cycles)
+        if self.api is not None:
+            await trio.to_thread.run_sync(self.api.attach, peer)
         interval = systemd.watchdog_interval_s()
         if interval is not None:
             nursery.start_soon(self._feed_watchdog, interval)
@@ -83,6 +99,8 @@ class Service:
             return await self._loop(peer)
         finally:
             systemd.notify("STOPPING=1")
+            if self.api is not None:
+                self.api.detach()
             await self._blocking(functools.partial(_save_and_close, peer))
 
     def _abandon_interrupted_cycles(self) -> None:

@@ -181,15 +181,21 @@ def blob_to_vector(blob: bytes) -> npt.NDArray[np.float32]:
 
 
 class Database:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, prepare: bool = True) -> None:
+        """`prepare=False` opens another connection to a file this process has already
+        checked and migrated (a server's per-thread readers): no integrity scan, no
+        migrations."""
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        #: (data_version, total_changes) -> change_stamp: valid until anyone commits.
+        self._stamp_memo: tuple[tuple[int, int], str] | None = None
         try:
             self.conn = apsw.Connection(str(path))
             self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             self.conn.execute("PRAGMA synchronous = FULL")
-            self._check_integrity_quick()
-            apply_migrations(self.conn)
+            if prepare:
+                self._check_integrity_quick()
+                apply_migrations(self.conn)
         except apsw.NotADBError as exc:
             raise DatabaseError(f"{path} is not an SQLite database: {exc}") from None
         except apsw.CorruptError as exc:
@@ -235,6 +241,18 @@ class Database:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Reads inside see one committed state of the database, whatever commits meanwhile."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN DEFERRED")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
 
     # ---- meta -----------------------------------------------------------------
 
@@ -914,11 +932,32 @@ class Database:
 
     def change_stamp(self) -> str:
         """Changes whenever chunks are added, embedded, tombstoned, swept or revived: the
-        index's freshness mark."""
+        index's freshness mark.
+
+        Counting the rows scans the table (tens of ms at 100k chunks), so the value is
+        kept until a commit by another connection (`PRAGMA data_version`) or a change
+        through this one (`total_changes`) may have moved it.
+        """
+        if self.conn.txn_state("main") == apsw.SQLITE_TXN_WRITE:
+            # Changes of an open write transaction may yet be rolled back: count them afresh.
+            return self._count_stamp()
+        version = (int(self._one("PRAGMA data_version")[0]), self.conn.total_changes())
+        if self._stamp_memo is not None and self._stamp_memo[0] == version:
+            return self._stamp_memo[1]
+        stamp = self._count_stamp()
+        self._stamp_memo = (version, stamp)
+        return stamp
+
+    def _count_stamp(self) -> str:
+        # Each count is answered from an index (the table's rows carry embeddings, and a
+        # column stored after one costs a read of its overflow pages): max(id), admitted
+        # chunks as all rows less those pending, tombstoned rows, the tier epoch.
         row = self._one(
-            "SELECT coalesce(max(id), 0), count(admitted_seq), "
+            "SELECT coalesce((SELECT max(id) FROM observations), 0), "
+            "(SELECT count(*) FROM observations) "
+            "- (SELECT count(*) FROM observations WHERE admitted_seq IS NULL), "
             "(SELECT count(*) FROM observations WHERE deleted_at IS NOT NULL), "
-            "(SELECT coalesce(max(value), '0') FROM meta WHERE key = ?) FROM observations",
+            "(SELECT coalesce(max(value), '0') FROM meta WHERE key = ?)",
             (TIER_EPOCH_META_KEY,),
         )
         return "-".join(str(v) for v in row) if row else "0-0-0-0"

@@ -20,7 +20,9 @@ import json
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -240,12 +242,66 @@ def _check_header(path: Path, dim: int, meta: _Meta) -> None:
         )
 
 
+class _ReadersWriterLock:
+    """Many readers or one writer; a waiting writer holds new readers back.
+
+    hnswlib answers concurrent queries safely, but not a query concurrent with an
+    add, a resize or a (un)deletion. Writers hold the lock for one small mutation,
+    so a reader waits at most that long. The writing thread may read while it writes.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writer: int | None = None
+        self._writers_waiting = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        me = threading.get_ident()
+        if self._writer == me:
+            yield
+            return
+        with self._condition:
+            while self._writer is not None or self._writers_waiting:
+                self._condition.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._readers -= 1
+                if self._readers == 0:
+                    self._condition.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        me = threading.get_ident()
+        if self._writer == me:
+            yield
+            return
+        with self._condition:
+            self._writers_waiting += 1
+            try:
+                while self._writer is not None or self._readers:
+                    self._condition.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = me
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._writer = None
+                self._condition.notify_all()
+
+
 class HnswIndex:
     """Cosine k-NN over live chunks; deleted labels (tombstoned or cold) are never returned,
     and come back only through `restore` (a cold chunk revived).
 
-    Every method holds one lock: hnswlib must not add, resize or delete while a query
-    runs, and queries change the shared search breadth.
+    Safe to share between threads: queries (and saves, which only read the graph) run
+    side by side; add, mark_deleted, restore and resize each run alone.
     """
 
     def __init__(
@@ -269,7 +325,7 @@ class HnswIndex:
         self._live = live
         self._deleted = deleted
         self._stamp = stamp
-        self._lock = threading.RLock()
+        self._lock = _ReadersWriterLock()
 
     @classmethod
     def create(
@@ -354,35 +410,35 @@ class HnswIndex:
     @property
     def stamp(self) -> str | None:
         """The database stamp this index was last saved or loaded with (None if never)."""
-        with self._lock:
+        with self._lock.reading():
             return self._stamp
 
     @property
     def capacity(self) -> int:
-        with self._lock:
+        with self._lock.reading():
             return int(self._engine.get_max_elements())
 
     @property
     def live_count(self) -> int:
-        with self._lock:
+        with self._lock.reading():
             return len(self._live)
 
     def labels(self) -> set[int]:
         """Every label the index knows, live or tombstoned."""
-        with self._lock:
+        with self._lock.reading():
             return self._live | self._deleted
 
     def deleted_labels(self) -> set[int]:
-        with self._lock:
+        with self._lock.reading():
             return set(self._deleted)
 
     def contains(self, label: int) -> bool:
         """Whether `label` is known, live or tombstoned."""
-        with self._lock:
+        with self._lock.reading():
             return label in self._live or label in self._deleted
 
     def is_live(self, label: int) -> bool:
-        with self._lock:
+        with self._lock.reading():
             return label in self._live
 
     def add(self, labels: Labels, vectors: Vectors) -> None:
@@ -395,7 +451,7 @@ class HnswIndex:
         if (counts > 1).any():
             repeated = unique[counts > 1].tolist()
             raise InvalidIndexInput(f"labels repeated within one add: {_preview(repeated)}")
-        with self._lock:
+        with self._lock.writing():
             fresh = [
                 position
                 for position, label in enumerate(label_array.tolist())
@@ -411,7 +467,7 @@ class HnswIndex:
     def mark_deleted(self, labels: Labels) -> None:
         """Delete `labels` from the live index; unknown or already deleted labels are ignored."""
         label_array = _as_labels(labels, "labels")
-        with self._lock:
+        with self._lock.writing():
             for label in sorted(set(label_array.tolist())):
                 if label in self._live:
                     self._engine.mark_deleted(label)
@@ -428,7 +484,7 @@ class HnswIndex:
         vector_array = _as_vectors(vectors, self._dim, "vectors")
         if len(label_array) != len(vector_array):
             raise InvalidIndexInput(f"{len(label_array)} labels for {len(vector_array)} vectors")
-        with self._lock:
+        with self._lock.writing():
             held = set(np.asarray(self._engine.get_ids_list(), dtype=np.int64).tolist())
             missing: list[int] = []
             for position, label in enumerate(label_array.tolist()):
@@ -444,22 +500,37 @@ class HnswIndex:
         if missing:
             self.add(label_array[missing], vector_array[missing])
 
-    def knn_many(self, vectors: Vectors, k: int) -> tuple[Labels, Distances]:
+    def knn_many(
+        self, vectors: Vectors, k: int, *, allowed: AbstractSet[int] | None = None
+    ) -> tuple[Labels, Distances]:
         """Nearest live neighbours of each row, as (labels, cosine distances), both (n, k').
 
-        k' = min(k, live count). Each row is ordered by (distance, label), so ties come
-        out the same on every peer.
+        k' = min(k, live count), or with `allowed` min(k, live labels in it): only those
+        are returned. Each row is ordered by (distance, label), so ties come out the same
+        on every peer.
         """
         queries = _as_vectors(vectors, self._dim, "query vectors")
         _check_positive("k", k, minimum=0)
-        with self._lock:
-            width = min(k, len(self._live))
+        with self._lock.reading():
+            eligible = len(self._live) if allowed is None else len(self._live & allowed)
+            width = min(k, eligible)
             if width == 0 or len(queries) == 0:
                 return (
                     np.zeros((len(queries), width), dtype=np.int64),
                     np.zeros((len(queries), width), dtype=np.float32),
                 )
-            raw_labels, raw_distances = self._query(queries, width)
+            admit = None if allowed is None else allowed.__contains__
+            try:
+                # hnswlib searches max(ef, k) wide on its own: no shared setting changes here,
+                # so queries run side by side.
+                raw_labels, raw_distances = self._engine.knn_query(
+                    queries, k=width, num_threads=_QUERY_THREADS, filter=admit
+                )
+                starved = False
+            except RuntimeError:
+                starved = True
+        if starved:
+            raw_labels, raw_distances = self._exhaustive_query(queries, width, admit)
         found_labels = np.asarray(raw_labels).astype(np.int64)
         # Rounding gives -2e-7 for a vector and itself; callers rely on d in [0, 2].
         found_distances = np.clip(
@@ -474,7 +545,7 @@ class HnswIndex:
     def vectors(self, labels: Labels) -> Vectors:
         """The stored (unit-length) vectors of live `labels`, shape (len(labels), dim)."""
         label_array = _as_labels(labels, "labels")
-        with self._lock:
+        with self._lock.reading():
             absent = [label for label in label_array.tolist() if label not in self._live]
             if absent:
                 tombstoned = [label for label in absent if label in self._deleted]
@@ -489,7 +560,7 @@ class HnswIndex:
         """Write the index, then its meta, each atomically; `stamp` names the database state."""
         if not isinstance(stamp, str):
             raise InvalidIndexInput(f"stamp must be a str, got {type(stamp).__name__}")
-        with self._lock:
+        with self._lock.reading():
             self._path.parent.mkdir(parents=True, exist_ok=True)
             index_temporary = _temporary(self._path)
             self._engine.save_index(str(index_temporary))
@@ -519,29 +590,31 @@ class HnswIndex:
             capacity *= GROWTH_FACTOR
         self._engine.resize_index(capacity)
 
-    def _query(self, queries: Vectors, width: int) -> tuple[Any, Any]:
-        self._engine.set_ef(max(self._ef, width))
-        try:
-            found: tuple[Any, Any] = self._engine.knn_query(
-                queries, k=width, num_threads=_QUERY_THREADS
-            )
-        except RuntimeError:
-            # Many tombstones can starve a narrow search; widen it to everything once.
+    def _exhaustive_query(
+        self, queries: Vectors, width: int, admit: Callable[[int], bool] | None
+    ) -> tuple[Any, Any]:
+        """Many tombstones (or a narrow filter) can starve a search: widen it to everything.
+
+        The search breadth is shared by every query, so this runs alone.
+        """
+        with self._lock.writing():
             self._engine.set_ef(max(self._ef, width, int(self._engine.element_count)))
             try:
-                found = self._engine.knn_query(queries, k=width, num_threads=_QUERY_THREADS)
+                found: tuple[Any, Any] = self._engine.knn_query(
+                    queries, k=width, num_threads=_QUERY_THREADS, filter=admit
+                )
             except RuntimeError as error:
                 raise IndexQueryFailed(
                     f"k-NN query for k={width} over {len(self._live)} live chunks "
                     f"in {self._path} failed: {error}"
                 ) from error
-        finally:
-            self._engine.set_ef(self._ef)
+            finally:
+                self._engine.set_ef(self._ef)
         return found
 
     def _adopt_tombstones(self, labels: Labels) -> None:
         """Remember tombstones that were never added, so a later add cannot revive them."""
-        with self._lock:
+        with self._lock.writing():
             self._deleted.update(labels.tolist())
 
 

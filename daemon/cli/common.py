@@ -85,6 +85,7 @@ def load(args: argparse.Namespace) -> Config:
 
 def run_guarded(action: Callable[[], int]) -> int:
     """Run a command, turning known failures into one clear line and an exit code."""
+    from daemon.api.http import ApiUnavailable
     from daemon.metrics import MetricsUnavailable
     from daemon.runtime import AlreadyRunning
     from store.database import DatabaseError, InvalidObservation
@@ -99,6 +100,7 @@ def run_guarded(action: Callable[[], int]) -> int:
     )
     unavailable: tuple[type[BaseException], ...] = (
         AlreadyRunning,
+        ApiUnavailable,
         BackendError,
         MetricsUnavailable,
         DatabaseError,

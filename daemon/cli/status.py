@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Final
-
-import numpy as np
+from typing import Any
 
 from daemon.cli.common import config_options, load, run_guarded
-
-HISTOGRAM_BINS: Final = 10
 
 
 def register(verbs: Any) -> None:
@@ -26,6 +22,7 @@ def register(verbs: Any) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from daemon.status import status_report
     from store.database import Database
 
     config = load(args)
@@ -33,22 +30,7 @@ def _status(args: argparse.Namespace) -> int:
         raise ValueError(f"no database at {config.database_path}: nothing ingested or run yet")
     db = Database(config.database_path)
     try:
-        saliences = db.live_saliences()
-        counts_, edges = np.histogram(saliences, bins=HISTOGRAM_BINS, range=(0.0, 1.0))
-        report: dict[str, Any] = {
-            "peer": config.peer.id,
-            "counts": db.counts(),
-            "salience_histogram": [
-                {
-                    "from": round(float(edges[i]), 2),
-                    "to": round(float(edges[i + 1]), 2),
-                    "chunks": int(counts_[i]),
-                }
-                for i in range(HISTOGRAM_BINS)
-            ],
-            "tombstones_by_reason": db.tombstones_by_reason(),
-            "last_cycle": db.last_cycle(),
-        }
+        report = status_report(db, config.peer.id)
     finally:
         db.close()
     if args.json:

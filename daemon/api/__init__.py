@@ -1,0 +1,1 @@
+"""The daemon's local API: operations, their models, and the HTTP transport."""

@@ -1,0 +1,220 @@
+"""The operations over HTTP: a FastAPI app served by Hypercorn's trio worker.
+
+Routes live under /v1; /openapi.json and /docs describe them; /healthz answers
+while the process lives, /readyz once the index is loaded. Each operation runs
+in a worker thread behind the API's own limiter, never the dream cycle's. The
+Unix socket's file mode (0600) is its access control; TCP requests carry the
+configured bearer token. A bad request gets a 4xx with the reason; anything
+unexpected a 500 with a short message, logged, and the server goes on.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+
+from daemon import defaults
+from daemon.api import models
+from daemon.api.operations import Conflict, NotFound, NotReady, Operations
+from daemon.config import ApiConfig, Config
+from store.database import InvalidObservation
+
+log = logging.getLogger("dreamcycle.api")
+T = TypeVar("T")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Paths a TCP client may reach without the token: liveness probes carry no secrets.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": models.Problem, "description": "unknown decision or chunk"},
+    409: {"model": models.Problem, "description": "contradicts what is stored"},
+    503: {"model": models.Problem, "description": "the index is still loading"},
+}
+
+
+class ApiUnavailable(RuntimeError):
+    """The API cannot listen where it is configured to (port taken, socket path unusable)."""
+
+
+def create_app(ops: Operations, *, workers: int) -> FastAPI:
+    app = FastAPI(
+        title="dreamcycle",
+        summary="Recall and teach this peer's memory.",
+        version="1",
+    )
+    limiter = trio.CapacityLimiter(workers)
+
+    async def run(operation: Callable[[], T]) -> T:
+        try:
+            return await trio.to_thread.run_sync(operation, limiter=limiter)
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from None
+        except Conflict as exc:
+            raise HTTPException(409, str(exc)) from None
+        except NotReady as exc:
+            raise HTTPException(503, str(exc)) from None
+        except (ValueError, InvalidObservation) as exc:
+            raise HTTPException(422, str(exc)) from None
+        except Exception as exc:
+            log.exception("request failed")
+            raise HTTPException(
+                500, f"internal error ({type(exc).__name__}); see the log"
+            ) from None
+
+    @app.post("/v1/recall", responses=_ERRORS, summary="chunks for a query or a vector")
+    async def recall(request: models.RecallRequest) -> models.RecallResponse:
+        return await run(lambda: ops.recall(request))
+
+    @app.post(
+        "/v1/memories",
+        responses=_ERRORS,
+        summary="store a chunk; recall finds it when this returns",
+    )
+    async def save(request: models.SaveRequest) -> models.SaveResponse:
+        return await run(lambda: ops.save(request))
+
+    @app.post("/v1/outcomes", responses=_ERRORS, summary="how a recalled decision turned out")
+    async def outcome(request: models.OutcomeRequest) -> models.Queued:
+        return await run(lambda: ops.outcome(request))
+
+    @app.post("/v1/pulses", responses=_ERRORS, summary="reward or decay memory near a text")
+    async def pulse(request: models.PulseRequest) -> models.Queued:
+        return await run(lambda: ops.pulse(request))
+
+    @app.post("/v1/tombstones", responses=_ERRORS, summary="retract a chunk for good")
+    async def tombstone(request: models.TombstoneRequest) -> models.Queued:
+        return await run(lambda: ops.tombstone(request))
+
+    @app.get("/v1/status", responses=_ERRORS, summary="counts, salience, last cycle, index")
+    async def status() -> models.StatusResponse:
+        return await run(ops.status)
+
+    @app.get("/healthz", summary="the process is alive")
+    async def healthz() -> dict[str, str]:
+        return {"status": "alive"}
+
+    @app.get("/readyz", summary="index loaded and database open", responses=_ERRORS)
+    async def readyz() -> JSONResponse:
+        if ops.ready:
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"detail": "loading the index"}, status_code=503)
+
+    return app
+
+
+def guard(app: Asgi, token: str, max_body_bytes: int) -> Asgi:
+    """Refuse oversized bodies, and TCP requests without the bearer token (when one is set).
+
+    Hypercorn gives a Unix socket connection no server address: that is how TCP is told
+    apart.
+    """
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > max_body_bytes:
+            await _refuse(send, 413, f"request body larger than {max_body_bytes} bytes")
+            return
+        over_tcp = scope.get("server") is not None
+        if token and over_tcp and scope.get("path") not in OPEN_PATHS:
+            given = headers.get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await _refuse(send, 401, "a bearer token is required on TCP", bearer=True)
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def _refuse(send: Send, status: int, detail: str, *, bearer: bool = False) -> None:
+    body = models.Problem(detail=detail).model_dump_json().encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    if bearer:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def binds(config: Config) -> list[str]:
+    api = config.api
+    out = []
+    if api.port:
+        out.append(f"{api.host}:{api.port}")
+    socket_path = config.api_socket_path
+    if socket_path is not None:
+        out.append(f"unix:{socket_path}")
+    return out
+
+
+async def serve(
+    ops: Operations,
+    config: Config,
+    *,
+    shutdown: trio.Event,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until `shutdown` is set (or cancelled); reports the addresses once listening."""
+    api: ApiConfig = config.api
+    hypercorn = HypercornConfig()
+    hypercorn.bind = binds(config)
+    # The socket is created with no access for group and others: only this user connects.
+    hypercorn.umask = 0o777 & ~defaults.API_SOCKET_MODE
+    hypercorn.accesslog = None
+    hypercorn.errorlog = logging.getLogger("dreamcycle.api.server")
+    socket_path = config.api_socket_path
+    if socket_path is not None:
+        Path(socket_path).parent.mkdir(parents=True, exist_ok=True)
+    app = guard(
+        create_app(ops, workers=api.workers), api.bearer_token(), defaults.API_MAX_BODY_BYTES
+    )
+
+    async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+        await hypercorn_serve(
+            app,  # type: ignore[arg-type]  # hypercorn types scopes narrower than ASGI allows
+            hypercorn,
+            shutdown_trigger=shutdown.wait,
+            task_status=task_status,
+        )
+
+    async with trio.open_nursery() as nursery:
+        try:
+            listening: list[str] = await nursery.start(serving)
+        except (OSError, BaseExceptionGroup) as exc:
+            cause = _os_error(exc)
+            if cause is None:
+                raise
+            raise ApiUnavailable(f"cannot listen on {', '.join(hypercorn.bind)}: {cause}") from None
+        if socket_path is not None:
+            os.chmod(socket_path, defaults.API_SOCKET_MODE)
+        log.info("api listening", extra={"addresses": listening})
+        task_status.started(listening)
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _os_error(inner)
+            if found is not None:
+                return found
+    return None

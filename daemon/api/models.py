@@ -1,0 +1,203 @@
+"""Requests and responses of every API operation, in one place (pydantic v2).
+
+The HTTP routes, and any other transport, validate with these and answer with
+them; field descriptions become the OpenAPI description.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from daemon import defaults
+from store.database import CHUNK_KINDS, DELETION_POLICIES
+
+ChunkHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="blake3 content hash")]
+HashOrPrefix = Annotated[
+    str,
+    Field(
+        pattern=r"^[0-9a-f]{8,64}$",
+        description="a chunk hash, or a unique prefix of at least 8 digits among the "
+        "decision's recalled chunks",
+    ),
+]
+Kind = Literal["fact", "preference", "insight", "summary", "note"]
+DeletionPolicy = Literal["auto_prune", "manual_only", "never"]
+# Bounded so that nothing a client sends can make one request unreasonably expensive.
+MAX_TEXT_CHARS = 100_000
+MAX_TOP_K = 100
+MAX_CITED = 100
+#: An embedding is given as this many floats (the model's width is checked at run time).
+MAX_VECTOR_LENGTH = 4096
+
+assert Kind.__args__ == CHUNK_KINDS  # type: ignore[attr-defined]
+assert DeletionPolicy.__args__ == DELETION_POLICIES  # type: ignore[attr-defined]
+
+
+class Strict(BaseModel):
+    """Unknown fields are refused: a misspelt filter must not silently match everything."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- recall ------------------------------------------------------------------------------
+
+
+class RecallFilters(Strict):
+    project: str | None = None
+    scope: str | None = None
+    session_id: str | None = None
+    kind: Kind | None = None
+    topic_key_prefix: str | None = Field(default=None, min_length=1, max_length=1000)
+    created_after_ms: int | None = Field(
+        default=None, ge=0, description="only chunks stored at or after (ms since the epoch)"
+    )
+    created_before_ms: int | None = Field(
+        default=None, ge=0, description="only chunks stored before (ms since the epoch)"
+    )
+
+    def active(self) -> bool:
+        return any(value is not None for value in self.model_dump().values())
+
+
+class RecallRequest(Strict):
+    query: str | None = Field(
+        default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="text to recall by"
+    )
+    vector: list[float] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_VECTOR_LENGTH,
+        description="an embedding to recall by instead of text (normalised here)",
+    )
+    top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K)
+    filters: RecallFilters = Field(default_factory=RecallFilters)
+    min_relevance: float = Field(
+        default=0.0, ge=0.0, description="drop results whose fused relevance is below this"
+    )
+    explain: bool = Field(default=False, description="return each result's ranking factors")
+    record: bool = Field(
+        default=True,
+        description="store an attribution, so an outcome can credit what was returned",
+    )
+    decision: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        description="the decision these results inform (default: the query)",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_recall(self) -> RecallRequest:
+        if (self.query is None) == (self.vector is None):
+            raise ValueError("give exactly one of query and vector")
+        if self.query is not None and not self.query.strip():
+            raise ValueError("query is blank")
+        return self
+
+
+class RankingFactors(BaseModel):
+    relevance: float
+    similarity: float
+    salience: float
+    cold: bool
+    vector_rank: int
+    lexical_rank: int | None
+    learned_rank: int | None
+    key_similarity: float | None
+
+
+class RecallHit(BaseModel):
+    content_hash: str
+    title: str
+    content: str
+    score: float
+    similarity: float
+    salience: float
+    cold: bool
+    factors: RankingFactors | None = None
+
+
+class RecallResponse(BaseModel):
+    decision_hash: str | None = Field(
+        description="name it in an outcome; null when nothing was recorded"
+    )
+    hits: list[RecallHit]
+
+
+# ---- save ----------------------------------------------------------------------------------
+
+
+class SaveRequest(Strict):
+    content: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    title: str = Field(default="", max_length=1000)
+    type: str = Field(default="manual", min_length=1, max_length=100)
+    kind: Kind = "note"
+    project: str | None = Field(default=None, max_length=1000)
+    scope: str = Field(default="project", min_length=1, max_length=100)
+    topic_key: str | None = Field(default=None, max_length=1000)
+    session_id: str | None = Field(default=None, max_length=1000)
+    tool_name: str | None = Field(default=None, max_length=1000)
+    pin_floor: float = Field(default=0.0, ge=0.0, le=1.0)
+    importance: int = Field(default=5, ge=0, le=10)
+    deletion_policy: DeletionPolicy = "auto_prune"
+
+
+class SaveResponse(BaseModel):
+    content_hash: str
+    created: bool = Field(description="false: this content was already stored")
+    indexed: bool = Field(description="true: recall finds it from now on")
+
+
+# ---- outcome, pulse, tombstone ----------------------------------------------------------------
+
+
+class OutcomeRequest(Strict):
+    decision_hash: ChunkHash
+    reward: float = Field(ge=-1.0, le=1.0)
+    reason: str = Field(min_length=1, max_length=1000)
+    cited: list[HashOrPrefix] = Field(default_factory=list, max_length=MAX_CITED)
+
+
+class PulseRequest(Strict):
+    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    kind: Literal["reward", "decay"] = "reward"
+    strength: float = Field(default=defaults.PULSE_STRENGTH, gt=0.0, le=1.0)
+    sigma: float = Field(default=defaults.PULSE_SIGMA, gt=0.0, le=10.0)
+    k: int = Field(default=defaults.PULSE_K, ge=1, le=64)
+    max_hops: int = Field(default=defaults.PULSE_MAX_HOPS, ge=0, le=16)
+    decay_per_hop: float = Field(default=defaults.PULSE_DECAY_PER_HOP, ge=0.0, le=1.0)
+    ttl_s: float = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=10 * 365 * 86_400.0)
+    reason: str = Field(default="", max_length=1000)
+    nonce: str = Field(default="", max_length=200, description="makes a deliberate repeat")
+
+
+class TombstoneRequest(Strict):
+    content_hash: ChunkHash
+    reason: str = Field(min_length=1, max_length=1000)
+    ttl_s: float = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=10 * 365 * 86_400.0)
+
+
+class Queued(BaseModel):
+    entry_id: str
+    new: bool = Field(description="false: an identical request was already queued")
+
+
+# ---- status -----------------------------------------------------------------------------------
+
+
+class StatusResponse(BaseModel):
+    peer: str
+    counts: dict[str, int]
+    salience_histogram: list[dict[str, float]]
+    tombstones_by_reason: dict[str, int]
+    index_live: int
+    index_capacity: int
+    last_cycle: dict[str, Any] | None
+
+
+class Problem(BaseModel):
+    """The body of every error answer."""
+
+    detail: str

@@ -1,0 +1,308 @@
+"""The operations the daemon serves, whatever the transport (HTTP today).
+
+One method per operation, taking and returning the models of daemon/api/models.py.
+Each runs in a worker thread of its own (never the dream cycle's), so:
+
+* reads use a connection from a pool of read-only connections, each operation
+  inside one read transaction (a consistent snapshot while phases commit);
+* writes use one separate connection, one operation at a time, in IMMEDIATE
+  transactions like the CLIs (waiting out a phase's batch through the busy timeout);
+* the live index is read from the peer on every call (a failed phase replaces it),
+  and chunks are added to it only after their transaction committed;
+* texts are embedded by an embedder of their own, so a cycle embedding thousands
+  of chunks never holds a query up.
+
+Errors: ValueError is a bad request, NotFound an unknown decision or hash,
+Conflict a request that contradicts what is stored, NotReady a daemon still
+loading its index.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import numpy as np
+
+from daemon.admission import record_admission
+from daemon.api import models
+from daemon.emit import PulseRequest, emit_outcome, emit_pulse, emit_tombstone
+from daemon.memo import StampedCache
+from daemon.recall import Hit, rank_query, record_attribution
+from daemon.runtime import Peer, Runtime
+from daemon.status import status_report
+from pulses.pulse import PulseKind
+from store.database import EFFICACY_TYPE, Database, NewObservation, embedding_text
+from store.embedder import Embedder
+from store.hashing import content_hash
+from store.timefmt import iso_from_ms
+
+#: The attribution's decision text when a vector was recalled without one.
+VECTOR_DECISION: Final = "recall by vector"
+
+
+class NotFound(LookupError):
+    """The decision or chunk named is not known here."""
+
+
+class Conflict(RuntimeError):
+    """The request contradicts what is stored (saving a retracted chunk, say)."""
+
+
+class NotReady(RuntimeError):
+    """The index is not loaded yet (or no longer): try again shortly."""
+
+
+class Operations:
+    def __init__(self, rt: Runtime, *, embedder: Embedder | None = None) -> None:
+        self._rt = rt
+        config = rt.config
+        self._embedder = embedder or Embedder(
+            config.embedding.model,
+            batch_size=config.embedding.batch_size,
+            threads=config.embedding.threads or None,
+        )
+        self._cache = StampedCache()
+        self._readers: queue.SimpleQueue[Runtime] = queue.SimpleQueue()
+        self._opened: list[Database] = []
+        self._writer: Runtime | None = None
+        self._write_lock = threading.Lock()
+        self._peer: Peer | None = None
+
+    # ---- life cycle -------------------------------------------------------------------
+
+    def attach(self, peer: Peer) -> None:
+        """Serve this peer's index (its database must already be open and migrated)."""
+        self._embedder.load()
+        self._peer = peer
+
+    def detach(self) -> None:
+        self._peer = None
+
+    @property
+    def ready(self) -> bool:
+        return self._peer is not None
+
+    def close(self) -> None:
+        self._peer = None
+        for db in self._opened:
+            db.close()
+        self._opened.clear()
+
+    def _require_peer(self) -> Peer:
+        peer = self._peer
+        if peer is None:
+            raise NotReady("the daemon is loading its index; try again shortly")
+        return peer
+
+    def _view(self, db: Database) -> Runtime:
+        """The daemon's runtime seen through another connection and this layer's embedder."""
+        self._opened.append(db)
+        return Runtime(
+            config=self._rt.config,
+            db=db,
+            embedder=self._embedder,
+            clock=self._rt.clock,
+            recall_cache=self._cache,
+        )
+
+    @contextmanager
+    def _reading(self) -> Iterator[Runtime]:
+        try:
+            view = self._readers.get_nowait()
+        except queue.Empty:
+            view = self._view(Database(self._rt.config.database_path, prepare=False))
+        try:
+            with view.db.snapshot():
+                yield view
+        finally:
+            self._readers.put(view)
+
+    @contextmanager
+    def _writing(self) -> Iterator[Runtime]:
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = self._view(Database(self._rt.config.database_path, prepare=False))
+            yield self._writer
+
+    # ---- operations ------------------------------------------------------------------------
+
+    def recall(self, request: models.RecallRequest) -> models.RecallResponse:
+        peer = self._require_peer()
+        text = request.query or ""
+        vector = self._query_vector(request)
+        top_k = request.top_k or self._rt.config.recall.top_k
+        with self._reading() as view:
+            allowed = _allowed(view, request.filters) if request.filters.active() else None
+            hits = rank_query(view, text, vector, top_k, index=peer.index, allowed=allowed)
+        hits = [h for h in hits if h.relevance >= request.min_relevance]
+        digest = None
+        if request.record and hits:
+            decision = request.decision or text or VECTOR_DECISION
+            with self._writing() as writer:
+                digest = record_attribution(writer, hits, decision, text, vector)
+        return models.RecallResponse(
+            decision_hash=digest, hits=[_hit(h, request.explain) for h in hits]
+        )
+
+    def save(self, request: models.SaveRequest) -> models.SaveResponse:
+        peer = self._require_peer()
+        item = NewObservation(
+            content=request.content,
+            title=request.title,
+            type=request.type,
+            kind=request.kind,
+            project=request.project,
+            scope=request.scope,
+            topic_key=request.topic_key,
+            session_id=request.session_id,
+            tool_name=request.tool_name,
+            pin_floor=request.pin_floor,
+            importance=request.importance,
+            deletion_policy=request.deletion_policy,
+        )
+        item.validate()
+        if item.type == EFFICACY_TYPE:
+            raise ValueError(f"type {EFFICACY_TYPE!r} is reserved for the daemon's own records")
+        digest = content_hash(item.content)
+        vector = self._embedder.embed_one(embedding_text(item.title, item.content))
+        now = self._rt.clock.now_ms()
+        with self._writing() as writer, peer.index_writes:
+            db = writer.db
+            with db.transaction():
+                if db.is_tombstoned_hash(digest):
+                    raise Conflict(f"chunk {digest} was retracted (tombstoned) and stays so")
+                added = db.add_observations([item], now_ms=now)[0]
+                if added.created:
+                    pending = [db.pending_admission_of(added.rowid)]
+                    vectors = vector[None, :]
+                    record_admission(peer, db, pending, vectors, {added.rowid: vector}, now)
+            # Committed: a cycle (or a crash) now sees the chunk whole; only then is it indexed.
+            if added.created:
+                peer.index.add(np.array([added.rowid], dtype=np.int64), vectors)
+        indexed = peer.index.is_live(added.rowid)
+        return models.SaveResponse(content_hash=digest, created=added.created, indexed=indexed)
+
+    def outcome(self, request: models.OutcomeRequest) -> models.Queued:
+        self._require_peer()
+        with self._writing() as writer:
+            if writer.db.attribution(request.decision_hash) is None:
+                raise NotFound(f"decision {request.decision_hash} is not recorded here")
+            emitted = emit_outcome(
+                writer,
+                decision=request.decision_hash,
+                reward=request.reward,
+                reason=request.reason,
+                cited=request.cited,
+            )
+        return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
+
+    def pulse(self, request: models.PulseRequest) -> models.Queued:
+        self._require_peer()
+        pulse = PulseRequest(
+            text=request.text,
+            kind=PulseKind(request.kind),
+            strength=request.strength,
+            sigma=request.sigma,
+            k=request.k,
+            max_hops=request.max_hops,
+            decay_per_hop=request.decay_per_hop,
+            ttl_s=request.ttl_s,
+            reason=request.reason,
+            nonce=request.nonce,
+        )
+        with self._writing() as writer:
+            emitted = emit_pulse(writer, pulse)
+        return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
+
+    def tombstone(self, request: models.TombstoneRequest) -> models.Queued:
+        self._require_peer()
+        with self._writing() as writer:
+            if writer.db.observation_by_hash(request.content_hash) is None:
+                raise NotFound(f"chunk {request.content_hash} is not stored here")
+            emitted = emit_tombstone(
+                writer, digest=request.content_hash, reason=request.reason, ttl_s=request.ttl_s
+            )
+        return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
+
+    def status(self) -> models.StatusResponse:
+        peer = self._require_peer()
+        with self._reading() as view:
+            report = status_report(view.db, self._rt.peer_id)
+        index = peer.index
+        return models.StatusResponse(
+            **report, index_live=index.live_count, index_capacity=index.capacity
+        )
+
+    def _query_vector(self, request: models.RecallRequest) -> np.ndarray[Any, np.dtype[np.float32]]:
+        if request.query is not None:
+            return self._embedder.embed_one(request.query)
+        raw = np.asarray(request.vector, dtype=np.float32)
+        dim = self._embedder.dim
+        if raw.shape != (dim,):
+            raise ValueError(f"vector has {raw.size} components; this model's have {dim}")
+        norm = float(np.linalg.norm(raw))
+        if not np.isfinite(raw).all() or norm == 0.0:
+            raise ValueError("vector must be finite and not all zeros")
+        return raw / np.float32(norm)
+
+
+def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
+    """Chunks matching the filters (kept until the database changes or the filters do)."""
+    key = json.dumps(filters.model_dump(), sort_keys=True)
+    stamp = f"{view.db.change_stamp()}|{key}"
+    cached: frozenset[int] | None = view.recall_cache.get("filter", stamp)
+    if cached is None:
+        cached = view.recall_cache.put("filter", stamp, _matching(view.db, filters))
+    return cached
+
+
+def _matching(db: Database, filters: models.RecallFilters) -> frozenset[int]:
+    where = ["deleted_at IS NULL", f"type != '{EFFICACY_TYPE}'"]
+    params: list[Any] = []
+    for column in ("project", "scope", "session_id", "kind"):
+        value = getattr(filters, column)
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if filters.topic_key_prefix is not None:
+        # substr, not LIKE: a prefix holding % or _ means itself.
+        where.append("substr(topic_key, 1, ?) = ?")
+        params += [len(filters.topic_key_prefix), filters.topic_key_prefix]
+    if filters.created_after_ms is not None:
+        where.append("created_at >= ?")
+        params.append(iso_from_ms(filters.created_after_ms))
+    if filters.created_before_ms is not None:
+        where.append("created_at < ?")
+        params.append(iso_from_ms(filters.created_before_ms))
+    rows = db.fetch_all(f"SELECT id FROM observations WHERE {' AND '.join(where)}", tuple(params))
+    return frozenset(int(r[0]) for r in rows)
+
+
+def _hit(hit: Hit, explain: bool) -> models.RecallHit:
+    factors = None
+    if explain:
+        factors = models.RankingFactors(
+            relevance=hit.relevance,
+            similarity=hit.similarity,
+            salience=hit.salience,
+            cold=hit.cold,
+            vector_rank=hit.vector_rank,
+            lexical_rank=hit.lexical_rank,
+            learned_rank=hit.learned_rank,
+            key_similarity=hit.key_similarity,
+        )
+    return models.RecallHit(
+        content_hash=hit.content_hash,
+        title=hit.title,
+        content=hit.content,
+        score=hit.score,
+        similarity=hit.similarity,
+        salience=hit.salience,
+        cold=hit.cold,
+        factors=factors,
+    )
