@@ -33,7 +33,7 @@ from daemon.engram_import import (
 )
 from daemon.recall import recall
 from daemon.runtime import Runtime
-from tests.daemon_helpers import Peer, documentation_chunks
+from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks
 
 START_MS: Final = 1_700_000_000_000
 #: Reference topics whose paragraphs become engram observations: distinct real text.
@@ -364,8 +364,12 @@ def broken_sources(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 
 def test_unusable_sources_are_refused_with_exit_2(tmp_path: Path) -> None:
     peer = Peer(tmp_path / "data", "a", tmp_path / "zeitgeist")
-    for source, message in broken_sources(tmp_path):
-        result = peer.dreamcycle("import", "engram", str(source), expect=2)
+    sources = list(broken_sources(tmp_path))
+    results = peer.run_concurrently(
+        [(DREAMCYCLE, "import", "engram", str(source)) for source, _ in sources]
+    )
+    for (source, message), result in zip(sources, results, strict=True):
+        assert result.returncode == 2, f"{source}: exit {result.returncode}\n{result.stderr}"
         assert message in result.stderr and str(source) in result.stderr, result.stderr
     assert not peer.data_dir.exists(), "a refused import must not create the data directory"
 
