@@ -68,15 +68,24 @@ class SalienceCache:
         self._loaded_up_to = 0
         self.refresh()
 
+    def _load_newer(self, label: int) -> None:
+        """Chunks the API saved after the last refresh are admitted and indexed already:
+        load them when a phase first meets one."""
+        if label > self._loaded_up_to and label not in self._salience:
+            self.refresh()
+
     # ---- SalienceState -----------------------------------------------------------
 
     def salience(self, label: int) -> float:
+        self._load_newer(label)
         return self._salience[label]
 
     def pin_floor(self, label: int) -> float:
+        self._load_newer(label)
         return self._floor[label]
 
     def is_tombstoned(self, label: int) -> bool:
+        self._load_newer(label)
         return label in self._tombstoned or label not in self._salience
 
     def set_salience(self, label: int, value: float) -> None:
@@ -173,6 +182,7 @@ class SalienceCache:
         )
 
     def deletion_policy(self, label: int) -> str:
+        self._load_newer(label)
         return self._policy[label]
 
     def flush(self) -> int:

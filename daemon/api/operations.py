@@ -76,8 +76,17 @@ class Operations:
     # ---- life cycle -------------------------------------------------------------------
 
     def attach(self, peer: Peer) -> None:
-        """Serve this peer's index (its database must already be open and migrated)."""
+        """Serve this peer's index (its database must already be open and migrated).
+
+        Every connection is opened here, before cycles run: opening one runs SQLite's
+        `PRAGMA optimize` before a busy timeout can be set, which fails while a phase
+        holds the write lock.
+        """
         self._embedder.load()
+        while len(self._opened) < self._rt.config.api.workers:
+            self._readers.put(self._view(Database(self._rt.config.database_path, prepare=False)))
+        with self._writing():
+            pass
         self._peer = peer
 
     def detach(self) -> None:

@@ -1,0 +1,384 @@
+"""Recall latency of the daemon's API, in process and over HTTP, idle and during cycles.
+
+One store of N chunks (default 100,000) is built quickly: synthetic text (topic
+words, so full-text search has real work) with clustered random unit vectors
+as embeddings (the figures are latencies, not recall quality; text queries are
+embedded by the real model). Then, in one run:
+
+* baselines: raw hnswlib single-query k-NN (HnswIndex.knn_many, k = the recall
+  candidate pool) and one text embedding;
+* in process (daemon.api.operations over the live index): recall by vector, by
+  text, by text with filters, and save-then-recall (a new chunk saved, then
+  recalled by its text: the pair is timed, and the chunk must come first);
+* the same through a real `dreamcycle run` daemon over its Unix socket (httpx);
+* both again while dream cycles run back to back beside them.
+
+p50 and p99 over `--calls` calls each (default 1000), ratios to the baselines
+measured in the same run, and resident memory. Results go to
+bench-results/recall.json; docs/benchmarks.md has figures and targets.
+
+    .venv/bin/python scripts/bench_recall.py [--chunks 100000] [--calls 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from daemon.api import models
+from daemon.api.operations import Operations
+from daemon.config import Config, load_config
+from daemon.cycle import run_cycle_blocking
+from daemon.runtime import Peer, Runtime
+from scripts.bench_common import (
+    BenchmarkError,
+    Column,
+    describe_machine,
+    machine_summary,
+    print_table,
+    write_json,
+)
+from store.database import NewObservation
+from store.embedder import DEFAULT_DIM
+
+DEFAULT_CHUNKS: Final = 100_000
+DEFAULT_CALLS: Final = 1_000
+DEFAULT_OUT: Final = Path("bench-results/recall.json")
+SEED: Final = 20261123
+TOPICS: Final = 500
+WORDS_PER_TOPIC: Final = 12
+WORDS_PER_CHUNK: Final = 24
+#: Same-cluster cosine about 1 / (1 + 0.6^2), as in bench_propagate.
+CLUSTER_NOISE: Final = 0.6
+INSERT_BATCH: Final = 5_000
+PROJECTS: Final = 20
+READY_TIMEOUT_S: Final = 600.0
+PERCENTILES: Final = (50, 99)
+
+Vectors = npt.NDArray[np.float32]
+
+
+def _syllable_words(rng: np.random.Generator, count: int) -> list[str]:
+    consonants, vowels = "bcdfghklmnprstvz", "aeiou"
+    words: set[str] = set()
+    while len(words) < count:
+        length = int(rng.integers(2, 4))
+        words.add(
+            "".join(
+                consonants[int(rng.integers(len(consonants)))] + vowels[int(rng.integers(5))]
+                for _ in range(length)
+            )
+        )
+    return sorted(words)
+
+
+class Corpus:
+    """Topic vocabularies and centres: chunk i belongs to topic i % TOPICS."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        words = _syllable_words(rng, TOPICS * WORDS_PER_TOPIC)
+        self.vocab = [words[t * WORDS_PER_TOPIC : (t + 1) * WORDS_PER_TOPIC] for t in range(TOPICS)]
+        centres = rng.standard_normal((TOPICS, DEFAULT_DIM)).astype(np.float32)
+        self.centres = centres / np.linalg.norm(centres, axis=1, keepdims=True)
+
+    def text(self, topic: int, serial: int) -> str:
+        picked = self.rng.choice(self.vocab[topic], size=WORDS_PER_CHUNK)
+        return f"note {serial}: " + " ".join(str(w) for w in picked)
+
+    def vectors(self, topics: npt.NDArray[np.int64]) -> Vectors:
+        noise = self.rng.standard_normal((len(topics), DEFAULT_DIM)).astype(np.float32)
+        raw = self.centres[topics] + CLUSTER_NOISE * noise / np.sqrt(DEFAULT_DIM)
+        unit: Vectors = (raw / np.linalg.norm(raw, axis=1, keepdims=True)).astype(np.float32)
+        return unit
+
+    def query(self) -> str:
+        topic = int(self.rng.integers(TOPICS))
+        return " ".join(str(w) for w in self.rng.choice(self.vocab[topic], size=5))
+
+
+def build_store(config: Config, corpus: Corpus, chunks: int) -> None:
+    rt = Runtime.open(config)
+    db = rt.db
+    try:
+        version = rt.embedder.index_version
+        for start in range(0, chunks, INSERT_BATCH):
+            serials = range(start, min(chunks, start + INSERT_BATCH))
+            topics = np.array([s % TOPICS for s in serials], dtype=np.int64)
+            items = [
+                NewObservation(
+                    content=corpus.text(int(t), s),
+                    project=f"project-{s % PROJECTS}",
+                    kind="fact" if s % 2 else "note",
+                    topic_key=f"topic/{int(t)}",
+                )
+                for s, t in zip(serials, topics, strict=True)
+            ]
+            with db.transaction():
+                added = db.add_observations(items, now_ms=rt.clock.now_ms())
+                rowids = [a.rowid for a in added]
+                db.set_embeddings(
+                    rowids, corpus.vectors(topics), model_id=rt.embedder.model_id,
+                    index_version=version,
+                )  # fmt: skip
+                # Admitted as the cycle would; the journal is not needed to measure recall.
+                db.conn.executemany(
+                    "UPDATE observations SET admitted_seq = 0 WHERE id = ?", [(r,) for r in rowids]
+                )
+        rt.open_index()
+    finally:
+        rt.close()
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    values = np.array(samples) * 1000.0
+    return {f"p{p}_ms": float(np.percentile(values, p)) for p in PERCENTILES}
+
+
+def measure(calls: int, action: Callable[[int], Any]) -> dict[str, float]:
+    samples: list[float] = []
+    for i in range(calls):
+        started = time.perf_counter()
+        action(i)
+        samples.append(time.perf_counter() - started)
+    return percentiles(samples)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Workload:
+    """The four API figures, through either a transport or the operations themselves."""
+
+    def __init__(self, corpus: Corpus, vectors: Vectors, call: Callable[[str, Any], Any]) -> None:
+        self.corpus = corpus
+        self.vectors = vectors
+        self.call = call
+        self.queries = [corpus.query() for _ in range(len(vectors))]
+        self.saved = 0
+
+    def by_vector(self, i: int) -> None:
+        self.call("recall", models.RecallRequest(vector=self.vectors[i].tolist(), record=False))
+
+    def by_text(self, i: int) -> None:
+        self.call("recall", models.RecallRequest(query=self.queries[i], record=False))
+
+    def filtered(self, i: int) -> None:
+        filters = models.RecallFilters(project=f"project-{i % PROJECTS}", kind="fact")
+        self.call(
+            "recall", models.RecallRequest(query=self.queries[i], filters=filters, record=False)
+        )
+
+    def save_then_recall(self, i: int) -> None:
+        self.saved += 1
+        text = f"fresh {os.getpid()} {time.monotonic_ns()} " + self.queries[i]
+        saved = self.call("save", models.SaveRequest(content=text))
+        found = self.call("recall", models.RecallRequest(query=text, record=False, top_k=1))
+        if found.hits[0].content_hash != saved.content_hash:
+            raise BenchmarkError("a saved chunk was not recalled first at once")
+
+    def run(self, calls: int, label: str) -> list[dict[str, Any]]:
+        rows = []
+        for name, action in (
+            ("recall by vector", self.by_vector),
+            ("recall by text", self.by_text),
+            ("recall by text, filtered", self.filtered),
+            ("save, then recall", self.save_then_recall),
+        ):
+            rows.append({"figure": name, "path": label, **measure(calls, action)})
+        return rows
+
+
+def in_process_call(ops: Operations) -> Callable[[str, Any], Any]:
+    return lambda name, request: getattr(ops, name)(request)
+
+
+def http_call(client: httpx.Client) -> Callable[[str, Any], Any]:
+    routes: dict[str, tuple[str, type[BaseModel]]] = {
+        "recall": ("/v1/recall", models.RecallResponse),
+        "save": ("/v1/memories", models.SaveResponse),
+    }
+
+    def call(name: str, request: Any) -> Any:
+        path, answer = routes[name]
+        response = client.post(path, content=request.model_dump_json(exclude_none=True))
+        response.raise_for_status()
+        return answer.model_validate_json(response.content)
+
+    return call
+
+
+@contextmanager
+def cycles_beside(peer: Peer) -> Iterator[list[int]]:
+    """Dream cycles back to back in a thread, the way the daemon's worker runs them."""
+    stop = threading.Event()
+    done = [0]
+
+    def loop() -> None:
+        while not stop.is_set():
+            run_cycle_blocking(peer)
+            done[0] += 1
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, int]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
+    env.update({"DREAMCYCLE_API_ENABLED": "1", "DREAMCYCLE_API_PORT": "0",
+                "DREAMCYCLE_METRICS_LISTEN": "", "DREAMCYCLE_SWEEP_ENABLED": "0"})  # fmt: skip
+    command = [str(Path(sys.executable).parent / "dreamcycle"), "run", "--data-dir",
+               str(data_dir), "--peer-id", "bench", "--interval", str(interval_s)]  # fmt: skip
+    log_path = data_dir.parent / f"daemon-{time.monotonic_ns()}.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    client = httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(data_dir / "api.sock")),
+        base_url="http://dreamcycle",
+        headers={"content-type": "application/json"},
+        timeout=60.0,
+    )
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            try:
+                if client.get("/readyz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise BenchmarkError("the daemon did not become ready")
+            time.sleep(0.2)
+        yield client, process.pid
+    except (BenchmarkError, httpx.HTTPError):
+        print(log_path.read_text(encoding="utf-8", errors="replace")[-4000:], file=sys.stderr)
+        raise
+    finally:
+        client.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS)
+    parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    if args.chunks < 1000 or args.calls < 10:
+        raise BenchmarkError("--chunks must be >= 1000 and --calls >= 10")
+    machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
+    rng = np.random.default_rng(SEED)
+    corpus = Corpus(rng)
+    query_vectors = corpus.vectors(rng.integers(0, TOPICS, size=args.calls).astype(np.int64))
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-recall-") as scratch:
+        data_dir = Path(scratch) / "data"
+        config = load_config(
+            None,
+            environ={},
+            overrides={"peer.data_dir": str(data_dir), "peer.id": "bench", "metrics.listen": "",
+                       "sweep.enabled": False},
+        )  # fmt: skip
+        started = time.perf_counter()
+        build_store(config, corpus, args.chunks)
+        print(f"store of {args.chunks} chunks built in {time.perf_counter() - started:.0f} s")
+        rt = Runtime.open(config)
+        peer = rt.open_peer()
+        ops = Operations(rt)
+        ops.attach(peer)
+        pool = config.recall.candidates
+        texts = [corpus.query() for _ in range(args.calls)]
+        rows.append({"figure": "raw k-NN (baseline)", "path": "hnswlib",
+                     **measure(args.calls, lambda i: peer.index.knn_many(query_vectors[i][None, :], pool))})  # fmt: skip
+        rows.append({"figure": "embed one text (baseline)", "path": "fastembed",
+                     **measure(args.calls, lambda i: ops._embedder.embed_one(texts[i]))})  # fmt: skip
+        workload = Workload(corpus, query_vectors, in_process_call(ops))
+        rows += workload.run(args.calls, "in process")
+        with cycles_beside(peer) as cycles:
+            rows += workload.run(args.calls, "in process, cycles running")
+        print(f"{cycles[0]} cycles ran beside the in-process figures")
+        in_process_rss = rss_mib(os.getpid())
+        ops.close()
+        peer.save_index()
+        peer.close()
+        rt.close()
+        with daemon(data_dir, 3600.0) as (client, pid):
+            time.sleep(2.0)  # the first cycle runs at start
+            rows += Workload(corpus, query_vectors, http_call(client)).run(
+                args.calls, "HTTP, Unix socket"
+            )
+            daemon_rss = rss_mib(pid)
+        with daemon(data_dir, 0.01) as (client, pid):
+            rows += Workload(corpus, query_vectors, http_call(client)).run(
+                args.calls, "HTTP, Unix socket, cycles running"
+            )
+    knn_p99 = rows[0]["p99_ms"]
+    embed_p99 = rows[1]["p99_ms"]
+    idle = {
+        (r["figure"], r["path"].replace(", cycles running", "")): r
+        for r in rows[2:]
+        if "cycles" not in r["path"]
+    }
+    for row in rows[2:]:
+        row["x_knn_p99"] = row["p99_ms"] / knn_p99
+        row["minus_embed_p99_ms"] = row["p99_ms"] - embed_p99
+        base = idle.get((row["figure"], row["path"].replace(", cycles running", "")))
+        row["x_idle_p99"] = row["p99_ms"] / base["p99_ms"] if base else None
+    print(machine_summary(machine))
+    print(f"{args.chunks} chunks, {args.calls} calls per figure; RSS in process "
+          f"{in_process_rss:.0f} MiB, daemon {daemon_rss:.0f} MiB")  # fmt: skip
+    print_table(
+        rows,
+        [
+            Column("figure"),
+            Column("path"),
+            Column("p50_ms", "p50 ms", ".2f"),
+            Column("p99_ms", "p99 ms", ".2f"),
+            Column("x_knn_p99", "p99 / k-NN p99", ".1f"),
+            Column("minus_embed_p99_ms", "p99 - embed p99 (ms)", ".2f"),
+            Column("x_idle_p99", "p99 / idle p99", ".2f"),
+        ],
+    )
+    write_json(
+        args.out,
+        {"machine": machine, "chunks": args.chunks, "calls": args.calls,
+         "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss}, "rows": rows},
+    )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchmarkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
