@@ -18,7 +18,10 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.core.result import Ok
 
+from daemon.api import models
+from daemon.api.operations import Operations
 from tests.daemon_helpers import Daemon, Peer, wait_until
 
 TOKEN: Final = "token-for-tests"
@@ -307,6 +310,7 @@ def test_generated_requests_never_break_the_daemon(api: Api) -> None:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     served = 0
     for found in schema.get_all_operations():
+        assert isinstance(found, Ok), f"the API's own OpenAPI description is invalid: {found}"
         operation = found.ok()
 
         @settings(
@@ -330,3 +334,32 @@ def test_generated_requests_never_break_the_daemon(api: Api) -> None:
 
 def test_socket_path_is_in_the_data_directory(api: Api) -> None:
     assert Path(api.socket_path).parent == api.peer.data_dir
+
+
+def test_a_chunk_saved_after_the_cycle_loaded_salience_is_decayed_not_missed(
+    tmp_path: Path,
+) -> None:
+    """A save commits between a cycle's refresh and its downscale: the phase must meet the
+    new chunk, not fail on it."""
+    from daemon.config import load_config
+    from daemon.cycle import CycleState, downscale_phase
+    from daemon.runtime import Runtime
+
+    config = load_config(
+        None,
+        environ={},
+        overrides={"peer.data_dir": str(tmp_path / "data"), "peer.id": "p", "metrics.listen": ""},
+    )
+    rt = Runtime.open(config)
+    peer = rt.open_peer()
+    ops = Operations(rt, embedder=rt.embedder)
+    ops.attach(peer)
+    try:
+        saved = ops.save(models.SaveRequest(content="a chunk saved between two phases"))
+        assert saved.created and saved.indexed
+        stats = downscale_phase(peer, CycleState(now_ms=rt.clock.now_ms() + 86_400_000))
+        assert stats["live"] == 1 and stats["changed"] == 1
+    finally:
+        ops.close()
+        peer.close()
+        rt.close()
