@@ -236,6 +236,7 @@ class LearningConfig:
     miss_factor: float = defaults.LEARNING_MISS_FACTOR
     key_half_life_s: float = defaults.LEARNING_KEY_HALF_LIFE_S
     max_keys_per_chunk: int = defaults.LEARNING_MAX_KEYS_PER_CHUNK
+    fusion: bool = defaults.LEARNING_FUSION
 
     def check(self) -> None:
         _one_of("learning.credit_rule", self.credit_rule, tuple(r.value for r in CreditRule))

@@ -108,6 +108,8 @@ LEARNING_SHARE_KEY_TEXT: Final = False
 LEARNING_MISS_FACTOR: Final = credit.MISS_FACTOR
 LEARNING_KEY_HALF_LIFE_S: Final = keys.KEY_HALF_LIFE_S
 LEARNING_MAX_KEYS_PER_CHUNK: Final = keys.MAX_KEYS_PER_CHUNK
+#: Cited successes teach recall how far to trust vectors against words (pulses.fusion).
+LEARNING_FUSION: Final = True
 
 #: Seconds between computations of the efficacy metrics, and the window they look back on.
 EFFICACY_INTERVAL_S: Final = 3_600.0

@@ -4,6 +4,8 @@ Only the peer that made a decision knows what it recalled (in rank order) and
 the query, so only it converts an outcome: credit by pulses.credit, Reward or
 Decay pulses seeded at the credited chunks, and a retrieval key per credited
 chunk. Pulses and keys are published, so every peer learns from one success.
+Cited successes also vote on how recall splits its trust between vectors and
+words (pulses.fusion); that split is this peer's own and is not published.
 """
 
 from __future__ import annotations
@@ -13,15 +15,21 @@ import logging
 import numpy as np
 import numpy.typing as npt
 
+from daemon.config import Config
 from daemon.runtime import Peer
-from pulses.credit import CreditRule, assign_credit
+from pulses import fusion
+from pulses.credit import Credit, CreditRule, assign_credit
 from pulses.keys import LearnedKey, learn
 from pulses.outcome import Attribution, Outcome, outcome_to_pulses
 from store import keys as key_store
-from store.database import Database
+from store.database import AttributionRecord, Database
+from store.lexical import search_lexical
 from zeitgeist.entries import PulseEntry, RetrievalKeyEntry, encode_entry
 
 log = logging.getLogger("dreamcycle.learning")
+
+#: meta key holding the learned vector share of recall's fusion weight.
+VECTOR_SHARE_META_KEY = "recall_vector_share"
 
 
 def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
@@ -104,8 +112,50 @@ def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
                     now_ms=now_ms,
                     applied=True,
                 )
+        if _learns_fusion(peer.config):
+            _vote_on_fusion(peer, attribution, credits)
         db.settle_outcome(record.outcome_id, "converted", len(pulses))
     return derived, keys_changed
+
+
+def _learns_fusion(config: Config) -> bool:
+    """A list configured off (weight 0) stays off: then there is no split to learn."""
+    recall = config.recall
+    return config.learning.fusion and recall.vector_weight > 0 and recall.lexical_weight > 0
+
+
+def fusion_weights(db: Database, config: Config) -> tuple[float, float]:
+    """(vector, lexical) weights of recall's fusion: configured, or learned from citations."""
+    recall = config.recall
+    if not _learns_fusion(config):
+        return recall.vector_weight, recall.lexical_weight
+    total = recall.vector_weight + recall.lexical_weight
+    stored = db.get_meta(VECTOR_SHARE_META_KEY)
+    share = float(stored) if stored is not None else recall.vector_weight / total
+    return fusion.split_weights(share, total)
+
+
+def _vote_on_fusion(peer: Peer, attribution: AttributionRecord, credits: list[Credit]) -> None:
+    """Each chunk credited by a success votes for the retriever that ranked it higher."""
+    cited = [c.chunk_hash for c in credits if c.amount > 0]
+    query = attribution.query_embedding
+    if not cited or query is None or not attribution.query_text:
+        return
+    db, pool = peer.db, peer.config.recall.candidates
+    labels, _ = peer.index.knn_many(query[None, :], pool)
+    vector_ranks = {int(label): rank for rank, label in enumerate(labels[0], start=1)}
+    lexical_ranks = {
+        label: rank
+        for rank, label in enumerate(search_lexical(db, attribution.query_text, pool), start=1)
+    }
+    pairs = []
+    for digest in cited:
+        obs = db.observation_by_hash(digest)
+        if obs is not None:
+            pairs.append(fusion.RankPair(vector_ranks.get(obs.rowid), lexical_ranks.get(obs.rowid)))
+    vector, lexical = fusion_weights(db, peer.config)
+    share = fusion.learn_share(vector / (vector + lexical), pairs)
+    db.set_meta(VECTOR_SHARE_META_KEY, repr(share))
 
 
 def teach_key(

@@ -15,11 +15,12 @@ otherwise searches the stored embeddings exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
+from daemon.learning import fusion_weights
 from daemon.runtime import Runtime, issue_hlc
 from pulses.keys import alive
 from pulses.outcome import decision_hash
@@ -144,7 +145,9 @@ def rank_query(
         for rowid, obs in observations.items()
         if obs.deleted_at is None
     }
-    ranked: list[Ranked] = rank_candidates(candidates.values(), cfg.weights(), top_k)
+    vector_weight, lexical_weight = fusion_weights(db, rt.config)
+    weights = replace(cfg.weights(), vector_weight=vector_weight, lexical_weight=lexical_weight)
+    ranked: list[Ranked] = rank_candidates(candidates.values(), weights, top_k)
     return [
         Hit(
             rowid=r.label,

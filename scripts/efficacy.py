@@ -117,6 +117,11 @@ VARIANTS: Final = (
     Variant(
         "no-keys", "defaults without learned keys (salience pulses only)", {"learning.keys": False}
     ),
+    Variant(
+        "fixed-fusion",
+        "defaults with the configured vector/word split, not learned from citations",
+        {"learning.fusion": False},
+    ),
     Variant("salience-0.1", "defaults with salience bound 0.1", {"recall.salience_bound": 0.1}),
     Variant("cold-0.5", "defaults with cold chunks at half relevance", {"recall.cold_factor": 0.5}),
     Variant(

@@ -23,13 +23,16 @@ from daemon.config import load_config
 from daemon.cycle import run_cycle_blocking
 from daemon.emit import emit_outcome
 from daemon.ingest import ingest
+from daemon.learning import VECTOR_SHARE_META_KEY, fusion_weights
 from daemon.recall import Hit, recall
 from daemon.runtime import Peer, Runtime
 from pulses.constants import OUTCOME_DECAY_PER_HOP
 from pulses.credit import MISS_FACTOR
+from pulses.fusion import ALPHA
 from store import keys as key_store
 from store import tiers
 from store.database import Database, NewObservation, initial_salience
+from store.lexical import search_lexical
 from store.migrations import apply_migrations
 from store.timefmt import iso_from_ms
 
@@ -235,6 +238,61 @@ def test_a_cited_miss_lowers_the_chunk_by_at_most_half_what_a_hit_raises(peer: P
     # The miss weakened the key it had learned, by the same miss factor.
     [key] = key_store.keys_of(peer.db, rowid_of(peer, cited))
     assert key.weight == pytest.approx(1.0 - MISS_FACTOR)
+
+
+def retriever_ranks(peer: Peer, digest: str, query: str = QUERY) -> tuple[int | None, int | None]:
+    """Where the vector list and the word list put one chunk for `query` (1-based)."""
+    pool = peer.config.recall.candidates
+    labels, _ = peer.index.knn_many(peer.embedder.embed_one(query)[None, :], pool)
+    by_vector = [int(x) for x in labels[0]]
+    by_words = search_lexical(peer.db, query, pool)
+    rowid = rowid_of(peer, digest)
+    return (
+        by_vector.index(rowid) + 1 if rowid in by_vector else None,
+        by_words.index(rowid) + 1 if rowid in by_words else None,
+    )
+
+
+def test_cited_successes_teach_recall_how_far_to_trust_vectors(peer: Peer) -> None:
+    vector, lexical = fusion_weights(peer.db, peer.config)
+    assert (vector, lexical) == (
+        peer.config.recall.vector_weight,
+        peer.config.recall.lexical_weight,
+    )
+    _, hits = ask(peer)
+    ranks = {h.content_hash: retriever_ranks(peer, h.content_hash) for h in hits}
+    # A chunk the vectors ranked above the words: citing it is a vote for vectors.
+    favoured = next(
+        digest for digest, (v, w) in ranks.items() if v is not None and (w is None or v < w)
+    )
+    cite = [h.content_hash for h in hits].index(favoured)
+    credit(peer, 1.0, cite=cite)
+
+    share = vector / (vector + lexical)
+    learned_vector, learned_lexical = fusion_weights(peer.db, peer.config)
+    assert learned_vector / (learned_vector + learned_lexical) == pytest.approx(
+        share + ALPHA * (1.0 - share)
+    )
+    assert learned_vector + learned_lexical == pytest.approx(vector + lexical)
+    # A miss is no vote: it says the chunk did not help, not which list found it.
+    decision, _ = ask(peer)
+    emit_outcome(
+        peer.runtime, decision=decision, reward=-1.0, reason="tests/miss", cited=[favoured]
+    )
+    run_cycle_blocking(peer)
+    assert fusion_weights(peer.db, peer.config) == (learned_vector, learned_lexical)
+
+
+def test_the_split_stays_as_configured_when_fusion_learning_is_off(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    for peer in open_peer(tmp_path, clock, **{"learning.fusion": False}):
+        credit(peer, 1.0, cite=1)
+        assert peer.db.get_meta(VECTOR_SHARE_META_KEY) is None
+        assert fusion_weights(peer.db, peer.config) == (
+            peer.config.recall.vector_weight,
+            peer.config.recall.lexical_weight,
+        )
 
 
 def test_an_uncited_outcome_credits_nothing_by_default(peer: Peer) -> None:
