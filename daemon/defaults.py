@@ -133,6 +133,10 @@ API_WORKERS: Final = 8
 API_SOCKET_MODE: Final = 0o600
 #: Largest request body accepted, in bytes (a memory is text, not a file upload).
 API_MAX_BODY_BYTES: Final = 1 << 20
+#: How long a client (daemon/client.py, `dreamcycle mcp`) waits for the daemon's answer.
+CLIENT_TIMEOUT_S: Final = 30.0
+#: Characters of recalled text the MCP tool mem_context returns at most.
+MCP_CONTEXT_MAX_CHARS: Final = 8_000
 
 #: Prometheus exposition address; empty disables it.
 METRICS_LISTEN: Final = "127.0.0.1:9464"

@@ -95,7 +95,18 @@ def help_commands() -> Iterator[tuple[list[str], bool]]:
 
 def test_every_command_and_subcommand_has_help() -> None:
     assert subcommands(dreamcycle_parser()) == sorted(
-        ["run", "ingest", "import", "recall", "status", "sweep", "forgotten", "rebuild", "efficacy"]
+        [
+            "run",
+            "ingest",
+            "import",
+            "recall",
+            "status",
+            "sweep",
+            "forgotten",
+            "rebuild",
+            "efficacy",
+            "mcp",
+        ]
     )
     assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]
     commands, leaves = zip(*help_commands(), strict=True)

@@ -1,11 +1,12 @@
 """The operations over HTTP: a FastAPI app served by Hypercorn's trio worker.
 
-Routes live under /v1; /openapi.json and /docs describe them; /healthz answers
-while the process lives, /readyz once the index is loaded. Each operation runs
-in a worker thread behind the API's own limiter, never the dream cycle's. The
-Unix socket's file mode (0600) is its access control; TCP requests carry the
-configured bearer token. A bad request gets a 4xx with the reason; anything
-unexpected a 500 with a short message, logged, and the server goes on.
+Routes live under /v1; /openapi.json and /docs describe them; /mcp serves them as MCP
+tools (daemon/api/mcp_tools.py); /healthz answers while the process lives, /readyz
+once the index is loaded. Each operation runs in a worker thread behind the API's own
+limiter, never the dream cycle's. The Unix socket's file mode (0600) is its access
+control; TCP requests (/mcp too) carry the configured bearer token. A bad request gets
+a 4xx with the reason; anything unexpected a 500 with a short message, logged, and the
+server goes on.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import trio
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Query
+from fastapi import Path as PathParameter
 from fastapi.responses import JSONResponse
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
+from starlette.routing import Route
 
 from daemon import defaults
 from daemon.api import models
+from daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
 from daemon.api.operations import Conflict, NotFound, NotReady, Operations
 from daemon.config import ApiConfig, Config
 from store.database import InvalidObservation
@@ -51,13 +55,15 @@ class ApiUnavailable(RuntimeError):
     """The API cannot listen where it is configured to (port taken, socket path unusable)."""
 
 
-def create_app(ops: Operations, *, workers: int) -> FastAPI:
+def create_app(ops: Operations, *, workers: int, host: str = defaults.API_HOST) -> FastAPI:
+    limiter = trio.CapacityLimiter(workers)
+    mcp = StreamableHttp(InProcess(ops, limiter), host=host)
     app = FastAPI(
         title="dreamcycle",
         summary="Recall and teach this peer's memory.",
         version="1",
+        lifespan=mcp.lifespan,
     )
-    limiter = trio.CapacityLimiter(workers)
 
     async def run(operation: Callable[[], T]) -> T:
         try:
@@ -103,6 +109,29 @@ def create_app(ops: Operations, *, workers: int) -> FastAPI:
     @app.get("/v1/status", responses=_ERRORS, summary="counts, salience, last cycle, index")
     async def status() -> models.StatusResponse:
         return await run(ops.status)
+
+    @app.get("/v1/memories/{ref}", responses=_ERRORS, summary="one chunk, by hash or unique prefix")
+    async def memory(
+        ref: Annotated[str, PathParameter(pattern=models.HASH_OR_UNIQUE_PREFIX)],
+    ) -> models.Memory:
+        return await run(lambda: ops.memory(models.MemoryRequest(ref=ref)))
+
+    @app.get("/v1/forgotten", responses=_ERRORS, summary="what the sweep moved to the cold tier")
+    async def forgotten(
+        request: Annotated[models.ForgottenRequest, Query()],
+    ) -> models.ForgottenResponse:
+        return await run(lambda: ops.forgotten(request))
+
+    @app.post(
+        "/v1/supersessions",
+        responses=_ERRORS,
+        summary="save a chunk that replaces another (applied at the next cycle)",
+    )
+    async def supersede(request: models.SupersedeRequest) -> models.SupersedeResponse:
+        return await run(lambda: ops.supersede(request))
+
+    # MCP's streamable HTTP transport: the same operations as tools, for agents.
+    app.router.routes.append(Route(MCP_PATH, mcp.asgi))
 
     @app.get("/healthz", summary="the process is alive")
     async def healthz() -> dict[str, str]:
@@ -184,7 +213,9 @@ async def serve(
     if socket_path is not None:
         Path(socket_path).parent.mkdir(parents=True, exist_ok=True)
     app = guard(
-        create_app(ops, workers=api.workers), api.bearer_token(), defaults.API_MAX_BODY_BYTES
+        create_app(ops, workers=api.workers, host=api.host),
+        api.bearer_token(),
+        defaults.API_MAX_BODY_BYTES,
     )
 
     async def serving(task_status: trio.TaskStatus[list[str]]) -> None:

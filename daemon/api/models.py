@@ -184,6 +184,74 @@ class Queued(BaseModel):
     new: bool = Field(description="false: an identical request was already queued")
 
 
+# ---- one chunk, the cold tier, supersede -------------------------------------------------------
+
+#: Rows of the cold tier listed when a request does not say.
+FORGOTTEN_PAGE = 20
+MAX_FORGOTTEN_PAGE = 500
+HASH_OR_UNIQUE_PREFIX = r"^[0-9a-f]{8,64}$"
+
+
+class MemoryRequest(Strict):
+    ref: str = Field(
+        pattern=HASH_OR_UNIQUE_PREFIX,
+        description="a chunk hash, or a prefix of at least 8 digits that only one chunk has",
+    )
+
+
+class Memory(BaseModel):
+    content_hash: str
+    title: str
+    content: str
+    type: str
+    kind: str
+    project: str | None
+    scope: str
+    topic_key: str | None
+    session_id: str | None
+    importance: int
+    pin_floor: float
+    deletion_policy: str
+    salience: float
+    created_at: str
+    state: Literal["live", "cold", "tombstoned"] = Field(
+        description="cold: swept out of the live index, still recalled as a fallback"
+    )
+    cold_reason: str | None
+
+
+class ForgottenRequest(Strict):
+    limit: int = Field(default=FORGOTTEN_PAGE, ge=1, le=MAX_FORGOTTEN_PAGE)
+    offset: int = Field(default=0, ge=0)
+
+
+class ColdMemory(BaseModel):
+    content_hash: str
+    cold_at: str
+    reason: str
+    salience: float
+    text: str = Field(description="the title, or the content when there is none")
+
+
+class ForgottenResponse(BaseModel):
+    cold: int = Field(description="chunks in the cold tier")
+    chunks: list[ColdMemory] = Field(description="most recently swept first")
+
+
+class SupersedeRequest(Strict):
+    old_hash: ChunkHash
+    memory: SaveRequest = Field(description="the chunk that replaces it")
+    reason: str = Field(min_length=1, max_length=1000)
+
+
+class SupersedeResponse(BaseModel):
+    saved: SaveResponse
+    queued: Queued = Field(
+        description="the supersede entry: the next cycle moves the old chunk's salience to the "
+        "new one and tombstones the old, here and on every peer"
+    )
+
+
 # ---- status -----------------------------------------------------------------------------------
 
 

@@ -30,12 +30,13 @@ import numpy as np
 
 from daemon.admission import record_admission
 from daemon.api import models
-from daemon.emit import PulseRequest, emit_outcome, emit_pulse, emit_tombstone
+from daemon.emit import PulseRequest, emit_outcome, emit_pulse, emit_supersede, emit_tombstone
 from daemon.memo import StampedCache
 from daemon.recall import Hit, rank_query, record_attribution
 from daemon.runtime import Peer, Runtime
 from daemon.status import status_report
 from pulses.pulse import PulseKind
+from store import tiers
 from store.database import EFFICACY_TYPE, Database, NewObservation, embedding_text
 from store.embedder import Embedder
 from store.hashing import content_hash
@@ -238,6 +239,50 @@ class Operations:
             )
         return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
 
+    def memory(self, request: models.MemoryRequest) -> models.Memory:
+        self._require_peer()
+        with self._reading() as view:
+            return _memory_row(view.db, request.ref)
+
+    def forgotten(self, request: models.ForgottenRequest) -> models.ForgottenResponse:
+        self._require_peer()
+        with self._reading() as view:
+            rows = tiers.cold_chunks(view.db, limit=request.limit, offset=request.offset)
+            total = view.db.counts()["cold"]
+        chunks = [
+            models.ColdMemory(
+                content_hash=r.content_hash,
+                cold_at=r.cold_at,
+                reason=r.reason,
+                salience=r.salience,
+                text=r.text,
+            )
+            for r in rows
+        ]
+        return models.ForgottenResponse(cold=total, chunks=chunks)
+
+    def supersede(self, request: models.SupersedeRequest) -> models.SupersedeResponse:
+        """Save the new chunk now; the supersede itself applies at the next cycle."""
+        self._require_peer()
+        if content_hash(request.memory.content) == request.old_hash:
+            raise ValueError("the new content is the old content: nothing to supersede")
+        with self._reading() as view:
+            if view.db.observation_by_hash(request.old_hash) is None:
+                raise NotFound(f"chunk {request.old_hash} is not stored here")
+            if view.db.is_tombstoned_hash(request.old_hash):
+                raise Conflict(f"chunk {request.old_hash} was retracted (tombstoned) already")
+        saved = self.save(request.memory)
+        with self._writing() as writer:
+            emitted = emit_supersede(
+                writer,
+                old_hash=request.old_hash,
+                new_hash=saved.content_hash,
+                reason=request.reason,
+            )
+        return models.SupersedeResponse(
+            saved=saved, queued=models.Queued(entry_id=emitted.entry_id, new=emitted.new)
+        )
+
     def status(self) -> models.StatusResponse:
         peer = self._require_peer()
         with self._reading() as view:
@@ -290,6 +335,42 @@ def _matching(db: Database, filters: models.RecallFilters) -> frozenset[int]:
         params.append(iso_from_ms(filters.created_before_ms))
     rows = db.fetch_all(f"SELECT id FROM observations WHERE {' AND '.join(where)}", tuple(params))
     return frozenset(int(r[0]) for r in rows)
+
+
+def _memory_row(db: Database, ref: str) -> models.Memory:
+    # A range on the indexed hash column: hex digits sort below "g".
+    rows = db.fetch_all(
+        "SELECT content_hash, title, content, type, kind, project, scope, topic_key, session_id, "
+        "importance, pin_floor, deletion_policy, salience, created_at, deleted_at IS NOT NULL, "
+        "cold_at IS NOT NULL, cold_reason FROM observations "
+        f"WHERE content_hash >= ? AND content_hash < ? AND type != '{EFFICACY_TYPE}' "
+        "ORDER BY content_hash LIMIT 2",
+        (ref, ref + "g"),
+    )
+    if not rows:
+        raise NotFound(f"no chunk stored here has a hash starting {ref}")
+    if len(rows) > 1:
+        raise ValueError(f"{ref} is the start of more than one chunk hash: give more digits")
+    (digest, title, content, type_, kind, project, scope, topic, session, importance, floor,
+     policy, salience, created, tombstoned, cold, cold_reason) = rows[0]  # fmt: skip
+    return models.Memory(
+        content_hash=digest,
+        title=title,
+        content=content,
+        type=type_,
+        kind=kind,
+        project=project,
+        scope=scope,
+        topic_key=topic,
+        session_id=session,
+        importance=importance,
+        pin_floor=floor,
+        deletion_policy=policy,
+        salience=salience,
+        created_at=created,
+        state="tombstoned" if tombstoned else "cold" if cold else "live",
+        cold_reason=cold_reason,
+    )
 
 
 def _hit(hit: Hit, explain: bool) -> models.RecallHit:

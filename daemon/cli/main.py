@@ -11,6 +11,7 @@ from daemon.cli import (
     forgotten,
     imports,
     ingest,
+    mcp,
     rebuild,
     recall,
     run,
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 ok, 1 unexpected failure, 2 bad arguments/config/input, "
         "3 cannot run here (data directory in use, peer id owned elsewhere, unusable database).",
         "COMMAND",
-        [run, ingest, imports, recall, status, sweep, forgotten, rebuild, efficacy],
+        [run, ingest, imports, recall, status, sweep, forgotten, rebuild, efficacy, mcp],
     )
 
 

@@ -1,0 +1,412 @@
+"""The memory operations as MCP tools (the `mcp` SDK's MCPServer).
+
+Tool names are the ones agents' prompts already call for engram (`mem_save`,
+`mem_search`, ...), mapped onto this daemon's operations, plus `mem_outcome`
+and `mem_forgotten`. Chunks are named by content hash (or a prefix only one
+chunk has) where engram used numbers.
+
+The tools reach the operations through a `Transport`: over the API
+(`AsyncMemoryClient`, what `dreamcycle mcp` serves on stdio) or, inside the
+daemon, by calling `Operations` in the API's worker threads (`InProcess`, what
+`/mcp` serves as streamable HTTP). Either way a refused operation becomes a
+tool error carrying the daemon's reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Annotated, Any, Final, Protocol, TypeVar, cast
+
+import trio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, Field
+
+from daemon import client, defaults
+from daemon.api import models
+from daemon.api.operations import Conflict, NotFound, NotReady, Operations
+from daemon.client import ApiError, Route, request_model
+from store.database import InvalidObservation
+
+log = logging.getLogger("dreamcycle.mcp")
+Req = TypeVar("Req", bound=BaseModel | None)
+Resp = TypeVar("Resp", bound=BaseModel)
+
+#: Where the daemon's API serves MCP over streamable HTTP.
+MCP_PATH: Final = "/mcp"
+SERVER_NAME: Final = "dreamcycle"
+INSTRUCTIONS: Final = (
+    "Memory that learns from outcomes. Before deciding, recall with mem_search (or "
+    "mem_context for ready-to-read text); it returns a decision hash. Once you know how the "
+    "decision turned out, report it with mem_outcome, citing the hashes (or 8+ digit "
+    "prefixes) of the memories you actually used: those gain salience, the rest do not. "
+    "Save what is worth remembering with mem_save."
+)
+#: Which of the tools' arguments a superseding chunk keeps from the one it replaces.
+_KEPT_ON_UPDATE: Final = frozenset(models.SaveRequest.model_fields) - {"content"}
+
+
+class Transport(Protocol):
+    async def send(self, route: Route[Req, Resp], request: Req) -> Resp: ...
+
+
+class InProcess:
+    """Operations called in this process, in worker threads behind the API's limiter."""
+
+    #: The operations' own errors, as the client raises them.
+    _ERRORS: Final[
+        tuple[tuple[type[Exception] | tuple[type[Exception], ...], type[ApiError]], ...]
+    ] = (
+        (NotFound, client.NotFound),
+        (Conflict, client.Conflict),
+        (NotReady, client.Unavailable),
+        ((ValueError, InvalidObservation), client.BadRequest),
+    )
+
+    def __init__(self, ops: Operations, limiter: trio.CapacityLimiter) -> None:
+        self._ops = ops
+        self._limiter = limiter
+
+    async def send(self, route: Route[Req, Resp], request: Req) -> Resp:
+        method = getattr(self._ops, route.operation)
+        call = method if request is None else functools.partial(method, request)
+        try:
+            return cast(Resp, await trio.to_thread.run_sync(call, limiter=self._limiter))
+        except Exception as exc:
+            for raised, as_error in self._ERRORS:
+                if isinstance(exc, raised):
+                    raise as_error(str(exc)) from None
+            log.exception("MCP tool failed")
+            raise client.ServerError(
+                f"internal error ({type(exc).__name__}); see the log"
+            ) from None
+
+
+# ---- the tools -------------------------------------------------------------------------------
+
+ChunkRef = Annotated[
+    str,
+    Field(
+        description="a chunk's content hash, or a prefix of at least 8 hex digits only it has",
+        pattern=models.HASH_OR_UNIQUE_PREFIX,
+    ),
+]
+Project = Annotated[str | None, Field(description="the project the memory belongs to")]
+Scope = Annotated[str | None, Field(description='visibility, e.g. "project" (the default)')]
+SessionId = Annotated[str | None, Field(description="the working session it came from")]
+TopicKey = Annotated[
+    str | None, Field(description='a stable slash-separated topic, e.g. "architecture/auth"')
+]
+Title = Annotated[str | None, Field(description="a short, searchable title")]
+MemoryType = Annotated[
+    str | None, Field(description='free-form type, e.g. "decision", "bugfix" (default "manual")')
+]
+Kind = Annotated[
+    models.Kind | None,
+    Field(description="how fast it fades: fact, preference, insight, summary or note (default)"),
+]
+Limit = Annotated[
+    int | None, Field(ge=1, le=models.MAX_TOP_K, description="how many results at most")
+]
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The arguments the caller set: the rest keep the request model's defaults."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+class MemoryTools:
+    """One method per tool, named as the tool; its docstring is the tool's description."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    async def mem_save(
+        self,
+        content: Annotated[str, Field(description="what to remember, self-contained")],
+        title: Title = None,
+        type: MemoryType = None,
+        kind: Kind = None,
+        project: Project = None,
+        scope: Scope = None,
+        topic_key: TopicKey = None,
+        session_id: SessionId = None,
+        importance: Annotated[int | None, Field(ge=0, le=10, description="0-10, default 5")] = None,
+    ) -> models.SaveResponse:
+        """Store a memory. Recall finds it as soon as this returns; saving the same content
+        again stores nothing new (created is false). Returns its content hash."""
+        fields = _given(
+            title=title,
+            type=type,
+            kind=kind,
+            project=project,
+            scope=scope,
+            topic_key=topic_key,
+            session_id=session_id,
+            importance=importance,
+        )
+        request = request_model(models.SaveRequest, content=content, **fields)
+        return await self._transport.send(client.SAVE, request)
+
+    async def mem_search(
+        self,
+        query: Annotated[str, Field(description="what you want to know, in plain words")],
+        project: Project = None,
+        scope: Scope = None,
+        session_id: SessionId = None,
+        kind: Kind = None,
+        topic_key_prefix: Annotated[
+            str | None, Field(description="only memories whose topic_key starts with this")
+        ] = None,
+        limit: Limit = None,
+    ) -> models.RecallResponse:
+        """Search memory (full text, meaning, and what each memory learned to answer). Records
+        what was returned: pass the decision_hash to mem_outcome once you know the result."""
+        return await self._recall(query, limit, project, scope, session_id, kind, topic_key_prefix)
+
+    async def mem_context(
+        self,
+        query: Annotated[str, Field(description="the task at hand, in plain words")],
+        project: Project = None,
+        scope: Scope = None,
+        limit: Limit = None,
+        max_chars: Annotated[
+            int | None,
+            Field(ge=1, description=f"text budget (default {defaults.MCP_CONTEXT_MAX_CHARS})"),
+        ] = None,
+    ) -> str:
+        """Memories relevant to a task, rendered as text to read before starting. Like
+        mem_search it records a decision hash (first line) for mem_outcome."""
+        found = await self._recall(query, limit, project, scope, None, None, None)
+        return render_context(found, max_chars or defaults.MCP_CONTEXT_MAX_CHARS)
+
+    async def mem_get_observation(self, id: ChunkRef) -> models.Memory:
+        """One memory in full, by content hash or unique prefix: its metadata, salience and
+        whether it is live, cold (swept, still recallable) or tombstoned."""
+        return await self._memory(id)
+
+    async def mem_stats(self) -> models.StatusResponse:
+        """Counts (live, cold, tombstoned, pinned), the salience histogram, the index and the
+        last dream cycle."""
+        return await self._transport.send(client.STATUS, None)
+
+    async def mem_outcome(
+        self,
+        decision_hash: Annotated[str, Field(description="from mem_search or mem_context")],
+        reward: Annotated[
+            float, Field(ge=-1.0, le=1.0, description="1 it worked, 0 neutral, -1 it misled")
+        ],
+        reason: Annotated[str, Field(description="what happened, briefly")],
+        cited: Annotated[
+            list[str] | None,
+            Field(description="hashes (or 8+ digit prefixes) of the memories you used"),
+        ] = None,
+    ) -> models.Queued:
+        """Report how a recalled decision turned out. The cited memories are credited: a
+        reward raises their salience and what is near them, a negative one lowers it."""
+        request = request_model(
+            models.OutcomeRequest,
+            decision_hash=decision_hash,
+            reward=reward,
+            reason=reason,
+            cited=cited or [],
+        )
+        return await self._transport.send(client.OUTCOME, request)
+
+    async def mem_forgotten(
+        self,
+        limit: Annotated[
+            int | None, Field(ge=1, le=models.MAX_FORGOTTEN_PAGE, description="rows to list")
+        ] = None,
+        offset: Annotated[int, Field(ge=0, description="rows to skip")] = 0,
+    ) -> models.ForgottenResponse:
+        """What the sweep moved to the cold tier (least valuable memories), most recent first,
+        and why. Cold memories are still recalled when nothing live matches well."""
+        request = request_model(models.ForgottenRequest, offset=offset, **_given(limit=limit))
+        return await self._transport.send(client.FORGOTTEN, request)
+
+    async def mem_update(
+        self,
+        id: ChunkRef,
+        content: Annotated[str | None, Field(description="the corrected text")] = None,
+        title: Title = None,
+        type: MemoryType = None,
+        kind: Kind = None,
+        project: Project = None,
+        scope: Scope = None,
+        topic_key: TopicKey = None,
+        reason: Annotated[str | None, Field(description="why it changed")] = None,
+    ) -> models.SupersedeResponse:
+        """Replace a memory with a corrected one: the new memory is saved now and, at the next
+        dream cycle, inherits the old one's salience while the old one is retracted. Unset
+        fields keep the old memory's values; the content must change."""
+        old = await self._memory(id)
+        fields = old.model_dump(include=set(_KEPT_ON_UPDATE)) | _given(
+            title=title, type=type, kind=kind, project=project, scope=scope, topic_key=topic_key
+        )
+        memory = request_model(models.SaveRequest, content=content or old.content, **fields)
+        request = request_model(
+            models.SupersedeRequest,
+            old_hash=old.content_hash,
+            memory=memory,
+            reason=reason or "updated",
+        )
+        return await self._transport.send(client.SUPERSEDE, request)
+
+    async def mem_delete(
+        self,
+        id: ChunkRef,
+        reason: Annotated[str | None, Field(description="why it is wrong or unwanted")] = None,
+    ) -> models.Queued:
+        """Retract a memory for good (a tombstone, shared with every peer): it is never
+        recalled again and saving the same content later is refused."""
+        old = await self._memory(id)
+        request = request_model(
+            models.TombstoneRequest, content_hash=old.content_hash, reason=reason or "deleted"
+        )
+        return await self._transport.send(client.TOMBSTONE, request)
+
+    async def mem_session_summary(
+        self,
+        content: Annotated[str, Field(description="what was done, decided and learned")],
+        session_id: SessionId = None,
+        project: Project = None,
+        title: Title = None,
+    ) -> models.SaveResponse:
+        """Save the summary of a working session (kind summary, topic session/<id>)."""
+        request = request_model(
+            models.SaveRequest,
+            content=content,
+            kind="summary",
+            type="session_summary",
+            title=title or (f"Session summary {session_id}" if session_id else "Session summary"),
+            **_given(
+                project=project,
+                session_id=session_id,
+                topic_key=f"session/{session_id}" if session_id else None,
+            ),
+        )
+        return await self._transport.send(client.SAVE, request)
+
+    async def _recall(
+        self,
+        query: str,
+        limit: int | None,
+        project: str | None,
+        scope: str | None,
+        session_id: str | None,
+        kind: str | None,
+        topic_key_prefix: str | None,
+    ) -> models.RecallResponse:
+        filters = _given(
+            project=project,
+            scope=scope,
+            session_id=session_id,
+            kind=kind,
+            topic_key_prefix=topic_key_prefix,
+        )
+        request = request_model(
+            models.RecallRequest,
+            query=query,
+            top_k=limit,
+            filters=request_model(models.RecallFilters, **filters),
+            record=True,
+        )
+        return await self._transport.send(client.RECALL, request)
+
+    async def _memory(self, ref: str) -> models.Memory:
+        return await self._transport.send(
+            client.MEMORY, request_model(models.MemoryRequest, ref=ref)
+        )
+
+
+#: Every tool served, in the order listed to clients: each is the MemoryTools method of
+#: that name.
+TOOLS: Final = (
+    "mem_save",
+    "mem_search",
+    "mem_context",
+    "mem_get_observation",
+    "mem_stats",
+    "mem_outcome",
+    "mem_forgotten",
+    "mem_update",
+    "mem_delete",
+    "mem_session_summary",
+)
+
+
+def render_context(found: models.RecallResponse, max_chars: int) -> str:
+    """Recalled memories as text, best first, within `max_chars` (only the first is cut)."""
+    if not found.hits:
+        return "No memory matches this."
+    recorded = f"decision {found.decision_hash}" if found.decision_hash else "not recorded"
+    parts = [f"{recorded} (cite the [hashes] you use in mem_outcome)"]
+    budget = max_chars - len(parts[0])
+    for hit in found.hits:
+        label = hit.title or hit.content.split("\n", 1)[0][:80]
+        cold = " (cold)" if hit.cold else ""
+        block = f"\n## {label} [{hit.content_hash[:12]}]{cold}\n{hit.content}"
+        if len(parts) > 1 and len(block) > budget:
+            parts.append(f"\n({len(found.hits) - len(parts) + 1} more not shown: raise max_chars)")
+            break
+        parts.append(block[: max(budget, 0)])
+        budget -= len(block)
+    return "\n".join(parts)
+
+
+def _reporting(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """The daemon's refusals become tool errors carrying its reason."""
+
+    @functools.wraps(tool)
+    async def reported(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await tool(*args, **kwargs)
+        except ApiError as exc:
+            raise ToolError(exc.reason) from None
+
+    return reported
+
+
+def build_server(transport: Transport) -> MCPServer[Any]:
+    server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
+    tools = MemoryTools(transport)
+    for name in TOOLS:
+        tool = getattr(tools, name)
+        server.add_tool(_reporting(tool), name=name, description=inspect.cleandoc(tool.__doc__))
+    return server
+
+
+class StreamableHttp:
+    """The tools as an ASGI endpoint (stateless streamable HTTP, JSON answers), and the
+    lifespan that runs its request handling."""
+
+    def __init__(self, transport: Transport, *, host: str) -> None:
+        server = build_server(transport)
+        # Browsers may reach a loopback port: only these Host headers are answered (the Unix
+        # socket's requests name localhost).
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=sorted(
+                {"localhost", "localhost:*", "127.0.0.1:*", "[::1]:*", f"{host}:*"}
+            ),
+            allowed_origins=["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"],
+        )
+        server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=True,
+            transport_security=security,
+            host=host,
+        )
+        self._sessions = server.session_manager
+        self.asgi = StreamableHTTPASGIApp(self._sessions)
+
+    def lifespan(self, app: object) -> AbstractAsyncContextManager[None]:
+        return self._sessions.run()

@@ -1,0 +1,517 @@
+"""Python clients of a running daemon's local API: `MemoryClient` (blocking) and
+`AsyncMemoryClient` (trio or asyncio), both over httpx.
+
+By default they reach the daemon over the Unix socket in the configured data
+directory (`api.unix_socket`), whose file mode is its access control; with
+`url=` (or `from_config(..., tcp=True)`) over loopback TCP with the bearer
+token. Requests and answers are the models of daemon/api/models.py, so what a
+client sends is validated before it leaves. `ROUTES` lists every operation
+once: the clients, and the MCP tools through them, know no other.
+
+The API's error answers become exceptions: `BadRequest` (422, 413, 401, with
+the daemon's reason), `NotFound` (404), `Conflict` (409), `Unavailable` (503,
+or no daemon answering), `ServerError` (anything else).
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Generic, Literal, Self, TypedDict, TypeVar, Unpack
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from daemon import defaults
+from daemon.api import models
+from daemon.config import Config, load_config
+
+Req = TypeVar("Req", bound=BaseModel | None)
+Resp = TypeVar("Resp", bound=BaseModel)
+Model = TypeVar("Model", bound=BaseModel)
+
+#: The host name requests over the Unix socket carry (the socket, not DNS, picks the peer).
+UNIX_HOST: Final = "localhost"
+
+
+@dataclass(frozen=True)
+class Route(Generic[Req, Resp]):
+    """One operation: the `Operations` method serving it and where HTTP reaches it."""
+
+    operation: str
+    method: Literal["GET", "POST"]
+    #: "{field}" parts are taken from the request; a GET's other fields are its query.
+    path: str
+    response: type[Resp]
+
+
+RECALL: Final = Route[models.RecallRequest, models.RecallResponse](
+    "recall", "POST", "/v1/recall", models.RecallResponse
+)
+SAVE: Final = Route[models.SaveRequest, models.SaveResponse](
+    "save", "POST", "/v1/memories", models.SaveResponse
+)
+OUTCOME: Final = Route[models.OutcomeRequest, models.Queued](
+    "outcome", "POST", "/v1/outcomes", models.Queued
+)
+PULSE: Final = Route[models.PulseRequest, models.Queued](
+    "pulse", "POST", "/v1/pulses", models.Queued
+)
+TOMBSTONE: Final = Route[models.TombstoneRequest, models.Queued](
+    "tombstone", "POST", "/v1/tombstones", models.Queued
+)
+STATUS: Final = Route[None, models.StatusResponse](
+    "status", "GET", "/v1/status", models.StatusResponse
+)
+MEMORY: Final = Route[models.MemoryRequest, models.Memory](
+    "memory", "GET", "/v1/memories/{ref}", models.Memory
+)
+FORGOTTEN: Final = Route[models.ForgottenRequest, models.ForgottenResponse](
+    "forgotten", "GET", "/v1/forgotten", models.ForgottenResponse
+)
+SUPERSEDE: Final = Route[models.SupersedeRequest, models.SupersedeResponse](
+    "supersede", "POST", "/v1/supersessions", models.SupersedeResponse
+)
+ROUTES: Final[tuple[Route[Any, Any], ...]] = (
+    RECALL, SAVE, OUTCOME, PULSE, TOMBSTONE, STATUS, MEMORY, FORGOTTEN, SUPERSEDE,
+)  # fmt: skip
+
+
+# ---- errors -------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An operation the daemon refused or could not do; the message is its reason."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+class BadRequest(ApiError):
+    """The request is malformed, too large, or lacks the token TCP requires."""
+
+
+class NotFound(ApiError):
+    """The decision or chunk named is not known to the daemon."""
+
+
+class Conflict(ApiError):
+    """The request contradicts what is stored (saving retracted content, say)."""
+
+
+class Unavailable(ApiError):
+    """No daemon answers, or it is still loading its index."""
+
+
+class ServerError(ApiError):
+    """The daemon failed unexpectedly (its log says why)."""
+
+
+_BY_STATUS: Final[dict[int, type[ApiError]]] = {
+    400: BadRequest,
+    401: BadRequest,
+    404: NotFound,
+    409: Conflict,
+    413: BadRequest,
+    422: BadRequest,
+    503: Unavailable,
+}
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    if isinstance(detail, str):
+        return detail
+    if isinstance(detail, list):  # FastAPI's validation errors: one per field
+        return "; ".join(
+            f"{'.'.join(str(part) for part in error.get('loc', ())[1:]) or 'request'}: "
+            f"{error.get('msg', '')}"
+            for error in detail
+            if isinstance(error, dict)
+        )
+    return f"HTTP {response.status_code}: {response.text[:200]}"
+
+
+def _decode(route: Route[Any, Resp], response: httpx.Response) -> Resp:
+    if response.status_code == 200:
+        return route.response.model_validate_json(response.content)
+    error = _BY_STATUS.get(response.status_code, ServerError)
+    raise error(_reason(response), response.status_code)
+
+
+# ---- where the daemon is -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The daemon's Unix socket, or its TCP address with the token TCP requires."""
+
+    socket_path: Path | None = None
+    url: str | None = None
+    token: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.socket_path is None) == (self.url is None):
+            raise ValueError("give exactly one of socket_path and url")
+
+    @classmethod
+    def from_config(cls, config: Config, *, tcp: bool = False) -> Endpoint:
+        if tcp:
+            if not config.api.port:
+                raise ValueError("api.port is 0: the daemon listens on no TCP port")
+            host = f"[{config.api.host}]" if ":" in config.api.host else config.api.host
+            return cls(url=f"http://{host}:{config.api.port}", token=config.api.bearer_token())
+        socket_path = config.api_socket_path
+        if socket_path is None:
+            raise ValueError("api.unix_socket is empty: connect over TCP instead")
+        return cls(socket_path=socket_path)
+
+    def __str__(self) -> str:
+        return f"unix:{self.socket_path}" if self.socket_path is not None else str(self.url)
+
+    def client_options(self, timeout_s: float) -> dict[str, Any]:
+        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        return {
+            "base_url": self.url or f"http://{UNIX_HOST}",
+            "headers": headers,
+            "timeout": timeout_s,
+        }
+
+    def unreachable(self, exc: Exception) -> Unavailable:
+        if isinstance(exc, httpx.TimeoutException):
+            return Unavailable(f"the daemon at {self} did not answer in time ({exc!r})")
+        return Unavailable(
+            f"no dreamcycle daemon answers at {self} ({exc}): start `dreamcycle run` "
+            "with [api] enabled = true (DREAMCYCLE_API_ENABLED=1)"
+        )
+
+
+def _endpoint(
+    config: Config | None, socket_path: Path | str | None, url: str | None, token: str
+) -> Endpoint:
+    if socket_path is not None or url is not None:
+        return Endpoint(
+            socket_path=None if socket_path is None else Path(socket_path), url=url, token=token
+        )
+    return Endpoint.from_config(config or load_config())
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    method: str
+    path: str
+    params: dict[str, Any] | None
+    body: dict[str, Any] | None
+
+
+def _prepare(route: Route[Req, Any], request: Req) -> _Prepared:
+    fields = {} if request is None else request.model_dump(mode="json", exclude_none=True)
+    in_path = [name for _, name, _, _ in string.Formatter().parse(route.path) if name]
+    path = route.path.format(**{name: fields.pop(name) for name in in_path})
+    if route.method == "GET":
+        return _Prepared(route.method, path, fields, None)
+    return _Prepared(route.method, path, None, fields)
+
+
+# ---- requests from arguments (shared by both clients) -------------------------------------
+
+
+def request_model(model: type[Model], **fields: Any) -> Model:
+    """The request model, or BadRequest naming each bad field (nothing is sent)."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        reasons = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'request'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise BadRequest(reasons) from None
+
+
+class SaveFields(TypedDict, total=False):
+    title: str
+    type: str
+    kind: models.Kind
+    project: str | None
+    scope: str
+    topic_key: str | None
+    session_id: str | None
+    tool_name: str | None
+    pin_floor: float
+    importance: int
+    deletion_policy: models.DeletionPolicy
+
+
+class PulseFields(TypedDict, total=False):
+    kind: Literal["reward", "decay"]
+    strength: float
+    sigma: float
+    k: int
+    max_hops: int
+    decay_per_hop: float
+    ttl_s: float
+    reason: str
+    nonce: str
+
+
+def _recall_request(
+    query: str | Sequence[float],
+    filters: models.RecallFilters | Mapping[str, Any] | None,
+    top_k: int | None,
+    record: bool,
+    decision: str | None,
+    min_relevance: float,
+    explain: bool,
+) -> models.RecallRequest:
+    by_text = isinstance(query, str)
+    if isinstance(filters, Mapping):
+        filters = request_model(models.RecallFilters, **filters)
+    return request_model(
+        models.RecallRequest,
+        query=query if by_text else None,
+        vector=None if by_text else [float(x) for x in query],
+        filters=filters or models.RecallFilters(),
+        top_k=top_k,
+        record=record,
+        decision=decision,
+        min_relevance=min_relevance,
+        explain=explain,
+    )
+
+
+def _tombstone_request(
+    content_hash: str, reason: str, ttl_s: float | None
+) -> models.TombstoneRequest:
+    extra = {} if ttl_s is None else {"ttl_s": ttl_s}
+    return request_model(models.TombstoneRequest, content_hash=content_hash, reason=reason, **extra)
+
+
+def _forgotten_request(limit: int | None, offset: int) -> models.ForgottenRequest:
+    extra = {} if limit is None else {"limit": limit}
+    return request_model(models.ForgottenRequest, offset=offset, **extra)
+
+
+def _outcome_request(
+    decision: str, reward: float, reason: str, cited: Sequence[str]
+) -> models.OutcomeRequest:
+    return request_model(
+        models.OutcomeRequest, decision_hash=decision, reward=reward, reason=reason, cited=cited
+    )
+
+
+def _supersede_request(
+    old_hash: str, content: str, reason: str, fields: SaveFields
+) -> models.SupersedeRequest:
+    memory = request_model(models.SaveRequest, content=content, **fields)
+    return request_model(models.SupersedeRequest, old_hash=old_hash, memory=memory, reason=reason)
+
+
+# ---- the clients ----------------------------------------------------------------------------
+
+
+class MemoryClient:
+    """Blocking client: `with MemoryClient() as memory: memory.recall("...")`."""
+
+    def __init__(
+        self,
+        socket_path: Path | str | None = None,
+        *,
+        url: str | None = None,
+        token: str = "",
+        config: Config | None = None,
+        endpoint: Endpoint | None = None,
+        timeout_s: float = defaults.CLIENT_TIMEOUT_S,
+    ) -> None:
+        self.endpoint = endpoint or _endpoint(config, socket_path, url, token)
+        uds = None if self.endpoint.socket_path is None else str(self.endpoint.socket_path)
+        self._http = httpx.Client(
+            transport=httpx.HTTPTransport(uds=uds), **self.endpoint.client_options(timeout_s)
+        )
+
+    def send(self, route: Route[Req, Resp], request: Req) -> Resp:
+        """Any operation of `ROUTES`, with its request model."""
+        prepared = _prepare(route, request)
+        try:
+            response = self._http.request(
+                prepared.method, prepared.path, params=prepared.params, json=prepared.body
+            )
+        except httpx.TransportError as exc:
+            raise self.endpoint.unreachable(exc) from None
+        return _decode(route, response)
+
+    def ping(self) -> None:
+        """Returns when a daemon answers (maybe still loading its index); else Unavailable."""
+        try:
+            self._http.get("/healthz").raise_for_status()
+        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            raise self.endpoint.unreachable(exc) from None
+
+    def recall(
+        self,
+        query: str | Sequence[float],
+        *,
+        filters: models.RecallFilters | Mapping[str, Any] | None = None,
+        top_k: int | None = None,
+        record: bool = True,
+        decision: str | None = None,
+        min_relevance: float = 0.0,
+        explain: bool = False,
+    ) -> models.RecallResponse:
+        """Chunks for a text (or an embedding); `record` returns a decision hash for outcomes."""
+        return self.send(
+            RECALL,
+            _recall_request(query, filters, top_k, record, decision, min_relevance, explain),
+        )
+
+    def save(self, content: str, **fields: Unpack[SaveFields]) -> models.SaveResponse:
+        return self.send(SAVE, request_model(models.SaveRequest, content=content, **fields))
+
+    def outcome(
+        self, decision: str, reward: float, reason: str, cited: Sequence[str] = ()
+    ) -> models.Queued:
+        """How a recalled decision turned out; `cited` names (or prefixes) the chunks it used."""
+        return self.send(OUTCOME, _outcome_request(decision, reward, reason, cited))
+
+    def pulse(self, text: str, **fields: Unpack[PulseFields]) -> models.Queued:
+        return self.send(PULSE, request_model(models.PulseRequest, text=text, **fields))
+
+    def tombstone(
+        self, content_hash: str, reason: str, ttl_s: float | None = None
+    ) -> models.Queued:
+        return self.send(TOMBSTONE, _tombstone_request(content_hash, reason, ttl_s))
+
+    def status(self) -> models.StatusResponse:
+        return self.send(STATUS, None)
+
+    def memory(self, ref: str) -> models.Memory:
+        """One chunk, by its hash or a prefix only it has."""
+        return self.send(MEMORY, request_model(models.MemoryRequest, ref=ref))
+
+    def forgotten(self, limit: int | None = None, offset: int = 0) -> models.ForgottenResponse:
+        return self.send(FORGOTTEN, _forgotten_request(limit, offset))
+
+    def supersede(
+        self, old_hash: str, content: str, reason: str, **fields: Unpack[SaveFields]
+    ) -> models.SupersedeResponse:
+        return self.send(SUPERSEDE, _supersede_request(old_hash, content, reason, fields))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncMemoryClient:
+    """The same operations awaited, under trio or asyncio:
+    `async with AsyncMemoryClient() as memory: await memory.recall("...")`."""
+
+    def __init__(
+        self,
+        socket_path: Path | str | None = None,
+        *,
+        url: str | None = None,
+        token: str = "",
+        config: Config | None = None,
+        endpoint: Endpoint | None = None,
+        timeout_s: float = defaults.CLIENT_TIMEOUT_S,
+    ) -> None:
+        self.endpoint = endpoint or _endpoint(config, socket_path, url, token)
+        uds = None if self.endpoint.socket_path is None else str(self.endpoint.socket_path)
+        self._http = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=uds), **self.endpoint.client_options(timeout_s)
+        )
+
+    async def send(self, route: Route[Req, Resp], request: Req) -> Resp:
+        prepared = _prepare(route, request)
+        try:
+            response = await self._http.request(
+                prepared.method, prepared.path, params=prepared.params, json=prepared.body
+            )
+        except httpx.TransportError as exc:
+            raise self.endpoint.unreachable(exc) from None
+        return _decode(route, response)
+
+    async def ping(self) -> None:
+        try:
+            (await self._http.get("/healthz")).raise_for_status()
+        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            raise self.endpoint.unreachable(exc) from None
+
+    async def recall(
+        self,
+        query: str | Sequence[float],
+        *,
+        filters: models.RecallFilters | Mapping[str, Any] | None = None,
+        top_k: int | None = None,
+        record: bool = True,
+        decision: str | None = None,
+        min_relevance: float = 0.0,
+        explain: bool = False,
+    ) -> models.RecallResponse:
+        return await self.send(
+            RECALL,
+            _recall_request(query, filters, top_k, record, decision, min_relevance, explain),
+        )
+
+    async def save(self, content: str, **fields: Unpack[SaveFields]) -> models.SaveResponse:
+        return await self.send(SAVE, request_model(models.SaveRequest, content=content, **fields))
+
+    async def outcome(
+        self, decision: str, reward: float, reason: str, cited: Sequence[str] = ()
+    ) -> models.Queued:
+        return await self.send(OUTCOME, _outcome_request(decision, reward, reason, cited))
+
+    async def pulse(self, text: str, **fields: Unpack[PulseFields]) -> models.Queued:
+        return await self.send(PULSE, request_model(models.PulseRequest, text=text, **fields))
+
+    async def tombstone(
+        self, content_hash: str, reason: str, ttl_s: float | None = None
+    ) -> models.Queued:
+        return await self.send(TOMBSTONE, _tombstone_request(content_hash, reason, ttl_s))
+
+    async def status(self) -> models.StatusResponse:
+        return await self.send(STATUS, None)
+
+    async def memory(self, ref: str) -> models.Memory:
+        return await self.send(MEMORY, request_model(models.MemoryRequest, ref=ref))
+
+    async def forgotten(
+        self, limit: int | None = None, offset: int = 0
+    ) -> models.ForgottenResponse:
+        return await self.send(FORGOTTEN, _forgotten_request(limit, offset))
+
+    async def supersede(
+        self, old_hash: str, content: str, reason: str, **fields: Unpack[SaveFields]
+    ) -> models.SupersedeResponse:
+        return await self.send(SUPERSEDE, _supersede_request(old_hash, content, reason, fields))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,69 @@
+"""A real `dreamcycle run` daemon with its local API on, for the client and MCP tests."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Final
+
+from daemon.client import MemoryClient, Unavailable
+from tests.daemon_helpers import Daemon, Peer, wait_until
+
+TOKEN: Final = "token-for-tests"
+SOCKET_NAME: Final = "api.sock"
+#: Cycles every second, so what the next cycle applies shows within a test.
+INTERVAL_S: Final = "1"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class ApiDaemon:
+    peer: Peer
+    daemon: Daemon
+    port: int
+
+    @property
+    def socket_path(self) -> str:
+        return str(self.peer.data_dir / SOCKET_NAME)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def api_settings(port: int) -> dict[str, str]:
+    return {
+        "DREAMCYCLE_API_ENABLED": "true",
+        "DREAMCYCLE_API_PORT": str(port),
+        "DREAMCYCLE_API_TOKEN": TOKEN,
+    }
+
+
+def _ready(memory: MemoryClient) -> bool:
+    try:
+        memory.status()
+    except Unavailable:
+        return False
+    return True
+
+
+@contextmanager
+def running_api(peer: Peer, settings: Mapping[str, str] | None = None) -> Iterator[ApiDaemon]:
+    """`peer`'s daemon with the API on (token on TCP), until it answers operations; stopped
+    with SIGTERM afterwards, which must exit 0."""
+    port = free_port()
+    peer.settings.update({**api_settings(port), **(settings or {})})
+    with peer.start("--interval", INTERVAL_S) as daemon:
+        daemon.wait_ready()
+        served = ApiDaemon(peer, daemon, port)
+        with MemoryClient(served.socket_path) as memory:
+            wait_until(lambda: _ready(memory), what="the API to answer", context=daemon.log_tail)
+        yield served
+        assert daemon.terminate() == 0, daemon.log_tail()

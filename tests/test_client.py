@@ -1,0 +1,193 @@
+"""daemon/client.py against a real `dreamcycle run` daemon, over its Unix socket and TCP.
+
+One daemon serves the module; each test works on its own memories (told apart by
+project), so the order tests run in does not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from daemon.api import models
+from daemon.client import (
+    AsyncMemoryClient,
+    BadRequest,
+    Conflict,
+    MemoryClient,
+    NotFound,
+    Unavailable,
+)
+from tests.api_helpers import TOKEN, ApiDaemon, free_port, running_api
+from tests.daemon_helpers import Peer, wait_until
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiDaemon]:
+    root = tmp_path_factory.mktemp("client")
+    with running_api(Peer(root / "data", "client_peer", root / "zeitgeist")) as api:
+        yield api
+
+
+@pytest.fixture
+def memory(served: ApiDaemon) -> Iterator[MemoryClient]:
+    with MemoryClient(served.socket_path) as client:
+        yield client
+
+
+def _project() -> str:
+    return f"p-{uuid.uuid4().hex[:8]}"
+
+
+def test_save_recall_and_an_outcome_citing_a_prefix_over_the_socket(memory: MemoryClient) -> None:
+    project = _project()
+    saved = memory.save(
+        f"The {project} ledger service closes the books at 02:00 UTC and locks late entries.",
+        project=project,
+        kind="fact",
+        title="ledger close",
+    )
+    assert saved.created and saved.indexed and len(saved.content_hash) == 64
+    assert memory.save(
+        f"The {project} ledger service closes the books at 02:00 UTC and locks late entries.",
+        project=project,
+        kind="fact",
+        title="ledger close",
+    ) == saved.model_copy(update={"created": False})
+
+    found = memory.recall("when are the books closed", filters={"project": project})
+    assert [hit.content_hash for hit in found.hits] == [saved.content_hash]
+    assert found.decision_hash is not None
+
+    cited = saved.content_hash[:10]
+    queued = memory.outcome(found.decision_hash, 0.9, "closed on time", cited=[cited])
+    assert queued.new and len(queued.entry_id) > 0
+    again = memory.outcome(found.decision_hash, 0.9, "closed on time", cited=[saved.content_hash])
+    assert again == models.Queued(entry_id=queued.entry_id, new=False)  # the prefix resolved
+
+    stored = memory.memory(saved.content_hash[:12])
+    assert (stored.content_hash, stored.project, stored.kind, stored.state) == (
+        saved.content_hash,
+        project,
+        "fact",
+        "live",
+    )
+    assert memory.status().counts["live"] >= 1
+
+
+def test_recall_by_vector_and_a_wrong_width_refused(
+    served: ApiDaemon, memory: MemoryClient
+) -> None:
+    project = _project()
+    saved = memory.save(
+        f"{project}: the staging cluster runs three Redis replicas.", project=project
+    )
+    vector = served.peer.embeddings()[saved.content_hash]
+    found = memory.recall(vector.tolist(), filters={"project": project}, explain=True)
+    assert [hit.content_hash for hit in found.hits] == [saved.content_hash]
+    assert found.hits[0].similarity == pytest.approx(1.0, abs=1e-4)
+    assert found.hits[0].factors is not None
+    with pytest.raises(BadRequest, match="vector has 3 components"):
+        memory.recall([0.1, 0.2, 0.3])
+
+
+def test_errors_become_exceptions_with_the_reason(memory: MemoryClient) -> None:
+    project = _project()
+    unknown = "0" * 64
+    with pytest.raises(NotFound, match=f"decision {unknown} is not recorded"):
+        memory.outcome(unknown, 0.5, "never recalled")
+    with pytest.raises(NotFound, match=f"chunk {unknown} is not stored"):
+        memory.tombstone(unknown, "no such chunk")
+    with pytest.raises(NotFound, match="no chunk stored here has a hash starting 00000000"):
+        memory.memory("00000000")
+    # Refused before it is sent, naming the field.
+    with pytest.raises(BadRequest, match="reward"):
+        memory.outcome(unknown, 2.0, "too good")
+    with pytest.raises(BadRequest, match="topic_key_prefix"):
+        memory.recall("anything", filters={"topic_key_prefix": ""})
+    with pytest.raises(BadRequest, match="colour: Extra inputs are not permitted"):
+        memory.recall("anything", filters={"colour": "blue"})
+
+    content = f"{project}: the old VPN endpoint is vpn1.example.org."
+    saved = memory.save(content, project=project)
+    memory.tombstone(saved.content_hash, "decommissioned")
+    with pytest.raises(Conflict, match="retracted"):
+        memory.save(content, project=project)
+
+
+def test_supersede_saves_now_and_retracts_the_old_at_the_next_cycle(
+    memory: MemoryClient,
+) -> None:
+    project = _project()
+    old = memory.save(f"{project}: builds use Python 3.10.", project=project, topic_key="ci/python")
+    replaced = memory.supersede(
+        old.content_hash, f"{project}: builds use Python 3.11.", "upgraded", project=project
+    )
+    assert replaced.saved.created and replaced.queued.new
+    assert memory.memory(replaced.saved.content_hash).state == "live"
+    wait_until(
+        lambda: memory.memory(old.content_hash).state == "tombstoned",
+        what="the supersede to apply",
+    )
+    with pytest.raises(Conflict, match="retracted"):
+        memory.supersede(old.content_hash, f"{project}: builds use Python 3.12.", "again")
+    forgotten = memory.forgotten(limit=5)
+    assert forgotten.cold == len(forgotten.chunks) == 0  # nothing swept in a fresh store
+
+
+def test_tcp_needs_the_token(served: ApiDaemon) -> None:
+    with MemoryClient(url=served.url, token=TOKEN) as memory:
+        project = _project()
+        saved = memory.save(f"{project}: on-call rotates every Monday at 09:00.", project=project)
+        found = memory.recall("when does on-call rotate", filters={"project": project})
+        assert found.hits[0].content_hash == saved.content_hash
+    with MemoryClient(url=served.url) as anonymous, pytest.raises(BadRequest, match="bearer"):
+        anonymous.status()
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_async_client_under_trio_and_asyncio(served: ApiDaemon, backend: str) -> None:
+    project = _project()
+
+    async def save_and_recall() -> tuple[str, list[str]]:
+        async with AsyncMemoryClient(served.socket_path) as memory:
+            saved = await memory.save(
+                f"{project}: the {backend} worker drains its queue before shutdown.",
+                project=project,
+            )
+            found = await memory.recall(
+                "what happens to the queue at shutdown", filters={"project": project}, record=False
+            )
+            with pytest.raises(NotFound):
+                await memory.memory("f" * 64)
+            return saved.content_hash, [hit.content_hash for hit in found.hits]
+
+    digest, hits = (
+        trio.run(save_and_recall) if backend == "trio" else asyncio.run(save_and_recall())
+    )
+    assert hits == [digest]
+
+
+def test_unavailable_when_no_daemon_answers(tmp_path: Path) -> None:
+    with (
+        MemoryClient(tmp_path / "api.sock") as memory,
+        pytest.raises(Unavailable, match="no dreamcycle daemon answers"),
+    ):
+        memory.status()
+    with (
+        MemoryClient(url=f"http://127.0.0.1:{free_port()}") as memory,
+        pytest.raises(Unavailable),
+    ):
+        memory.ping()
+
+    async def ping() -> None:
+        async with AsyncMemoryClient(tmp_path / "api.sock") as memory:
+            await memory.ping()
+
+    with pytest.raises(Unavailable):
+        trio.run(ping)
