@@ -116,6 +116,10 @@ def test_errors_become_exceptions_with_the_reason(memory: MemoryClient) -> None:
     content = f"{project}: the old VPN endpoint is vpn1.example.org."
     saved = memory.save(content, project=project)
     memory.tombstone(saved.content_hash, "decommissioned")
+    wait_until(
+        lambda: memory.memory(saved.content_hash).state == "tombstoned",
+        what="the next cycle to apply the tombstone",
+    )
     with pytest.raises(Conflict, match="retracted"):
         memory.save(content, project=project)
 

@@ -1,0 +1,243 @@
+"""The MCP tools, driven by the `mcp` SDK's own clients: `dreamcycle mcp` over stdio, and the
+daemon's /mcp endpoint over streamable HTTP (Unix socket, and TCP with the token).
+
+The store is prepared the way a user would: chunks ingested, admitted by one cycle, and
+half of them swept into the cold tier (so mem_forgotten has something to show); then a
+daemon with the API on serves the module.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import httpx2
+import pytest
+import trio
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult, TextContent
+
+from daemon.api.mcp_tools import MCP_PATH, TOOLS
+from daemon.cli.common import EXIT_UNAVAILABLE
+from tests.api_helpers import TOKEN, ApiDaemon, running_api
+from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks, write_jsonl
+
+#: A whole MCP conversation (process start included) takes a few seconds.
+SESSION_TIMEOUT_S: Final = 60.0
+SWEPT_PROJECT: Final = "archive"
+#: Enough chunks of one kind for the sweep to rank them (it skips smaller kinds).
+ARCHIVE_CHUNKS: Final = 12
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiDaemon]:
+    root = tmp_path_factory.mktemp("mcp")
+    peer = Peer(root / "data", "mcp_peer", root / "zeitgeist")
+    archive = documentation_chunks(["for", "while", "try", "with"], limit=ARCHIVE_CHUNKS)
+    chunks = write_jsonl(
+        root / "archive.jsonl", [{**chunk, "project": SWEPT_PROJECT} for chunk in archive]
+    )
+    peer.dreamcycle("ingest", str(chunks))
+    peer.dreamcycle("run", "--once")
+    peer.dreamcycle(
+        "sweep",
+        "--percentile", "50", "--min-population", "1",
+        settings={"DREAMCYCLE_SWEEP_GRACE_S": "0"},
+    )  # fmt: skip
+    with running_api(peer) as api:
+        yield api
+
+
+def cold_hashes(peer: Peer) -> set[str]:
+    return {str(r[0]) for r in peer.query("SELECT content_hash FROM observations WHERE cold_at")}
+
+
+@asynccontextmanager
+async def stdio_session(peer: Peer, errlog: Path) -> AsyncIterator[ClientSession]:
+    server = StdioServerParameters(
+        command=DREAMCYCLE, args=["mcp", *peer.options()], env=peer.environment()
+    )
+    with errlog.open("w") as log:
+        async with (
+            stdio_client(server, errlog=log) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+def answer(result: CallToolResult) -> Any:
+    """A successful call's structured answer (a text tool's text)."""
+    text = "".join(c.text for c in result.content if isinstance(c, TextContent))
+    assert not result.is_error, text
+    if result.structured_content is None:
+        return json.loads(text)
+    content = result.structured_content
+    return content.get("result", content) if set(content) == {"result"} else content
+
+
+def refusal(result: CallToolResult) -> str:
+    text = "".join(c.text for c in result.content if isinstance(c, TextContent))
+    assert result.is_error, f"expected a tool error, got {text}"
+    return text
+
+
+async def within_timeout(conversation: Callable[[], Awaitable[None]]) -> None:
+    with trio.fail_after(SESSION_TIMEOUT_S):
+        await conversation()
+
+
+async def call(session: ClientSession, tool: str, **arguments: Any) -> Any:
+    return answer(await session.call_tool(tool, arguments))
+
+
+def test_stdio_tools_save_search_cite_and_curate(served: ApiDaemon, tmp_path: Path) -> None:
+    peer = served.peer
+
+    async def conversation() -> None:
+        async with stdio_session(peer, tmp_path / "mcp.log") as session:
+            assert len(cold_hashes(peer)) >= 1  # the sweep before the daemon started
+            listed = await session.list_tools()
+            assert [t.name for t in listed.tools] == list(TOOLS)
+            assert all(t.description and t.input_schema["type"] == "object" for t in listed.tools)
+
+            content = "Staging deploys need the VPN; production deploys go through the bastion."
+            saved = await call(
+                session,
+                "mem_save",
+                content=content,
+                title="deploy access",
+                project="ops",
+                topic_key="deploy/access",
+            )
+            assert saved["created"] and saved["indexed"]
+            digest = saved["content_hash"]
+
+            found = await call(
+                session, "mem_search", query="how do I reach staging to deploy", project="ops"
+            )
+            assert [h["content_hash"] for h in found["hits"]] == [digest]
+            decision = found["decision_hash"]
+            queued = await call(
+                session,
+                "mem_outcome",
+                decision_hash=decision,
+                reward=1.0,
+                reason="deployed",
+                cited=[digest[:10]],
+            )
+            assert queued["new"]
+
+            observed = await call(session, "mem_get_observation", id=digest[:12])
+            assert (observed["content"], observed["state"]) == (content, "live")
+            context = await call(
+                session, "mem_context", query="deploying to staging", project="ops"
+            )
+            assert context.startswith("decision ") and content in context
+            assert f"[{digest[:12]}]" in context
+
+            forgotten = await call(session, "mem_forgotten")
+            assert forgotten["cold"] == len(cold_hashes(peer))
+            assert {c["content_hash"] for c in forgotten["chunks"]} == cold_hashes(peer)
+            stats = await call(session, "mem_stats")
+            assert stats["counts"]["cold"] == forgotten["cold"]
+
+            updated = await call(
+                session,
+                "mem_update",
+                id=digest[:16],
+                reason="new bastion",
+                content=content.replace("the bastion", "bastion-2"),
+            )
+            new_hash = updated["saved"]["content_hash"]
+            new = await call(session, "mem_get_observation", id=new_hash)
+            assert (new["project"], new["topic_key"], new["title"]) == (
+                "ops",
+                "deploy/access",
+                "deploy access",
+            )
+            summary = await call(
+                session,
+                "mem_session_summary",
+                content="Moved deploys to bastion-2.",
+                session_id="s-42",
+                project="ops",
+            )
+            stored = await call(session, "mem_get_observation", id=summary["content_hash"])
+            assert (stored["kind"], stored["topic_key"]) == ("summary", "session/s-42")
+            deleted = await call(session, "mem_delete", id=summary["content_hash"], reason="dup")
+            assert deleted["new"]
+
+            unknown = "0" * 64
+            assert "is not recorded here" in refusal(
+                await session.call_tool(
+                    "mem_outcome",
+                    {"decision_hash": unknown, "reward": 0.5, "reason": "never recalled"},
+                )
+            )
+            assert "no chunk stored here has a hash starting 0123456789abcdef" in refusal(
+                await session.call_tool("mem_get_observation", {"id": "0123456789abcdef"})
+            )
+            assert "the new content is the old content" in refusal(
+                await session.call_tool("mem_update", {"id": new_hash})
+            )
+            malformed = refusal(await session.call_tool("mem_get_observation", {"id": "nohash"}))
+            assert "id" in malformed and "pattern" in malformed
+
+    trio.run(within_timeout, conversation)
+
+
+def test_mcp_without_a_daemon_exits_3_and_says_why(tmp_path: Path) -> None:
+    lonely = Peer(tmp_path / "data", "lonely", tmp_path / "zeitgeist")
+    result = lonely.dreamcycle("mcp", expect=EXIT_UNAVAILABLE)
+    assert "no dreamcycle daemon answers" in result.stderr
+    assert result.stdout == ""  # stdout belongs to the protocol
+    assert not (tmp_path / "data" / "dreamcycle.db").exists()
+
+
+@pytest.mark.parametrize("over", ["unix", "tcp"])
+def test_streamable_http_endpoint(served: ApiDaemon, over: str) -> None:
+    if over == "unix":
+        http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=served.socket_path))
+        url = f"http://localhost{MCP_PATH}"
+    else:
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"})
+        url = f"{served.url}{MCP_PATH}"
+
+    async def conversation() -> None:
+        async with (
+            http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            assert [t.name for t in (await session.list_tools()).tools] == list(TOOLS)
+            text = f"Over {over}, the MCP endpoint answers inside the daemon process."
+            saved = await call(session, "mem_save", content=text, project=f"http-{over}")
+            found = await call(
+                session,
+                "mem_search",
+                query="where does the MCP endpoint answer",
+                project=f"http-{over}",
+            )
+            assert [h["content_hash"] for h in found["hits"]] == [saved["content_hash"]]
+            assert "is not recorded here" in refusal(
+                await session.call_tool(
+                    "mem_outcome", {"decision_hash": "1" * 64, "reward": 1, "reason": "x"}
+                )
+            )
+
+    trio.run(within_timeout, conversation)
+
+
+def test_streamable_http_over_tcp_needs_the_token(served: ApiDaemon) -> None:
+    response = httpx2.post(
+        f"{served.url}{MCP_PATH}",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"accept": "application/json, text/event-stream"},
+    )
+    assert response.status_code == 401
