@@ -75,8 +75,33 @@ FORGOTTEN: Final = Route[models.ForgottenRequest, models.ForgottenResponse](
 SUPERSEDE: Final = Route[models.SupersedeRequest, models.SupersedeResponse](
     "supersede", "POST", "/v1/supersessions", models.SupersedeResponse
 )
+CONTEXT: Final = Route[models.ContextRequest, models.ContextResponse](
+    "context", "POST", "/v1/context", models.ContextResponse
+)
+EXPLAIN: Final = Route[models.RefRequest, models.ExplainResponse](
+    "explain", "GET", "/v1/memories/{ref}/explain", models.ExplainResponse
+)
+PIN: Final = Route[models.PinRequest, models.ChunkQueued](
+    "pin", "POST", "/v1/memories/{ref}/pin", models.ChunkQueued
+)
+UNPIN: Final = Route[models.RefRequest, models.ChunkQueued](
+    "unpin", "POST", "/v1/memories/{ref}/unpin", models.ChunkQueued
+)
+REINFORCE: Final = Route[models.FeedbackRequest, models.ChunkQueued](
+    "reinforce", "POST", "/v1/memories/{ref}/reinforce", models.ChunkQueued
+)
+PENALIZE: Final = Route[models.FeedbackRequest, models.ChunkQueued](
+    "penalize", "POST", "/v1/memories/{ref}/penalize", models.ChunkQueued
+)
+UPDATE: Final = Route[models.UpdateRequest, models.UpdateResponse](
+    "update", "POST", "/v1/memories/{ref}/update", models.UpdateResponse
+)
+TIMELINE: Final = Route[models.TimelineRequest, models.TimelineResponse](
+    "timeline", "GET", "/v1/timeline", models.TimelineResponse
+)
 ROUTES: Final[tuple[Route[Any, Any], ...]] = (
     RECALL, SAVE, OUTCOME, PULSE, TOMBSTONE, STATUS, MEMORY, FORGOTTEN, SUPERSEDE,
+    CONTEXT, EXPLAIN, PIN, UNPIN, REINFORCE, PENALIZE, UPDATE, TIMELINE,
 )  # fmt: skip
 
 
@@ -250,6 +275,32 @@ class SaveFields(TypedDict, total=False):
     deletion_policy: models.DeletionPolicy
 
 
+class UpdateFields(TypedDict, total=False):
+    content: str
+    title: str
+    type: str
+    kind: models.Kind
+    project: str
+    scope: str
+    topic_key: str
+    importance: int
+    reason: str
+
+
+class TimelineFields(TypedDict, total=False):
+    project: str
+    scope: str
+    session_id: str
+    kind: models.Kind
+    topic_key_prefix: str
+    created_after_ms: int
+    created_before_ms: int
+    around_ms: int
+    span_s: float
+    limit: int
+    offset: int
+
+
 class PulseFields(TypedDict, total=False):
     kind: Literal["reward", "decay"]
     strength: float
@@ -305,6 +356,38 @@ def _outcome_request(
     return request_model(
         models.OutcomeRequest, decision_hash=decision, reward=reward, reason=reason, cited=cited
     )
+
+
+def _context_request(
+    task: str,
+    filters: models.RecallFilters | Mapping[str, Any] | None,
+    budget_tokens: int | None,
+    record: bool,
+    decision: str | None,
+) -> models.ContextRequest:
+    if isinstance(filters, Mapping):
+        filters = request_model(models.RecallFilters, **filters)
+    extra = {} if budget_tokens is None else {"budget_tokens": budget_tokens}
+    return request_model(
+        models.ContextRequest,
+        task=task,
+        filters=filters or models.RecallFilters(),
+        record=record,
+        decision=decision,
+        **extra,
+    )
+
+
+def _pin_request(ref: str, pin_floor: float | None) -> models.PinRequest:
+    extra = {} if pin_floor is None else {"pin_floor": pin_floor}
+    return request_model(models.PinRequest, ref=ref, **extra)
+
+
+def _feedback_request(
+    ref: str, reason: str, strength: float | None, nonce: str
+) -> models.FeedbackRequest:
+    extra = {} if strength is None else {"strength": strength}
+    return request_model(models.FeedbackRequest, ref=ref, reason=reason, nonce=nonce, **extra)
 
 
 def _supersede_request(
@@ -402,6 +485,44 @@ class MemoryClient:
         self, old_hash: str, content: str, reason: str, **fields: Unpack[SaveFields]
     ) -> models.SupersedeResponse:
         return self.send(SUPERSEDE, _supersede_request(old_hash, content, reason, fields))
+
+    def context(
+        self,
+        task: str,
+        *,
+        filters: models.RecallFilters | Mapping[str, Any] | None = None,
+        budget_tokens: int | None = None,
+        record: bool = True,
+        decision: str | None = None,
+    ) -> models.ContextResponse:
+        """Pinned, previously successful and relevant memories for a task, in one budget."""
+        return self.send(CONTEXT, _context_request(task, filters, budget_tokens, record, decision))
+
+    def explain(self, ref: str) -> models.ExplainResponse:
+        """Why a memory stands where it does: salience steps, decisions, learned keys."""
+        return self.send(EXPLAIN, request_model(models.RefRequest, ref=ref))
+
+    def pin(self, ref: str, pin_floor: float | None = None) -> models.ChunkQueued:
+        return self.send(PIN, _pin_request(ref, pin_floor))
+
+    def unpin(self, ref: str) -> models.ChunkQueued:
+        return self.send(UNPIN, request_model(models.RefRequest, ref=ref))
+
+    def reinforce(
+        self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
+    ) -> models.ChunkQueued:
+        return self.send(REINFORCE, _feedback_request(ref, reason, strength, nonce))
+
+    def penalize(
+        self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
+    ) -> models.ChunkQueued:
+        return self.send(PENALIZE, _feedback_request(ref, reason, strength, nonce))
+
+    def update(self, ref: str, **fields: Unpack[UpdateFields]) -> models.UpdateResponse:
+        return self.send(UPDATE, request_model(models.UpdateRequest, ref=ref, **fields))
+
+    def timeline(self, **fields: Unpack[TimelineFields]) -> models.TimelineResponse:
+        return self.send(TIMELINE, request_model(models.TimelineRequest, **fields))
 
     def close(self) -> None:
         self._http.close()
@@ -501,6 +622,44 @@ class AsyncMemoryClient:
         self, old_hash: str, content: str, reason: str, **fields: Unpack[SaveFields]
     ) -> models.SupersedeResponse:
         return await self.send(SUPERSEDE, _supersede_request(old_hash, content, reason, fields))
+
+    async def context(
+        self,
+        task: str,
+        *,
+        filters: models.RecallFilters | Mapping[str, Any] | None = None,
+        budget_tokens: int | None = None,
+        record: bool = True,
+        decision: str | None = None,
+    ) -> models.ContextResponse:
+        return await self.send(
+            CONTEXT, _context_request(task, filters, budget_tokens, record, decision)
+        )
+
+    async def explain(self, ref: str) -> models.ExplainResponse:
+        return await self.send(EXPLAIN, request_model(models.RefRequest, ref=ref))
+
+    async def pin(self, ref: str, pin_floor: float | None = None) -> models.ChunkQueued:
+        return await self.send(PIN, _pin_request(ref, pin_floor))
+
+    async def unpin(self, ref: str) -> models.ChunkQueued:
+        return await self.send(UNPIN, request_model(models.RefRequest, ref=ref))
+
+    async def reinforce(
+        self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
+    ) -> models.ChunkQueued:
+        return await self.send(REINFORCE, _feedback_request(ref, reason, strength, nonce))
+
+    async def penalize(
+        self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
+    ) -> models.ChunkQueued:
+        return await self.send(PENALIZE, _feedback_request(ref, reason, strength, nonce))
+
+    async def update(self, ref: str, **fields: Unpack[UpdateFields]) -> models.UpdateResponse:
+        return await self.send(UPDATE, request_model(models.UpdateRequest, ref=ref, **fields))
+
+    async def timeline(self, **fields: Unpack[TimelineFields]) -> models.TimelineResponse:
+        return await self.send(TIMELINE, request_model(models.TimelineRequest, **fields))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -135,8 +135,40 @@ API_SOCKET_MODE: Final = 0o600
 API_MAX_BODY_BYTES: Final = 1 << 20
 #: How long a client (daemon/client.py, `dreamcycle mcp`) waits for the daemon's answer.
 CLIENT_TIMEOUT_S: Final = 30.0
-#: Characters of recalled text the MCP tool mem_context returns at most.
-MCP_CONTEXT_MAX_CHARS: Final = 8_000
+
+#: Context bundles (POST /v1/context, mem_context): the token budget when none is given,
+#: and the largest one accepted (tokens estimated as in pulses/context.py).
+CONTEXT_BUDGET_TOKENS: Final = 3_000
+CONTEXT_MAX_BUDGET_TOKENS: Final = 4_000
+#: References listed for the memories that did not fit, at most.
+CONTEXT_MAX_OVERFLOW: Final = 64
+#: The salience pinned memories are ranked at, at least, when the budget is spent.
+CONTEXT_PINNED_SALIENCE: Final = 0.9
+#: Pinned memories considered at most (highest salience first).
+CONTEXT_PINNED_LIMIT: Final = 200
+#: Memories the frame-relevant tier asks recall for.
+CONTEXT_RELEVANT_TOP_K: Final = 20
+#: The outcomes tier: chunks cited by this peer's successful decisions made within the
+#: window (the most recent ones first, at most this many decisions), whose query was at
+#: least this close (cosine) to the task.
+CONTEXT_OUTCOME_WINDOW_S: Final = 30 * _DAY_S
+CONTEXT_OUTCOME_DECISIONS: Final = 50
+CONTEXT_OUTCOME_MIN_SIMILARITY: Final = 0.5
+#: What explaining one memory lists at most: its most recent journal steps, and the most
+#: recent decisions that returned it.
+EXPLAIN_STEPS: Final = 50
+EXPLAIN_DECISIONS: Final = 20
+#: Timeline pages: rows when a request does not say, and at most.
+TIMELINE_PAGE: Final = 20
+TIMELINE_MAX_PAGE: Final = 200
+#: Around a point in time, the timeline spans this long on either side unless told.
+TIMELINE_SPAN_S: Final = 3_600.0
+#: Characters of each memory's content a timeline row shows.
+TIMELINE_PREVIEW_CHARS: Final = 300
+#: Strength of a reinforce (Reward) or penalize (Decay) pulse when none is given.
+FEEDBACK_STRENGTH: Final = 0.5
+#: The pin floor a pin sets when none is given.
+PIN_FLOOR: Final = 0.5
 
 #: Prometheus exposition address; empty disables it.
 METRICS_LISTEN: Final = "127.0.0.1:9464"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -23,6 +23,7 @@ from pulses.outcome import Outcome
 from pulses.pulse import PulseKind, SalientPulse
 from store.hashing import content_hash
 from zeitgeist.entries import (
+    ChangeValue,
     Entry,
     OutcomeEntry,
     PulseEntry,
@@ -56,6 +57,8 @@ class PulseRequest:
     ttl_s: float
     reason: str
     nonce: str = ""
+    #: Seed at this stored chunk (its embedding and hash) instead of at `text`.
+    seed_chunk: str | None = None
 
 
 def _request_key(verb: str, **fields: Any) -> str:
@@ -154,12 +157,17 @@ def resolve_cited(rt: Runtime, decision: str, cited: Sequence[str]) -> tuple[str
 
 
 def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
-    if not request.text.strip():
-        raise ValueError("--text is empty: a pulse needs text to seed its embedding")
     if request.kind is PulseKind.FORGET:
         raise ValueError("forget pulses travel with a tombstone: use `pulse-emit tombstone HASH`")
-    seed = rt.embedder.embed_one(request.text)
-    seed_hash = content_hash(request.text)
+    if request.seed_chunk is not None:
+        stored = rt.db.embedding_of_hash(request.seed_chunk)
+        if stored is None:
+            raise ValueError(f"chunk {request.seed_chunk} has no stored embedding to seed at")
+        seed, seed_hash = stored, request.seed_chunk
+    elif not request.text.strip():
+        raise ValueError("--text is empty: a pulse needs text to seed its embedding")
+    else:
+        seed, seed_hash = rt.embedder.embed_one(request.text), content_hash(request.text)
 
     def build(hlc: int) -> PulseEntry:
         pulse = SalientPulse(
@@ -183,6 +191,8 @@ def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
     # Validate before touching the database, so a bad request writes nothing.
     build(0)
     fields = {**request.__dict__, "kind": request.kind.value, "text": seed_hash}
+    if request.seed_chunk is None:  # text-seeded requests keep the key they always had
+        del fields["seed_chunk"]
     return _queue(rt, _request_key("pulse", **fields), build)
 
 
@@ -239,15 +249,16 @@ def emit_supersede(rt: Runtime, *, old_hash: str, new_hash: str, reason: str) ->
 
 
 def emit_revision(
-    rt: Runtime, *, digest: str, changes: dict[str, str | None], nonce: str
+    rt: Runtime, *, digest: str, changes: Mapping[str, ChangeValue], nonce: str
 ) -> Emitted:
-    """Queue metadata changes (title, topic_key) to a chunk. `nonce` names the revision, so a
-    change back to an earlier value is a new request rather than a repeat."""
+    """Queue metadata changes (title, topic_key, importance, pin_floor) to a chunk. `nonce`
+    names the revision, so a change back to an earlier value is a new request rather than a
+    repeat."""
     if not _HASH.match(digest):
         raise ValueError(f"{digest!r} is not a chunk hash (64 lowercase hex digits)")
     return _queue(
         rt,
-        _request_key("reconsolidate", digest=digest, changes=changes, nonce=nonce),
+        _request_key("reconsolidate", digest=digest, changes=dict(changes), nonce=nonce),
         lambda hlc: ReconsolidateEntry(
             hlc=hlc, origin=rt.peer_id, content_hash=digest, changes=changes
         ),

@@ -67,3 +67,14 @@ def running_api(peer: Peer, settings: Mapping[str, str] | None = None) -> Iterat
             wait_until(lambda: _ready(memory), what="the API to answer", context=daemon.log_tail)
         yield served
         assert daemon.terminate() == 0, daemon.log_tail()
+
+
+def wait_applied(served: ApiDaemon, entry_id: str) -> None:
+    """Until a cycle has applied an entry this peer queued (an outcome, pulse, revision)."""
+    wait_until(
+        lambda: served.peer.query(
+            "SELECT 1 FROM outbox WHERE entry_id = ? AND applied = 1", (entry_id,)
+        ),
+        what=f"entry {entry_id} to be applied",
+        context=served.daemon.log_tail,
+    )

@@ -51,6 +51,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+#: A chunk named in the path: its hash, or a prefix only it has.
+Ref = Annotated[str, PathParameter(pattern=models.HASH_OR_UNIQUE_PREFIX)]
+
+
 class ApiUnavailable(RuntimeError):
     """The API cannot listen where it is configured to (port taken, socket path unusable)."""
 
@@ -129,6 +133,67 @@ def create_app(ops: Operations, *, workers: int, host: str = defaults.API_HOST) 
     )
     async def supersede(request: models.SupersedeRequest) -> models.SupersedeResponse:
         return await run(lambda: ops.supersede(request))
+
+    @app.post(
+        "/v1/context",
+        responses=_ERRORS,
+        summary="pinned, previously successful and relevant memories for a task, in a budget",
+    )
+    async def context(request: models.ContextRequest) -> models.ContextResponse:
+        return await run(lambda: ops.context(request))
+
+    @app.get(
+        "/v1/memories/{ref}/explain",
+        responses=_ERRORS,
+        summary="a memory's salience history, decisions, outcomes and learned keys",
+    )
+    async def explain(ref: Ref) -> models.ExplainResponse:
+        return await run(lambda: ops.explain(models.RefRequest(ref=ref)))
+
+    @app.post(
+        "/v1/memories/{ref}/pin",
+        responses=_ERRORS,
+        summary="set a pin floor (applied and shared at the next cycle)",
+    )
+    async def pin(ref: Ref, body: models.PinBody | None = None) -> models.ChunkQueued:
+        floor = {} if body is None else body.model_dump()
+        return await run(lambda: ops.pin(models.PinRequest(ref=ref, **floor)))
+
+    @app.post("/v1/memories/{ref}/unpin", responses=_ERRORS, summary="clear the pin floor")
+    async def unpin(ref: Ref) -> models.ChunkQueued:
+        return await run(lambda: ops.unpin(models.RefRequest(ref=ref)))
+
+    @app.post(
+        "/v1/memories/{ref}/reinforce",
+        responses=_ERRORS,
+        summary="a Reward pulse at this memory, with a reason",
+    )
+    async def reinforce(ref: Ref, body: models.FeedbackBody) -> models.ChunkQueued:
+        return await run(
+            lambda: ops.reinforce(models.FeedbackRequest(ref=ref, **body.model_dump()))
+        )
+
+    @app.post(
+        "/v1/memories/{ref}/penalize",
+        responses=_ERRORS,
+        summary="a Decay pulse at this memory, with a reason",
+    )
+    async def penalize(ref: Ref, body: models.FeedbackBody) -> models.ChunkQueued:
+        return await run(lambda: ops.penalize(models.FeedbackRequest(ref=ref, **body.model_dump())))
+
+    @app.post(
+        "/v1/memories/{ref}/update",
+        responses=_ERRORS,
+        summary="new content supersedes the memory; a new title, topic or importance revises it",
+    )
+    async def update(ref: Ref, body: models.UpdateBody) -> models.UpdateResponse:
+        return await run(lambda: ops.update(models.UpdateRequest(ref=ref, **body.model_dump())))
+
+    @app.get("/v1/timeline", responses=_ERRORS, summary="memories by time, newest first")
+    async def timeline(
+        request: Annotated[models.TimelineRequest, Query()],
+    ) -> models.TimelineResponse:
+        return await run(lambda: ops.timeline(request))
 
     # MCP's streamable HTTP transport: the same operations as tools, for agents.
     app.router.routes.append(Route(MCP_PATH, mcp.asgi))

@@ -1,8 +1,9 @@
 """The memory operations as MCP tools (the `mcp` SDK's MCPServer).
 
 Tool names are the ones agents' prompts already call for engram (`mem_save`,
-`mem_search`, ...), mapped onto this daemon's operations, plus `mem_outcome`
-and `mem_forgotten`. Chunks are named by content hash (or a prefix only one
+`mem_search`, ...), mapped onto this daemon's operations, plus `mem_outcome`,
+`mem_forgotten`, `mem_explain`, `mem_pin`, `mem_unpin`, `mem_reinforce`,
+`mem_penalize` and `mem_timeline`. Chunks are named by content hash (or a prefix only one
 chunk has) where engram used numbers.
 
 The tools reach the operations through a `Transport`: over the API
@@ -32,6 +33,7 @@ from daemon import client, defaults
 from daemon.api import models
 from daemon.api.operations import Conflict, NotFound, NotReady, Operations
 from daemon.client import ApiError, Route, request_model
+from pulses.context import MIN_BUDGET
 from store.database import InvalidObservation
 
 log = logging.getLogger("dreamcycle.mcp")
@@ -48,8 +50,6 @@ INSTRUCTIONS: Final = (
     "prefixes) of the memories you actually used: those gain salience, the rest do not. "
     "Save what is worth remembering with mem_save."
 )
-#: Which of the tools' arguments a superseding chunk keeps from the one it replaces.
-_KEPT_ON_UPDATE: Final = frozenset(models.SaveRequest.model_fields) - {"content"}
 
 
 class Transport(Protocol):
@@ -175,16 +175,110 @@ class MemoryTools:
         query: Annotated[str, Field(description="the task at hand, in plain words")],
         project: Project = None,
         scope: Scope = None,
-        limit: Limit = None,
-        max_chars: Annotated[
+        session_id: SessionId = None,
+        kind: Kind = None,
+        topic_key_prefix: Annotated[
+            str | None, Field(description="only memories whose topic_key starts with this")
+        ] = None,
+        budget_tokens: Annotated[
             int | None,
-            Field(ge=1, description=f"text budget (default {defaults.MCP_CONTEXT_MAX_CHARS})"),
+            Field(
+                ge=MIN_BUDGET,
+                le=defaults.CONTEXT_MAX_BUDGET_TOKENS,
+                description=f"tokens of memory at most (default {defaults.CONTEXT_BUDGET_TOKENS})",
+            ),
         ] = None,
     ) -> str:
-        """Memories relevant to a task, rendered as text to read before starting. Like
-        mem_search it records a decision hash (first line) for mem_outcome."""
-        found = await self._recall(query, limit, project, scope, None, None, None)
-        return render_context(found, max_chars or defaults.MCP_CONTEXT_MAX_CHARS)
+        """Memories for a task, as text to read before starting: the pinned ones, those that
+        helped similar tasks succeed, and the most relevant, within a token budget (what did
+        not fit is listed by hash). The first line is a decision hash for mem_outcome: cite
+        the memories you used."""
+        filters = _given(
+            project=project,
+            scope=scope,
+            session_id=session_id,
+            kind=kind,
+            topic_key_prefix=topic_key_prefix,
+        )
+        request = request_model(
+            models.ContextRequest,
+            task=query,
+            filters=request_model(models.RecallFilters, **filters),
+            **_given(budget_tokens=budget_tokens),
+        )
+        return (await self._transport.send(client.CONTEXT, request)).text
+
+    async def mem_explain(self, id: ChunkRef) -> models.ExplainResponse:
+        """Why a memory stands where it does: salience, pin, deletion policy, tier, every
+        journaled step that moved it (with its cause: outcome, pulse, sweep, revival), the
+        decisions that returned it with their outcomes, and the questions it learned."""
+        return await self._transport.send(client.EXPLAIN, request_model(models.RefRequest, ref=id))
+
+    async def mem_pin(
+        self,
+        id: ChunkRef,
+        pin_floor: Annotated[
+            float | None,
+            Field(gt=0, le=1, description=f"salience floor (default {defaults.PIN_FLOOR})"),
+        ] = None,
+    ) -> models.ChunkQueued:
+        """Pin a memory: its salience never decays below the floor and it is never swept.
+        Applied, and shared with other peers, at the next dream cycle."""
+        request = request_model(models.PinRequest, ref=id, **_given(pin_floor=pin_floor))
+        return await self._transport.send(client.PIN, request)
+
+    async def mem_unpin(self, id: ChunkRef) -> models.ChunkQueued:
+        """Clear a memory's pin floor (at the next dream cycle)."""
+        return await self._transport.send(client.UNPIN, request_model(models.RefRequest, ref=id))
+
+    async def mem_reinforce(
+        self,
+        id: ChunkRef,
+        reason: Annotated[str, Field(description="why it deserves more weight")],
+        strength: Annotated[float | None, Field(gt=0, le=1, description="0-1")] = None,
+    ) -> models.ChunkQueued:
+        """Raise a memory's salience (and a little its neighbours') with a Reward pulse; the
+        reason is kept. A cold memory comes back."""
+        request = request_model(
+            models.FeedbackRequest, ref=id, reason=reason, **_given(strength=strength)
+        )
+        return await self._transport.send(client.REINFORCE, request)
+
+    async def mem_penalize(
+        self,
+        id: ChunkRef,
+        reason: Annotated[str, Field(description="why it deserves less weight")],
+        strength: Annotated[float | None, Field(gt=0, le=1, description="0-1")] = None,
+    ) -> models.ChunkQueued:
+        """Lower a memory's salience (and a little its neighbours') with a Decay pulse; the
+        reason is kept. To retract a wrong memory for good, use mem_delete."""
+        request = request_model(
+            models.FeedbackRequest, ref=id, reason=reason, **_given(strength=strength)
+        )
+        return await self._transport.send(client.PENALIZE, request)
+
+    async def mem_timeline(
+        self,
+        around_ms: Annotated[
+            int | None, Field(ge=0, description="a point in time (ms since the epoch)")
+        ] = None,
+        session_id: SessionId = None,
+        project: Project = None,
+        kind: Kind = None,
+        limit: Annotated[
+            int | None, Field(ge=1, le=defaults.TIMELINE_MAX_PAGE, description="rows")
+        ] = None,
+        offset: Annotated[int, Field(ge=0, description="rows to skip")] = 0,
+    ) -> models.TimelineResponse:
+        """Memories stored around a point in time, or in a session, newest first."""
+        request = request_model(
+            models.TimelineRequest,
+            offset=offset,
+            **_given(
+                around_ms=around_ms, session_id=session_id, project=project, kind=kind, limit=limit
+            ),
+        )
+        return await self._transport.send(client.TIMELINE, request)
 
     async def mem_get_observation(self, id: ChunkRef) -> models.Memory:
         """One memory in full, by content hash or unique prefix: its metadata, salience and
@@ -241,23 +335,28 @@ class MemoryTools:
         project: Project = None,
         scope: Scope = None,
         topic_key: TopicKey = None,
+        importance: Annotated[int | None, Field(ge=0, le=10, description="0-10")] = None,
         reason: Annotated[str | None, Field(description="why it changed")] = None,
-    ) -> models.SupersedeResponse:
-        """Replace a memory with a corrected one: the new memory is saved now and, at the next
-        dream cycle, inherits the old one's salience while the old one is retracted. Unset
-        fields keep the old memory's values; the content must change."""
-        old = await self._memory(id)
-        fields = old.model_dump(include=set(_KEPT_ON_UPDATE)) | _given(
-            title=title, type=type, kind=kind, project=project, scope=scope, topic_key=topic_key
-        )
-        memory = request_model(models.SaveRequest, content=content or old.content, **fields)
+    ) -> models.UpdateResponse:
+        """Correct a memory. New content is saved now and, at the next dream cycle, inherits
+        the old memory's salience while the old one is retracted (unset fields keep the old
+        values). A new title, topic_key or importance alone revises the same memory."""
         request = request_model(
-            models.SupersedeRequest,
-            old_hash=old.content_hash,
-            memory=memory,
-            reason=reason or "updated",
+            models.UpdateRequest,
+            ref=id,
+            **_given(
+                content=content,
+                title=title,
+                type=type,
+                kind=kind,
+                project=project,
+                scope=scope,
+                topic_key=topic_key,
+                importance=importance,
+                reason=reason,
+            ),
         )
-        return await self._transport.send(client.SUPERSEDE, request)
+        return await self._transport.send(client.UPDATE, request)
 
     async def mem_delete(
         self,
@@ -339,26 +438,13 @@ TOOLS: Final = (
     "mem_update",
     "mem_delete",
     "mem_session_summary",
+    "mem_explain",
+    "mem_pin",
+    "mem_unpin",
+    "mem_reinforce",
+    "mem_penalize",
+    "mem_timeline",
 )
-
-
-def render_context(found: models.RecallResponse, max_chars: int) -> str:
-    """Recalled memories as text, best first, within `max_chars` (only the first is cut)."""
-    if not found.hits:
-        return "No memory matches this."
-    recorded = f"decision {found.decision_hash}" if found.decision_hash else "not recorded"
-    parts = [f"{recorded} (cite the [hashes] you use in mem_outcome)"]
-    budget = max_chars - len(parts[0])
-    for hit in found.hits:
-        label = hit.title or hit.content.split("\n", 1)[0][:80]
-        cold = " (cold)" if hit.cold else ""
-        block = f"\n## {label} [{hit.content_hash[:12]}]{cold}\n{hit.content}"
-        if len(parts) > 1 and len(block) > budget:
-            parts.append(f"\n({len(found.hits) - len(parts) + 1} more not shown: raise max_chars)")
-            break
-        parts.append(block[: max(budget, 0)])
-        budget -= len(block)
-    return "\n".join(parts)
 
 
 def _reporting(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from daemon import defaults
+from pulses.context import MIN_BUDGET
 from store.database import CHUNK_KINDS, DELETION_POLICIES
 
 ChunkHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="blake3 content hash")]
@@ -250,6 +251,264 @@ class SupersedeResponse(BaseModel):
         description="the supersede entry: the next cycle moves the old chunk's salience to the "
         "new one and tombstones the old, here and on every peer"
     )
+
+
+# ---- context bundle -----------------------------------------------------------------------------
+
+
+class ContextRequest(Strict):
+    task: str = Field(
+        min_length=1, max_length=MAX_TEXT_CHARS, description="the task at hand, in plain words"
+    )
+    filters: RecallFilters = Field(
+        default_factory=RecallFilters, description="applied to every tier"
+    )
+    budget_tokens: int = Field(
+        default=defaults.CONTEXT_BUDGET_TOKENS,
+        ge=MIN_BUDGET,
+        le=defaults.CONTEXT_MAX_BUDGET_TOKENS,
+        description="tokens of memory the bundle holds at most (estimated: words, or "
+        "characters / 4, whichever is more)",
+    )
+    record: bool = Field(
+        default=True,
+        description="store an attribution of exactly the memories in the bundle, so an "
+        "outcome credits them",
+    )
+    decision: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        description="the decision the bundle informs (default: the task)",
+    )
+
+    @model_validator(mode="after")
+    def _task_not_blank(self) -> ContextRequest:
+        if not self.task.strip():
+            raise ValueError("task is blank")
+        return self
+
+
+class ContextMemory(BaseModel):
+    content_hash: str
+    title: str
+    content: str
+    salience: float
+    rank_salience: float = Field(
+        description="what the budget was spent by: the salience, or the pinned floor"
+    )
+    tokens: int
+    truncated: bool = Field(description="cut to fit a budget smaller than the memory")
+    cold: bool
+
+
+class ContextTiers(BaseModel):
+    pinned: list[ContextMemory] = Field(description="pinned, or deletion policy never")
+    outcomes: list[ContextMemory] = Field(
+        description="cited by recent successful decisions about a similar task"
+    )
+    relevant: list[ContextMemory] = Field(description="hybrid recall for the task, best first")
+
+
+class ContextTokens(BaseModel):
+    pinned: int
+    outcomes: int
+    relevant: int
+    total: int
+    budget: int
+
+
+class Reference(BaseModel):
+    content_hash: str
+    title: str
+
+
+class ContextResponse(BaseModel):
+    decision_hash: str | None = Field(
+        description="name it in an outcome; null when nothing was recorded"
+    )
+    tiers: ContextTiers
+    tokens: ContextTokens
+    overflow: list[Reference] = Field(
+        description=f"memories that did not fit, best first (at most "
+        f"{defaults.CONTEXT_MAX_OVERFLOW})"
+    )
+    dropped: int = Field(description="how many did not fit, listed or not")
+    text: str = Field(description="the bundle rendered to read")
+    latency_ms: float
+
+
+# ---- explain ------------------------------------------------------------------------------------
+
+
+class SalienceStep(BaseModel):
+    """One journaled step that changed this memory's salience or tier, with its cause."""
+
+    seq: int
+    at_ms: int
+    step: Literal["chunk", "pulse", "tombstone", "supersede", "reconsolidate", "sweep", "revive"]
+    cause: str
+    pulse_id: str | None = None
+    pulse_kind: str | None = None
+    strength: float | None = None
+    origin_peer: str | None = None
+    reason: str | None = None
+    outcome_id: str | None = Field(
+        default=None, description="the outcome this pulse came from, when known here"
+    )
+    decision_hash: str | None = None
+    salience: float | None = Field(
+        default=None, description="the salience the step set, where the journal says"
+    )
+    pin_floor: float | None = None
+
+
+class DownscaleSummary(BaseModel):
+    steps: int = Field(description="time-decay steps since the memory was admitted")
+    last_at_ms: int | None
+    half_life_s: float | None = Field(description="of the memory's kind, at the last step")
+
+
+class OutcomeSummary(BaseModel):
+    outcome_id: str
+    reward: float
+    reason: str
+    status: str
+    cited: bool = Field(description="the outcome cited this memory")
+
+
+class DecisionSummary(BaseModel):
+    decision_hash: str
+    at: str
+    peer: str
+    rank: int | None = Field(description="1-based place among what it returned, when known")
+    query: str | None
+    outcomes: list[OutcomeSummary]
+
+
+class LearnedKeySummary(BaseModel):
+    weight: float
+    updated_ms: int
+    text: str | None = Field(description="the question's words, when they are kept here")
+
+
+class ExplainResponse(BaseModel):
+    memory: Memory
+    tombstone_reason: str | None
+    history: list[SalienceStep] = Field(description="most recent first")
+    history_total: int = Field(description="journal steps about it, listed or not")
+    downscale: DownscaleSummary
+    decisions: list[DecisionSummary] = Field(description="most recent first")
+    decisions_total: int
+    learned_keys: list[LearnedKeySummary]
+
+
+# ---- pin, reinforce, penalize, update ---------------------------------------------------------
+
+
+class PinBody(Strict):
+    pin_floor: float = Field(
+        default=defaults.PIN_FLOOR,
+        gt=0.0,
+        le=1.0,
+        description="salience never decays below it; a pinned memory is never swept",
+    )
+
+
+class RefRequest(Strict):
+    ref: str = Field(
+        pattern=HASH_OR_UNIQUE_PREFIX,
+        description="a chunk hash, or a prefix of at least 8 digits that only one chunk has",
+    )
+
+
+class PinRequest(PinBody, RefRequest):
+    pass
+
+
+class FeedbackBody(Strict):
+    reason: str = Field(min_length=1, max_length=1000, description="why: kept with the pulse")
+    strength: float = Field(default=defaults.FEEDBACK_STRENGTH, gt=0.0, le=1.0)
+    nonce: str = Field(default="", max_length=200, description="makes a deliberate repeat")
+
+    @model_validator(mode="after")
+    def _reason_not_blank(self) -> FeedbackBody:
+        if not self.reason.strip():
+            raise ValueError("reason is blank")
+        return self
+
+
+class FeedbackRequest(FeedbackBody, RefRequest):
+    pass
+
+
+class ChunkQueued(Queued):
+    content_hash: str
+
+
+class UpdateBody(Strict):
+    content: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS)
+    title: str | None = Field(default=None, max_length=1000)
+    type: str | None = Field(default=None, min_length=1, max_length=100)
+    kind: Kind | None = None
+    project: str | None = Field(default=None, max_length=1000)
+    scope: str | None = Field(default=None, min_length=1, max_length=100)
+    topic_key: str | None = Field(default=None, max_length=1000)
+    importance: int | None = Field(default=None, ge=0, le=10)
+    reason: str = Field(default="updated", min_length=1, max_length=1000)
+
+
+class UpdateRequest(UpdateBody, RefRequest):
+    pass
+
+
+class UpdateResponse(BaseModel):
+    content_hash: str = Field(description="the memory as updated (new when content changed)")
+    superseded: SupersedeResponse | None = Field(
+        description="when the content changed: the new chunk and its supersede entry"
+    )
+    revised: Queued | None = Field(
+        description="when only title, topic_key or importance changed: the revision entry, "
+        "applied at the next cycle"
+    )
+
+
+# ---- timeline -----------------------------------------------------------------------------------
+
+
+class TimelineRequest(RecallFilters):
+    """The recall filters, and where in time to look."""
+
+    around_ms: int | None = Field(
+        default=None, ge=0, description="only memories stored within span_s of this time"
+    )
+    span_s: float = Field(default=defaults.TIMELINE_SPAN_S, gt=0.0, le=10 * 365 * 86_400.0)
+    limit: int = Field(default=defaults.TIMELINE_PAGE, ge=1, le=defaults.TIMELINE_MAX_PAGE)
+    offset: int = Field(default=0, ge=0)
+
+    def filters(self) -> RecallFilters:
+        return RecallFilters(**self.model_dump(include=set(RecallFilters.model_fields)))
+
+
+class TimelineMemory(BaseModel):
+    content_hash: str
+    title: str
+    preview: str = Field(
+        description=f"the content's first {defaults.TIMELINE_PREVIEW_CHARS} characters"
+    )
+    kind: str
+    project: str | None
+    session_id: str | None
+    topic_key: str | None
+    created_at: str
+    salience: float
+    state: Literal["live", "cold"]
+
+
+class TimelineResponse(BaseModel):
+    total: int = Field(description="memories matching, on every page")
+    next_offset: int | None = Field(description="the next page's offset; null on the last")
+    memories: list[TimelineMemory] = Field(description="newest first")
 
 
 # ---- status -----------------------------------------------------------------------------------

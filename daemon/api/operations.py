@@ -22,25 +22,41 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Final
 
 import numpy as np
 
+from daemon import defaults
 from daemon.admission import record_admission
-from daemon.api import models
-from daemon.emit import PulseRequest, emit_outcome, emit_pulse, emit_supersede, emit_tombstone
+from daemon.api import models, views
+from daemon.emit import (
+    PulseRequest,
+    emit_outcome,
+    emit_pulse,
+    emit_revision,
+    emit_supersede,
+    emit_tombstone,
+)
 from daemon.memo import StampedCache
 from daemon.recall import Hit, rank_query, record_attribution
 from daemon.runtime import Peer, Runtime
 from daemon.status import status_report
+from pulses import constants
+from pulses.context import Bundle, Candidate, Member, Tier, pack, render
 from pulses.pulse import PulseKind
 from store import tiers
-from store.database import EFFICACY_TYPE, Database, NewObservation, embedding_text
+from store.database import (
+    EFFICACY_TYPE,
+    REVISABLE_COLUMNS,
+    Database,
+    NewObservation,
+    embedding_text,
+)
 from store.embedder import Embedder
 from store.hashing import content_hash
-from store.timefmt import iso_from_ms
 
 #: The attribution's decision text when a vector was recalled without one.
 VECTOR_DECISION: Final = "recall by vector"
@@ -283,6 +299,154 @@ class Operations:
             saved=saved, queued=models.Queued(entry_id=emitted.entry_id, new=emitted.new)
         )
 
+    def context(self, request: models.ContextRequest) -> models.ContextResponse:
+        """Pinned memories, those credited by similar past successes, and those relevant to
+        the task, packed into the token budget; recorded, when asked, as one decision."""
+        started = time.perf_counter()
+        peer = self._require_peer()
+        vector = self._embedder.embed_one(request.task)
+        now = self._rt.clock.now_ms()
+        with self._reading() as view:
+            allowed = _allowed(view, request.filters) if request.filters.active() else None
+            hits = rank_query(
+                view,
+                request.task,
+                vector,
+                defaults.CONTEXT_RELEVANT_TOP_K,
+                index=peer.index,
+                allowed=allowed,
+            )
+            pinned = views.pinned_tier(view.db, request.filters)
+            credited = views.outcome_tier(view.db, self._rt.peer_id, vector, allowed, now)
+        relevant = [
+            views.Held(Candidate(h.content_hash, h.title, h.content, h.salience), h.rowid, h.cold)
+            for h in hits
+        ]
+        held = {h.candidate.content_hash: h for h in (*relevant, *credited, *pinned)}
+        bundle = pack(
+            {
+                Tier.PINNED: [h.candidate for h in pinned],
+                Tier.OUTCOMES: [h.candidate for h in credited],
+                Tier.RELEVANT: [h.candidate for h in relevant],
+            },
+            budget=request.budget_tokens,
+            pinned_salience=defaults.CONTEXT_PINNED_SALIENCE,
+            max_overflow=defaults.CONTEXT_MAX_OVERFLOW,
+        )
+        digest = None
+        if request.record and bundle.members:
+            # Exactly what the bundle holds, in its order: an outcome credits these.
+            in_bundle = [_as_hit(held[m.candidate.content_hash], m) for m in bundle.members]
+            with self._writing() as writer:
+                digest = record_attribution(
+                    writer, in_bundle, request.decision or request.task, request.task, vector
+                )
+        return _context_response(bundle, digest, held, started)
+
+    def explain(self, request: models.RefRequest) -> models.ExplainResponse:
+        self._require_peer()
+        with self._reading() as view:
+            return views.explain(view.db, _memory_row(view.db, request.ref))
+
+    def timeline(self, request: models.TimelineRequest) -> models.TimelineResponse:
+        self._require_peer()
+        with self._reading() as view:
+            return views.timeline(view.db, request)
+
+    def pin(self, request: models.PinRequest) -> models.ChunkQueued:
+        """Queue the pin floor as a revision: applied (journaled, and sent to peers) at the
+        next cycle."""
+        return self._revise(request.ref, {"pin_floor": request.pin_floor})
+
+    def unpin(self, request: models.RefRequest) -> models.ChunkQueued:
+        return self._revise(request.ref, {"pin_floor": 0.0})
+
+    def reinforce(self, request: models.FeedbackRequest) -> models.ChunkQueued:
+        """A Reward pulse seeded at the chunk (a cold chunk comes back when it applies)."""
+        return self._feedback(request, PulseKind.REWARD)
+
+    def penalize(self, request: models.FeedbackRequest) -> models.ChunkQueued:
+        return self._feedback(request, PulseKind.DECAY)
+
+    def update(self, request: models.UpdateRequest) -> models.UpdateResponse:
+        """New content supersedes the memory (unset fields kept); a change of title, topic
+        or importance alone is a revision of the same memory."""
+        self._require_peer()
+        with self._reading() as view:
+            old = _memory_row(view.db, request.ref)
+        if old.state == "tombstoned":
+            raise Conflict(f"chunk {old.content_hash} was retracted (tombstoned) already")
+        given = request.model_dump(exclude={"ref", "reason"}, exclude_none=True)
+        content = given.pop("content", old.content)
+        if content_hash(content) != old.content_hash:
+            kept = old.model_dump(include=set(models.SaveRequest.model_fields) - {"content"})
+            memory = models.SaveRequest(content=content, **(kept | given))
+            superseded = self.supersede(
+                models.SupersedeRequest(
+                    old_hash=old.content_hash, memory=memory, reason=request.reason
+                )
+            )
+            return models.UpdateResponse(
+                content_hash=superseded.saved.content_hash, superseded=superseded, revised=None
+            )
+        changed = {name: value for name, value in given.items() if getattr(old, name) != value}
+        if not changed:
+            raise ValueError("nothing to change: every field given has that value already")
+        structural = sorted(set(changed) - set(REVISABLE_COLUMNS))
+        if structural:
+            raise ValueError(
+                f"changing {', '.join(structural)} needs new content (a memory that "
+                f"supersedes this one); alone, only {', '.join(REVISABLE_COLUMNS)} can change"
+            )
+        revised = self._revise(old.content_hash, changed)
+        return models.UpdateResponse(
+            content_hash=old.content_hash,
+            superseded=None,
+            revised=models.Queued(entry_id=revised.entry_id, new=revised.new),
+        )
+
+    def _revise(self, ref: str, changes: dict[str, str | float | None]) -> models.ChunkQueued:
+        self._require_peer()
+        with self._writing() as writer:
+            memory = _memory_row(writer.db, ref)
+            if memory.state == "tombstoned":
+                raise Conflict(f"chunk {memory.content_hash} was retracted (tombstoned)")
+            emitted = emit_revision(
+                writer,
+                digest=memory.content_hash,
+                changes=changes,
+                # Each request is a revision of its own: pin, unpin, pin again all apply.
+                nonce=str(self._rt.clock.now_ms()),
+            )
+        return models.ChunkQueued(
+            content_hash=memory.content_hash, entry_id=emitted.entry_id, new=emitted.new
+        )
+
+    def _feedback(self, request: models.FeedbackRequest, kind: PulseKind) -> models.ChunkQueued:
+        self._require_peer()
+        with self._writing() as writer:
+            memory = _memory_row(writer.db, request.ref)
+            if memory.state == "tombstoned":
+                raise Conflict(f"chunk {memory.content_hash} was retracted (tombstoned)")
+            # Shaped like an outcome's pulse: the chunk and its nearest neighbours.
+            pulse = PulseRequest(
+                text="",
+                kind=kind,
+                strength=request.strength,
+                sigma=constants.OUTCOME_SIGMA,
+                k=constants.OUTCOME_K,
+                max_hops=constants.OUTCOME_MAX_HOPS,
+                decay_per_hop=constants.OUTCOME_DECAY_PER_HOP,
+                ttl_s=defaults.PULSE_TTL_S,
+                reason=request.reason,
+                nonce=request.nonce,
+                seed_chunk=memory.content_hash,
+            )
+            emitted = emit_pulse(writer, pulse)
+        return models.ChunkQueued(
+            content_hash=memory.content_hash, entry_id=emitted.entry_id, new=emitted.new
+        )
+
     def status(self) -> models.StatusResponse:
         peer = self._require_peer()
         with self._reading() as view:
@@ -316,23 +480,7 @@ def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
 
 
 def _matching(db: Database, filters: models.RecallFilters) -> frozenset[int]:
-    where = ["deleted_at IS NULL", f"type != '{EFFICACY_TYPE}'"]
-    params: list[Any] = []
-    for column in ("project", "scope", "session_id", "kind"):
-        value = getattr(filters, column)
-        if value is not None:
-            where.append(f"{column} = ?")
-            params.append(value)
-    if filters.topic_key_prefix is not None:
-        # substr, not LIKE: a prefix holding % or _ means itself.
-        where.append("substr(topic_key, 1, ?) = ?")
-        params += [len(filters.topic_key_prefix), filters.topic_key_prefix]
-    if filters.created_after_ms is not None:
-        where.append("created_at >= ?")
-        params.append(iso_from_ms(filters.created_after_ms))
-    if filters.created_before_ms is not None:
-        where.append("created_at < ?")
-        params.append(iso_from_ms(filters.created_before_ms))
+    where, params = views.filter_clauses(filters)
     rows = db.fetch_all(f"SELECT id FROM observations WHERE {' AND '.join(where)}", tuple(params))
     return frozenset(int(r[0]) for r in rows)
 
@@ -395,4 +543,63 @@ def _hit(hit: Hit, explain: bool) -> models.RecallHit:
         salience=hit.salience,
         cold=hit.cold,
         factors=factors,
+    )
+
+
+def _as_hit(held: views.Held, member: Member) -> Hit:
+    candidate = held.candidate
+    return Hit(
+        rowid=held.rowid,
+        content_hash=candidate.content_hash,
+        title=candidate.title,
+        content=candidate.content,
+        similarity=0.0,
+        salience=candidate.salience,
+        score=member.rank_salience,
+        cold=held.cold,
+    )
+
+
+def _context_response(
+    bundle: Bundle, digest: str | None, held: dict[str, views.Held], started: float
+) -> models.ContextResponse:
+    def tier(which: Tier) -> list[models.ContextMemory]:
+        return [
+            models.ContextMemory(
+                content_hash=m.candidate.content_hash,
+                title=m.candidate.title,
+                content=m.candidate.content,
+                salience=m.candidate.salience,
+                rank_salience=m.rank_salience,
+                tokens=m.tokens,
+                truncated=m.truncated,
+                cold=held[m.candidate.content_hash].cold,
+            )
+            for m in bundle.tier(which)
+        ]
+
+    if not bundle.members:
+        header = "No memory matches this."
+    elif digest is None:
+        header = "not recorded"
+    else:
+        header = f"decision {digest} (cite the [hashes] you use in mem_outcome)"
+    return models.ContextResponse(
+        decision_hash=digest,
+        tiers=models.ContextTiers(
+            pinned=tier(Tier.PINNED), outcomes=tier(Tier.OUTCOMES), relevant=tier(Tier.RELEVANT)
+        ),
+        tokens=models.ContextTokens(
+            pinned=bundle.tokens(Tier.PINNED),
+            outcomes=bundle.tokens(Tier.OUTCOMES),
+            relevant=bundle.tokens(Tier.RELEVANT),
+            total=bundle.tokens(),
+            budget=bundle.budget,
+        ),
+        overflow=[
+            models.Reference(content_hash=r.content_hash, title=r.title) for r in bundle.overflow
+        ],
+        dropped=bundle.dropped,
+        text=render(bundle, header),
+        latency_ms=(time.perf_counter() - started) * 1000.0,
     )

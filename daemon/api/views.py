@@ -1,0 +1,297 @@
+"""What the read operations assemble from the database: filters as SQL, the tiers of a
+context bundle, a memory's explanation, the timeline. Every function runs inside the
+caller's read transaction and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from daemon import defaults
+from daemon.api import models
+from pulses.context import Candidate
+from store import keys as key_store
+from store.database import EFFICACY_TYPE, Database
+from store.timefmt import iso_from_ms
+
+Vector = np.ndarray[Any, np.dtype[np.float32]]
+
+#: Journal steps that name the chunk itself (pulses name it by their seed hash).
+_OWN_STEPS = ("chunk", "tombstone", "supersede", "reconsolidate", "sweep", "revive")
+
+
+def filter_clauses(filters: models.RecallFilters) -> tuple[list[str], list[Any]]:
+    """SQL conditions (and their parameters) on `observations` for recall's filters; chunks
+    tombstoned and the daemon's own records never match."""
+    where = ["deleted_at IS NULL", f"type != '{EFFICACY_TYPE}'"]
+    params: list[Any] = []
+    for column in ("project", "scope", "session_id", "kind"):
+        value = getattr(filters, column)
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if filters.topic_key_prefix is not None:
+        # substr, not LIKE: a prefix holding % or _ means itself.
+        where.append("substr(topic_key, 1, ?) = ?")
+        params += [len(filters.topic_key_prefix), filters.topic_key_prefix]
+    if filters.created_after_ms is not None:
+        where.append("created_at >= ?")
+        params.append(iso_from_ms(filters.created_after_ms))
+    if filters.created_before_ms is not None:
+        where.append("created_at < ?")
+        params.append(iso_from_ms(filters.created_before_ms))
+    return where, params
+
+
+# ---- context bundle tiers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Held:
+    """A candidate and what the bundle needs of its row."""
+
+    candidate: Candidate
+    rowid: int
+    cold: bool
+
+
+def pinned_tier(db: Database, filters: models.RecallFilters) -> list[Held]:
+    """Pinned memories (a pin floor, or deletion policy never) matching the filters, highest
+    salience first."""
+    where, params = filter_clauses(filters)
+    where.append("(pin_floor > 0 OR deletion_policy = 'never')")
+    rows = db.fetch_all(
+        "SELECT id, content_hash, title, content, salience, cold_at IS NOT NULL "
+        f"FROM observations WHERE {' AND '.join(where)} ORDER BY salience DESC, id LIMIT ?",
+        (*params, defaults.CONTEXT_PINNED_LIMIT),
+    )
+    return [_held(row) for row in rows]
+
+
+def outcome_tier(
+    db: Database, peer: str, task: Vector, allowed: frozenset[int] | None, now_ms: int
+) -> list[Held]:
+    """Memories cited by this peer's recent successful decisions about a similar task: the
+    closest decisions first, each decision's citations in hash order."""
+    decisions = db.successful_decisions(
+        peer,
+        since_ms=now_ms - int(defaults.CONTEXT_OUTCOME_WINDOW_S * 1000),
+        limit=defaults.CONTEXT_OUTCOME_DECISIONS,
+    )
+    scored = [
+        (float(np.dot(query_vector, task)), cited)
+        for _digest, _ranked, cited, _query, query_vector in decisions
+        if cited and query_vector.shape == task.shape
+    ]
+    scored = [item for item in scored if item[0] >= defaults.CONTEXT_OUTCOME_MIN_SIMILARITY]
+    scored.sort(key=lambda item: -item[0])
+    wanted = list(dict.fromkeys(digest for _score, cited in scored for digest in cited))
+    if not wanted:
+        return []
+    marks = ",".join("?" * len(wanted))
+    rows = db.fetch_all(
+        "SELECT id, content_hash, title, content, salience, cold_at IS NOT NULL "
+        f"FROM observations WHERE content_hash IN ({marks}) AND deleted_at IS NULL "
+        f"AND type != '{EFFICACY_TYPE}'",
+        tuple(wanted),
+    )
+    by_hash = {str(row[1]): _held(row) for row in rows}
+    return [
+        by_hash[digest]
+        for digest in wanted
+        if digest in by_hash and (allowed is None or by_hash[digest].rowid in allowed)
+    ]
+
+
+def _held(row: Sequence[Any]) -> Held:
+    rowid, digest, title, content, salience, cold = row
+    return Held(
+        Candidate(str(digest), str(title), str(content), float(salience)), int(rowid), bool(cold)
+    )
+
+
+# ---- explain --------------------------------------------------------------------------------
+
+
+def explain(db: Database, memory: models.Memory) -> models.ExplainResponse:
+    digest = memory.content_hash
+    obs = db.observation_by_hash(digest)
+    assert obs is not None  # the caller just read it
+    own = ",".join(f"'{kind}'" for kind in _OWN_STEPS)
+    # Pulses name their seed inside the body; a supersede names the chunk it replaced, and
+    # the new chunk by rowid.
+    about = (
+        f"FROM journal WHERE (ref = ?1 AND kind IN ({own})) "
+        "OR (kind = 'pulse' AND json_extract(body, '$.pulse.seed_hash') = ?1) "
+        "OR (kind = 'supersede' AND json_extract(body, '$.new') = ?2)"
+    )
+    total = int(db.fetch_one(f"SELECT count(*) {about}", (digest, obs.rowid))[0])
+    rows = db.fetch_all(
+        f"SELECT seq, kind, body, at_ms {about} ORDER BY seq DESC LIMIT ?3",
+        (digest, obs.rowid, defaults.EXPLAIN_STEPS),
+    )
+    history = [_step(db, obs.rowid, int(s), str(k), json.loads(b), int(a)) for s, k, b, a in rows]
+    tombstone = db.fetch_one("SELECT reason FROM tombstones WHERE hash = ?", (digest,))
+    return models.ExplainResponse(
+        memory=memory,
+        tombstone_reason=None if tombstone is None else tombstone[0],
+        history=history,
+        history_total=total,
+        downscale=_downscale(db, obs.rowid, memory.kind),
+        decisions=_decisions(db, digest),
+        decisions_total=int(
+            db.fetch_one(
+                "SELECT count(*) FROM attributions WHERE instr(chunk_hashes_json, ?) > 0",
+                (f'"{digest}"',),
+            )[0]
+        ),
+        learned_keys=[
+            models.LearnedKeySummary(weight=k.weight, updated_ms=k.updated_ms, text=k.text)
+            for k in key_store.keys_of(db, obs.rowid)
+        ],
+    )
+
+
+def _step(
+    db: Database, rowid: int, seq: int, kind: str, body: dict[str, Any], at_ms: int
+) -> models.SalienceStep:
+    step = models.SalienceStep(seq=seq, at_ms=at_ms, step=kind, cause=kind)  # type: ignore[arg-type]
+    if kind == "chunk":
+        step.cause = "admitted"
+        step.salience = body.get("initial")
+        step.pin_floor = body.get("pin_floor")
+    elif kind == "pulse":
+        pulse = body["pulse"]
+        step.pulse_id = pulse.get("pulse_id")
+        step.pulse_kind = pulse["kind"]
+        step.strength = None if pulse["strength"] == "inf" else float(pulse["strength"])
+        step.origin_peer = pulse["origin_peer"]
+        step.reason = pulse["reason"]
+        # An outcome's pulses carry its HLC and reason.
+        outcome = db.fetch_one(
+            "SELECT outcome_id, decision_hash FROM outcomes WHERE hlc = ? AND reason = ? "
+            "AND status = 'converted' LIMIT 1",
+            (pulse["ts"], pulse["reason"]),
+        )
+        if outcome is not None:
+            step.outcome_id, step.decision_hash = str(outcome[0]), str(outcome[1])
+            step.cause = f"outcome {step.pulse_kind} pulse"
+        else:
+            step.cause = f"{step.pulse_kind} pulse seeded here"
+    elif kind == "supersede":
+        replaced = body.get("new") == rowid
+        step.cause = "inherited the salience of the chunk it replaced" if replaced else "superseded"
+    elif kind == "reconsolidate":
+        step.pin_floor = body.get("pin_floor")
+        step.cause = "pinned" if (step.pin_floor or 0) > 0 else "unpinned"
+    elif kind == "tombstone":
+        step.cause = "tombstoned"
+    elif kind == "sweep":
+        step.cause = "swept to the cold tier"
+    elif kind == "revive":
+        step.cause = "revived from the cold tier"
+    return step
+
+
+def _downscale(db: Database, rowid: int, kind: str) -> models.DownscaleSummary:
+    row = db.fetch_one(
+        "SELECT count(*), max(seq) FROM journal WHERE kind = 'downscale' AND seq > "
+        "coalesce((SELECT admitted_seq FROM observations WHERE id = ?), 9e18)",
+        (rowid,),
+    )
+    steps, last = int(row[0]), row[1]
+    if last is None:
+        return models.DownscaleSummary(steps=0, last_at_ms=None, half_life_s=None)
+    at_ms, body = db.fetch_one("SELECT at_ms, body FROM journal WHERE seq = ?", (last,))
+    half_life = json.loads(body).get("half_life_s", {}).get(kind)
+    return models.DownscaleSummary(
+        steps=steps,
+        last_at_ms=int(at_ms),
+        half_life_s=None if half_life is None else float(half_life),
+    )
+
+
+def _decisions(db: Database, digest: str) -> list[models.DecisionSummary]:
+    rows = db.fetch_all(
+        "SELECT decision_hash, ts, peer, coalesce(ranked_json, chunk_hashes_json), query_text, "
+        "ranked_json IS NOT NULL FROM attributions WHERE instr(chunk_hashes_json, ?) > 0 "
+        "ORDER BY hlc DESC LIMIT ?",
+        (f'"{digest}"', defaults.EXPLAIN_DECISIONS),
+    )
+    out = []
+    for decision, ts, peer, ranked_json, query, ranked in rows:
+        order = list(json.loads(ranked_json))
+        outcomes = db.fetch_all(
+            "SELECT outcome_id, reward, reason, status, cited_json FROM outcomes "
+            "WHERE decision_hash = ? ORDER BY hlc DESC",
+            (decision,),
+        )
+        out.append(
+            models.DecisionSummary(
+                decision_hash=str(decision),
+                at=str(ts),
+                peer=str(peer),
+                rank=order.index(digest) + 1 if ranked and digest in order else None,
+                query=query,
+                outcomes=[
+                    models.OutcomeSummary(
+                        outcome_id=str(oid),
+                        reward=float(reward),
+                        reason=str(reason),
+                        status=str(status),
+                        cited=digest in json.loads(cited),
+                    )
+                    for oid, reward, reason, status, cited in outcomes
+                ],
+            )
+        )
+    return out
+
+
+# ---- timeline -------------------------------------------------------------------------------
+
+
+def timeline(db: Database, request: models.TimelineRequest) -> models.TimelineResponse:
+    where, params = filter_clauses(request.filters())
+    if request.around_ms is not None:
+        span_ms = int(request.span_s * 1000)
+        where.append("created_at >= ? AND created_at <= ?")
+        params += [
+            iso_from_ms(max(0, request.around_ms - span_ms)),
+            iso_from_ms(request.around_ms + span_ms),
+        ]
+    condition = " AND ".join(where)
+    total = int(
+        db.fetch_one(f"SELECT count(*) FROM observations WHERE {condition}", tuple(params))[0]
+    )
+    rows = db.fetch_all(
+        "SELECT content_hash, title, substr(content, 1, ?), kind, project, session_id, topic_key, "
+        f"created_at, salience, cold_at IS NOT NULL FROM observations WHERE {condition} "
+        "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+        (defaults.TIMELINE_PREVIEW_CHARS, *params, request.limit, request.offset),
+    )
+    end = request.offset + len(rows)
+    return models.TimelineResponse(
+        total=total,
+        next_offset=end if end < total else None,
+        memories=[
+            models.TimelineMemory(
+                content_hash=digest,
+                title=title,
+                preview=preview,
+                kind=kind,
+                project=project,
+                session_id=session,
+                topic_key=topic,
+                created_at=created,
+                salience=salience,
+                state="cold" if cold else "live",
+            )
+            for digest, title, preview, kind, project, session, topic, created, salience, cold in rows
+        ],
+    )
