@@ -153,7 +153,8 @@ def test_stdio_tools_save_search_cite_and_curate(served: ApiDaemon, tmp_path: Pa
                 reason="new bastion",
                 content=content.replace("the bastion", "bastion-2"),
             )
-            new_hash = updated["saved"]["content_hash"]
+            new_hash = updated["content_hash"]
+            assert updated["superseded"]["saved"]["content_hash"] == new_hash
             new = await call(session, "mem_get_observation", id=new_hash)
             assert (new["project"], new["topic_key"], new["title"]) == (
                 "ops",

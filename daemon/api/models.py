@@ -31,6 +31,8 @@ MAX_TOP_K = 100
 MAX_CITED = 100
 #: An embedding is given as this many floats (the model's width is checked at run time).
 MAX_VECTOR_LENGTH = 4096
+#: The last millisecond of year 9999: times past it cannot be written as ISO dates.
+MAX_TIME_MS = 253_402_300_799_999
 
 assert Kind.__args__ == CHUNK_KINDS  # type: ignore[attr-defined]
 assert DeletionPolicy.__args__ == DELETION_POLICIES  # type: ignore[attr-defined]
@@ -52,10 +54,16 @@ class RecallFilters(Strict):
     kind: Kind | None = None
     topic_key_prefix: str | None = Field(default=None, min_length=1, max_length=1000)
     created_after_ms: int | None = Field(
-        default=None, ge=0, description="only chunks stored at or after (ms since the epoch)"
+        default=None,
+        ge=0,
+        le=MAX_TIME_MS,
+        description="only chunks stored at or after (ms since the epoch)",
     )
     created_before_ms: int | None = Field(
-        default=None, ge=0, description="only chunks stored before (ms since the epoch)"
+        default=None,
+        ge=0,
+        le=MAX_TIME_MS,
+        description="only chunks stored before (ms since the epoch)",
     )
 
     def active(self) -> bool:
@@ -480,7 +488,10 @@ class TimelineRequest(RecallFilters):
     """The recall filters, and where in time to look."""
 
     around_ms: int | None = Field(
-        default=None, ge=0, description="only memories stored within span_s of this time"
+        default=None,
+        ge=0,
+        le=MAX_TIME_MS,
+        description="only memories stored within span_s of this time",
     )
     span_s: float = Field(default=defaults.TIMELINE_SPAN_S, gt=0.0, le=10 * 365 * 86_400.0)
     limit: int = Field(default=defaults.TIMELINE_PAGE, ge=1, le=defaults.TIMELINE_MAX_PAGE)

@@ -391,7 +391,10 @@ class Operations:
             )
         changed = {name: value for name, value in given.items() if getattr(old, name) != value}
         if not changed:
-            raise ValueError("nothing to change: every field given has that value already")
+            raise ValueError(
+                "nothing to change: the new content is the old content, and every other "
+                "field given has that value already"
+            )
         structural = sorted(set(changed) - set(REVISABLE_COLUMNS))
         if structural:
             raise ValueError(

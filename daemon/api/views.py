@@ -263,7 +263,7 @@ def timeline(db: Database, request: models.TimelineRequest) -> models.TimelineRe
         where.append("created_at >= ? AND created_at <= ?")
         params += [
             iso_from_ms(max(0, request.around_ms - span_ms)),
-            iso_from_ms(request.around_ms + span_ms),
+            iso_from_ms(min(request.around_ms + span_ms, models.MAX_TIME_MS)),
         ]
     condition = " AND ".join(where)
     total = int(
