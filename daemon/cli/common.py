@@ -1,4 +1,9 @@
-"""What every command shares: config options, exit codes, and error reporting."""
+"""What every command shares: config options, exit codes, and error reporting.
+
+Imported by every command before it parses its arguments, so it imports nothing
+heavy: `--help`, and a command the running daemon serves, never pay for the
+modules only the direct way needs (the model, the index, the API server).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from daemon.config import Config, ConfigError, load_config
-from daemon.logs import configure_logging
+if TYPE_CHECKING:
+    from daemon.config import Config
 
 EXIT_OK: Final = 0
 #: Something unexpected; the message and traceback are logged.
@@ -68,7 +73,29 @@ def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int
     return int(args.handler(args))
 
 
+def access_options() -> argparse.ArgumentParser:
+    """A parent parser for the commands that reach memory either way (daemon/cli/access.py)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group(
+        "how memory is reached",
+        "Through the running daemon's API (its Unix socket, api.unix_socket in the data "
+        "directory) when a daemon serves it: no model or index to load here, so it takes "
+        "milliseconds. Otherwise, or when the daemon does not answer, by opening the database "
+        "in this process (seconds: the model and the index load). Output and exit codes are "
+        "the same either way.",
+    )
+    group.add_argument(
+        "--direct",
+        action="store_true",
+        help="open the database in this process even when a daemon serves the API",
+    )
+    return parent
+
+
 def load(args: argparse.Namespace) -> Config:
+    from daemon.config import load_config
+    from daemon.logs import configure_logging
+
     config = load_config(
         args.config,
         overrides={
@@ -83,30 +110,39 @@ def load(args: argparse.Namespace) -> Config:
     return config
 
 
+#: Failures that mean the command cannot run here (exit 3) and bad input (exit 2), by the
+#: module defining them. Only modules already imported are looked in: an exception of a
+#: module never imported cannot have been raised, and importing them all here would cost
+#: every command the API server's and the model's imports.
+CANNOT_RUN_HERE: Final = (
+    ("daemon.runtime", "AlreadyRunning"),
+    ("daemon.api.http", "ApiUnavailable"),
+    ("zeitgeist.backend", "BackendError"),
+    ("daemon.metrics", "MetricsUnavailable"),
+    ("store.database", "DatabaseError"),
+    ("store.migrations", "MigrationError"),
+    ("store.embedder", "EmbedderUnavailable"),
+    ("daemon.client", "Unavailable"),
+)
+BAD_INPUT: Final = (
+    ("daemon.config", "ConfigError"),
+    ("store.database", "InvalidObservation"),
+    ("builtins", "ValueError"),
+    # What the daemon refused: the same requests the direct way refuses as bad input.
+    ("daemon.client", "BadRequest"),
+    ("daemon.client", "NotFound"),
+    ("daemon.client", "Conflict"),
+)
+
+
+def _loaded(names: Sequence[tuple[str, str]]) -> tuple[type[BaseException], ...]:
+    return tuple(
+        getattr(sys.modules[module], name) for module, name in names if module in sys.modules
+    )
+
+
 def run_guarded(action: Callable[[], int]) -> int:
     """Run a command, turning known failures into one clear line and an exit code."""
-    from daemon.api.http import ApiUnavailable
-    from daemon.metrics import MetricsUnavailable
-    from daemon.runtime import AlreadyRunning
-    from store.database import DatabaseError, InvalidObservation
-    from store.embedder import EmbedderUnavailable
-    from store.migrations import MigrationError
-    from zeitgeist.backend import BackendError
-
-    usage: tuple[type[BaseException], ...] = (
-        ConfigError,
-        InvalidObservation,
-        ValueError,
-    )
-    unavailable: tuple[type[BaseException], ...] = (
-        AlreadyRunning,
-        ApiUnavailable,
-        BackendError,
-        MetricsUnavailable,
-        DatabaseError,
-        MigrationError,
-        EmbedderUnavailable,
-    )
     try:
         return action()
     except KeyboardInterrupt:
@@ -115,13 +151,13 @@ def run_guarded(action: Callable[[], int]) -> int:
         # The reader went away (`... | head`): not an error; keep Python from complaining.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except unavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    except usage as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except Exception as exc:
+        if isinstance(exc, _loaded(CANNOT_RUN_HERE)):
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        if isinstance(exc, _loaded(BAD_INPUT)):
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
         log.exception("unexpected failure")
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILURE

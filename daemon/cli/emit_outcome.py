@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from daemon.cli.access import memory_access
+from daemon.cli.common import access_options, config_options, load, run_guarded
 
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "outcome",
-        parents=[config_options()],
+        parents=[config_options(), access_options()],
         help="report how a decision turned out",
         description="Report an outcome for a decision hash printed by `dreamcycle recall`. "
         "Without --cited an outcome credits nothing by default (learning.credit_rule = "
@@ -40,19 +41,9 @@ def register(verbs: Any) -> None:
 
 
 def _emit(args: argparse.Namespace) -> int:
-    from daemon.emit import emit_outcome
-    from daemon.runtime import Runtime
-
-    rt = Runtime.open(load(args))
-    try:
-        emitted = emit_outcome(
-            rt,
-            decision=args.decision,
-            reward=args.reward,
-            reason=args.reason,
-            cited=args.cited,
+    with memory_access(load(args), direct=args.direct) as memory:
+        emitted = memory.outcome(
+            decision=args.decision, reward=args.reward, reason=args.reason, cited=args.cited
         )
-    finally:
-        rt.close()
     print(f"{'queued' if emitted.new else 'already queued'} outcome {emitted.entry_id}")
     return 0

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from daemon.cli.access import PulseSpec, memory_access
+from daemon.cli.common import access_options, config_options, load, run_guarded
 
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "pulse",
-        parents=[config_options()],
+        parents=[config_options(), access_options()],
         help="reward or decay the neighbourhood of a text",
         description="Emit a salience pulse seeded at TEXT's embedding. Every peer propagates "
         "it by BFS over its own k-NN graph, so peers that never held TEXT still take part. "
@@ -34,19 +35,15 @@ def register(verbs: Any) -> None:
 
 
 def _emit(args: argparse.Namespace) -> int:
-    from daemon.emit import PulseRequest, emit_pulse
-    from daemon.runtime import Runtime
-    from pulses.pulse import PulseKind
-
     config = load(args)
     defaults = config.pulses
 
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value
 
-    request = PulseRequest(
+    spec = PulseSpec(
         text=args.text,
-        kind=PulseKind(args.kind),
+        kind=args.kind,
         strength=pick(args.strength, defaults.strength),
         sigma=pick(args.sigma, defaults.sigma),
         k=pick(args.k, defaults.k),
@@ -56,10 +53,7 @@ def _emit(args: argparse.Namespace) -> int:
         reason=args.reason,
         nonce=args.nonce,
     )
-    rt = Runtime.open(config)
-    try:
-        emitted = emit_pulse(rt, request)
-    finally:
-        rt.close()
+    with memory_access(config, direct=args.direct) as memory:
+        emitted = memory.pulse(spec)
     print(f"{'queued' if emitted.new else 'already queued'} pulse {emitted.entry_id}")
     return 0

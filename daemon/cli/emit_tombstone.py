@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from daemon.cli.access import memory_access
+from daemon.cli.common import access_options, config_options, load, run_guarded
 
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "tombstone",
-        parents=[config_options()],
+        parents=[config_options(), access_options()],
         help="retract a chunk everywhere",
         description="Tombstone the chunk with content hash HASH on every peer (with a Forget "
         "pulse when this peer holds it). Tombstones win over any later Reward.",
@@ -22,16 +23,10 @@ def register(verbs: Any) -> None:
 
 
 def _emit(args: argparse.Namespace) -> int:
-    from daemon.emit import emit_tombstone
-    from daemon.runtime import Runtime
-
     config = load(args)
-    rt = Runtime.open(config)
-    try:
-        emitted = emit_tombstone(
-            rt, digest=args.hash, reason=args.reason, ttl_s=config.pulses.ttl_s
+    with memory_access(config, direct=args.direct) as memory:
+        emitted = memory.tombstone(
+            content_hash=args.hash, reason=args.reason, ttl_s=config.pulses.ttl_s
         )
-    finally:
-        rt.close()
     print(f"{'queued' if emitted.new else 'already queued'} tombstone {emitted.entry_id}")
     return 0

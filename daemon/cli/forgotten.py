@@ -7,13 +7,14 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from daemon.cli.common import config_options, load, print_table, run_guarded
+from daemon.cli.access import memory_access
+from daemon.cli.common import access_options, config_options, load, print_table, run_guarded
 
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "forgotten",
-        parents=[config_options()],
+        parents=[config_options(), access_options()],
         help="list chunks the sweep moved to the cold tier, and why",
         description="Swept chunks are not deleted: they leave the live index and default "
         "recall, recall still falls back to them when live results are weak, and they come "
@@ -26,36 +27,26 @@ def register(verbs: Any) -> None:
     parser.add_argument(
         "--revive",
         metavar="HASH",
-        help="ask the daemon to bring this cold chunk back (at its next cycle)",
+        help="ask the daemon to bring this cold chunk back (at its next cycle; always "
+        "written to the database directly)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _forgotten(args)))
 
 
 def _forgotten(args: argparse.Namespace) -> int:
-    from daemon.runtime import Runtime
-    from store import tiers
-
     if args.limit < 1 or args.offset < 0:
         raise ValueError("--limit must be >= 1 and --offset >= 0")
-    rt = Runtime.open(load(args))
-    try:
+    with memory_access(load(args), direct=args.direct) as memory:
         if args.revive is not None:
-            rowid = tiers.cold_rowid_of_hash(rt.db, args.revive)
-            if rowid is None:
-                raise ValueError(f"{args.revive!r} is not the hash of a chunk in the cold tier")
-            with rt.db.transaction():
-                tiers.request_revival(rt.db, rowid, now_ms=rt.clock.now_ms())
+            memory.revive(args.revive)
             print(f"revival of {args.revive[:12]} requested; the daemon applies it next cycle")
             return 0
-        rows = tiers.cold_chunks(rt.db, limit=args.limit, offset=args.offset)
-        total = rt.db.counts()["cold"]
-    finally:
-        rt.close()
+        listed = memory.forgotten(limit=args.limit, offset=args.offset)
     if args.json:
-        print(json.dumps({"cold": total, "chunks": [asdict(r) for r in rows]}, indent=2))
+        print(json.dumps(asdict(listed), indent=2))
         return 0
-    print(f"{total} chunks in the cold tier")
+    print(f"{listed.cold} chunks in the cold tier")
     print_table(
         [
             {
@@ -65,7 +56,7 @@ def _forgotten(args: argparse.Namespace) -> int:
                 "why": r.reason,
                 "text": r.text[:50].replace("\n", " "),
             }
-            for r in rows
+            for r in listed.chunks
         ],
         ["since", "salience", "hash", "why", "text"],
     )

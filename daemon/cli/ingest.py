@@ -7,23 +7,30 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from daemon.cli.access import memory_access
+from daemon.cli.common import access_options, config_options, load, run_guarded
 
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "ingest",
-        parents=[config_options()],
+        parents=[config_options(), access_options()],
         help="add text or JSONL files as memory chunks",
         description="Store chunks from files: .jsonl/.ndjson (one object per line with "
         "'content' and optional title, type, kind, topic_key, project, scope, session_id, "
         "tool_name, pin_floor, importance, deletion_policy) or plain text (one chunk per "
-        "paragraph). Chunks are deduplicated by content hash and embedded in batches; the "
-        "daemon indexes and announces them in its next cycle.",
+        "paragraph). Files are read and checked whole before anything is stored. Chunks are "
+        "deduplicated by content hash. Through a running daemon's API each is saved, embedded "
+        "and indexed at once (recallable when ingest returns); directly they are embedded in "
+        "batches, and the daemon indexes them in its next cycle. Either way the daemon "
+        "announces them in its next cycle.",
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
     parser.add_argument(
-        "--no-embed", action="store_true", help="store only; the daemon embeds in its next cycle"
+        "--no-embed",
+        action="store_true",
+        help="store only; the daemon embeds in its next cycle (always direct: the API embeds "
+        "what it saves)",
     )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _ingest(args)))
 
@@ -31,13 +38,11 @@ def register(verbs: Any) -> None:
 def _ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from daemon.ingest import ingest, read_files
-    from daemon.runtime import Runtime
+    from daemon.ingest import read_files
 
     config = load(args)
     files = read_files(args.files)
     total = sum(len(items) for items in files)
-    rt = Runtime.open(config)
     bars: dict[str, Any] = {}
 
     def progress(stage: str, n: int) -> None:
@@ -46,11 +51,11 @@ def _ingest(args: argparse.Namespace) -> int:
         bars[stage].update(n)
 
     try:
-        report = ingest(rt, files, embed=not args.no_embed, progress=progress)
+        with memory_access(config, direct=args.direct) as memory:
+            report = memory.ingest(files, embed=not args.no_embed, progress=progress)
     finally:
         for bar in bars.values():
             bar.close()
-        rt.close()
     print(
         f"files {report.files}  read {report.read}  new {report.created}  "
         f"duplicates {report.duplicates}  embedded {report.embedded}"

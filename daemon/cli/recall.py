@@ -7,13 +7,14 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from daemon.cli.common import config_options, load, print_table, run_guarded
+from daemon.cli.access import memory_access
+from daemon.cli.common import access_options, config_options, load, print_table, run_guarded
 
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "recall",
-        parents=[config_options()],
+        parents=[config_options(), access_options()],
         help="top-k chunks for a query; prints the decision hash",
         description="Rank chunks by similarity to QUERY and by salience, record which chunks "
         "were in context (an attribution), and print its decision hash: pass it to "
@@ -30,18 +31,12 @@ def register(verbs: Any) -> None:
 
 
 def _recall(args: argparse.Namespace) -> int:
-    from daemon.recall import recall
-    from daemon.runtime import Runtime
-
     if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
-    rt = Runtime.open(load(args))
-    try:
-        result = recall(
-            rt, args.query, top_k=args.top_k, decision_text=args.decision, record=not args.no_record
+    with memory_access(load(args), direct=args.direct) as memory:
+        result = memory.recall(
+            args.query, top_k=args.top_k, decision=args.decision, record=not args.no_record
         )
-    finally:
-        rt.close()
     if args.json:
         print(
             json.dumps(

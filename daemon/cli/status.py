@@ -6,13 +6,14 @@ import argparse
 import json
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from daemon.cli.access import memory_access
+from daemon.cli.common import access_options, config_options, load, run_guarded
 
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
         "status",
-        parents=[config_options()],
+        parents=[config_options(), access_options()],
         help="what this peer holds and how its last cycle went",
         description="Print counts, a histogram of live salience, tombstones by reason and the "
         "last dream cycle's phases. Safe while the daemon runs.",
@@ -22,17 +23,8 @@ def register(verbs: Any) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from daemon.status import status_report
-    from store.database import Database
-
-    config = load(args)
-    if not config.database_path.exists():
-        raise ValueError(f"no database at {config.database_path}: nothing ingested or run yet")
-    db = Database(config.database_path)
-    try:
-        report = status_report(db, config.peer.id)
-    finally:
-        db.close()
+    with memory_access(load(args), direct=args.direct) as memory:
+        report = memory.status()
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
