@@ -55,12 +55,14 @@ def _ready(memory: MemoryClient) -> bool:
 
 
 @contextmanager
-def running_api(peer: Peer, settings: Mapping[str, str] | None = None) -> Iterator[ApiDaemon]:
+def running_api(
+    peer: Peer, settings: Mapping[str, str] | None = None, *, interval_s: str = INTERVAL_S
+) -> Iterator[ApiDaemon]:
     """`peer`'s daemon with the API on (token on TCP), until it answers operations; stopped
     with SIGTERM afterwards, which must exit 0."""
     port = free_port()
     peer.settings.update({**api_settings(port), **(settings or {})})
-    with peer.start("--interval", INTERVAL_S) as daemon:
+    with peer.start("--interval", interval_s) as daemon:
         daemon.wait_ready()
         served = ApiDaemon(peer, daemon, port)
         with MemoryClient(served.socket_path) as memory:
