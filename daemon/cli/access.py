@@ -301,6 +301,9 @@ class ApiAccess:
         *,
         unknown_here_goes_direct: bool = False,
     ) -> T:
+        """`send` the request `build` makes, or do it `direct`ly: when the API's models refuse
+        the request, when the daemon does not answer, and (with `unknown_here_goes_direct`)
+        when the daemon does not hold what the request names."""
         from daemon.client import BadRequest, NotFound, Unavailable
 
         if self._gone:
