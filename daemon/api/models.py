@@ -231,7 +231,8 @@ class Memory(BaseModel):
 
 class ForgottenRequest(Strict):
     limit: int = Field(default=FORGOTTEN_PAGE, ge=1, le=MAX_FORGOTTEN_PAGE)
-    offset: int = Field(default=0, ge=0)
+    # SQLite's integers are 64-bit: a larger offset would be a 500, not an empty page.
+    offset: int = Field(default=0, ge=0, le=(1 << 63) - 1)
 
 
 class ColdMemory(BaseModel):

@@ -60,6 +60,8 @@ from store.hashing import content_hash
 
 #: The attribution's decision text when a vector was recalled without one.
 VECTOR_DECISION: Final = "recall by vector"
+#: Distinct filters whose matching chunks are kept between calls (oldest dropped first).
+FILTERS_CACHED: Final = 64
 
 
 class NotFound(LookupError):
@@ -473,12 +475,16 @@ class Operations:
 
 
 def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
-    """Chunks matching the filters (kept until the database changes or the filters do)."""
-    key = json.dumps(filters.model_dump(), sort_keys=True)
-    stamp = f"{view.db.change_stamp()}|{key}"
-    cached: frozenset[int] | None = view.recall_cache.get("filter", stamp)
+    """Chunks matching the filters, kept per filter until the database changes: matching
+    scans the table, and agents repeat the same few filters (their project, say)."""
+    name = f"filter:{json.dumps(filters.model_dump(), sort_keys=True)}"
+    stamp = view.db.change_stamp()
+    cached: frozenset[int] | None = view.recall_cache.get(name, stamp)
     if cached is None:
-        cached = view.recall_cache.put("filter", stamp, _matching(view.db, filters))
+        stale = [key for key in view.recall_cache.entries if key.startswith("filter:")]
+        if len(stale) >= FILTERS_CACHED:
+            view.recall_cache.entries.pop(stale[0], None)
+        cached = view.recall_cache.put(name, stamp, _matching(view.db, filters))
     return cached
 
 
