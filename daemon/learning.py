@@ -4,12 +4,13 @@ Only the peer that made a decision knows what it recalled (in rank order) and
 the query, so only it converts an outcome: credit by pulses.credit, Reward or
 Decay pulses seeded at the credited chunks, and a retrieval key per credited
 chunk. Pulses and keys are published, so every peer learns from one success.
-Cited successes also vote on how recall splits its trust between vectors and
+Cited successes also teach how recall splits its trust between vectors and
 words (pulses.fusion); that split is this peer's own and is not published.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -28,8 +29,8 @@ from zeitgeist.entries import PulseEntry, RetrievalKeyEntry, encode_entry
 
 log = logging.getLogger("dreamcycle.learning")
 
-#: meta key holding the learned vector share of recall's fusion weight.
-VECTOR_SHARE_META_KEY = "recall_vector_share"
+#: meta key holding what cited successes taught about recall's vector/word split.
+FUSION_META_KEY = "recall_fusion_scores"
 
 
 def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
@@ -113,7 +114,7 @@ def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
                     applied=True,
                 )
         if _learns_fusion(peer.config):
-            _vote_on_fusion(peer, attribution, credits)
+            _learn_fusion(peer, attribution, credits)
         db.settle_outcome(record.outcome_id, "converted", len(pulses))
     return derived, keys_changed
 
@@ -130,32 +131,43 @@ def fusion_weights(db: Database, config: Config) -> tuple[float, float]:
     if not _learns_fusion(config):
         return recall.vector_weight, recall.lexical_weight
     total = recall.vector_weight + recall.lexical_weight
-    stored = db.get_meta(VECTOR_SHARE_META_KEY)
-    share = float(stored) if stored is not None else recall.vector_weight / total
+    share = fusion.best_share(split_scores(db), recall.vector_weight / total)
     return fusion.split_weights(share, total)
 
 
-def _vote_on_fusion(peer: Peer, attribution: AttributionRecord, credits: list[Credit]) -> None:
-    """Each chunk credited by a success votes for the retriever that ranked it higher."""
-    cited = [c.chunk_hash for c in credits if c.amount > 0]
+def split_scores(db: Database) -> fusion.SplitScores:
+    """What cited successes taught so far about the vector/word split (empty at first)."""
+    stored = db.get_meta(FUSION_META_KEY)
+    if stored is None:
+        return fusion.SplitScores()
+    try:
+        data = json.loads(stored)
+        return fusion.SplitScores(tuple(float(x) for x in data["scores"]), int(data["evidence"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        # Derived state: unreadable means start again from the configured split.
+        log.warning("fusion scores unreadable; starting again", extra={"reason": str(exc)})
+        return fusion.SplitScores()
+
+
+def _learn_fusion(peer: Peer, attribution: AttributionRecord, credits: list[Credit]) -> None:
+    """Score every candidate split by where it would have ranked the chunks a success cited."""
+    cited_hashes = [c.chunk_hash for c in credits if c.amount > 0]
     query = attribution.query_embedding
-    if not cited or query is None or not attribution.query_text:
+    if not cited_hashes or query is None or not attribution.query_text:
         return
-    db, pool = peer.db, peer.config.recall.candidates
-    labels, _ = peer.index.knn_many(query[None, :], pool)
-    vector_ranks = {int(label): rank for rank, label in enumerate(labels[0], start=1)}
-    lexical_ranks = {
-        label: rank
-        for rank, label in enumerate(search_lexical(db, attribution.query_text, pool), start=1)
-    }
-    pairs = []
-    for digest in cited:
-        obs = db.observation_by_hash(digest)
-        if obs is not None:
-            pairs.append(fusion.RankPair(vector_ranks.get(obs.rowid), lexical_ranks.get(obs.rowid)))
-    vector, lexical = fusion_weights(db, peer.config)
-    share = fusion.learn_share(vector / (vector + lexical), pairs)
-    db.set_meta(VECTOR_SHARE_META_KEY, repr(share))
+    db, recall = peer.db, peer.config.recall
+    labels, _ = peer.index.knn_many(query[None, :], recall.candidates)
+    cited = [obs.rowid for d in cited_hashes if (obs := db.observation_by_hash(d)) is not None]
+    state = fusion.observe(
+        split_scores(db),
+        cited,
+        [int(label) for label in labels[0]],
+        search_lexical(db, attribution.query_text, recall.candidates),
+        rrf_k=recall.rrf_k,
+    )
+    db.set_meta(
+        FUSION_META_KEY, json.dumps({"scores": list(state.scores), "evidence": state.evidence})
+    )
 
 
 def teach_key(

@@ -40,6 +40,7 @@ from daemon.config import Config, load_config
 from daemon.cycle import run_cycle_blocking
 from daemon.emit import emit_outcome
 from daemon.ingest import ingest
+from daemon.learning import fusion_weights
 from daemon.recall import rank_query, recall
 from daemon.runtime import Peer, Runtime
 from scripts.efficacy_corpus import FORMATS, Corpus, Question, load_corpus
@@ -349,6 +350,8 @@ def _measure(sim: Simulation) -> dict[str, Any]:
     metrics.update(_evidence_lost(sim, test, heldout))
     counts = sim.rt.db.counts()
     metrics["learned_keys"] = counts["learned_keys"]
+    vector_weight, lexical_weight = fusion_weights(sim.rt.db, sim.rt.config)
+    metrics["vector_share"] = round(vector_weight / (vector_weight + lexical_weight), 3)
     return {
         "name": sim.variant.name,
         "description": sim.variant.description,

@@ -231,6 +231,7 @@ def table_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
             value = _lookup(config, "metrics", fraction)
             row[fraction] = None if value is None else PERCENT * value
         row["distinct_top5"] = _lookup(config, "metrics", "distinct_top5")
+        row["vector_share"] = _lookup(config, "metrics", "vector_share")
         for name in LATENCY_PERCENTILES:
             row[f"latency {name}"] = _lookup(config, "metrics", "latency_ms", name)
         rows.append(row)
@@ -248,6 +249,7 @@ TABLE_COLUMNS: Final = (
     Column("swept_fraction", "swept %", ".1f"),
     Column("heldout_evidence_lost", "held-out evidence lost %", ".1f"),
     Column("distinct_top5", "distinct in top-5", ",.0f"),
+    Column("vector_share", "vector share", ".2f"),
     Column("latency p50", "recall p50 ms", ".2f"),
     Column("latency p99", "recall p99 ms", ".2f"),
 )

@@ -23,12 +23,12 @@ from daemon.config import load_config
 from daemon.cycle import run_cycle_blocking
 from daemon.emit import emit_outcome
 from daemon.ingest import ingest
-from daemon.learning import VECTOR_SHARE_META_KEY, fusion_weights
+from daemon.learning import FUSION_META_KEY, fusion_weights, split_scores
 from daemon.recall import Hit, recall
 from daemon.runtime import Peer, Runtime
 from pulses.constants import OUTCOME_DECAY_PER_HOP
 from pulses.credit import MISS_FACTOR
-from pulses.fusion import ALPHA
+from pulses.fusion import MIN_EVIDENCE, SHARES, SplitScores, observe
 from store import keys as key_store
 from store import tiers
 from store.database import Database, NewObservation, initial_salience
@@ -240,47 +240,51 @@ def test_a_cited_miss_lowers_the_chunk_by_at_most_half_what_a_hit_raises(peer: P
     assert key.weight == pytest.approx(1.0 - MISS_FACTOR)
 
 
-def retriever_ranks(peer: Peer, digest: str, query: str = QUERY) -> tuple[int | None, int | None]:
-    """Where the vector list and the word list put one chunk for `query` (1-based)."""
+def retriever_lists(peer: Peer, query: str = QUERY) -> tuple[list[int], list[int]]:
+    """The vector list and the word list recall has for `query`, best first."""
     pool = peer.config.recall.candidates
     labels, _ = peer.index.knn_many(peer.embedder.embed_one(query)[None, :], pool)
-    by_vector = [int(x) for x in labels[0]]
-    by_words = search_lexical(peer.db, query, pool)
-    rowid = rowid_of(peer, digest)
-    return (
-        by_vector.index(rowid) + 1 if rowid in by_vector else None,
-        by_words.index(rowid) + 1 if rowid in by_words else None,
-    )
+    return [int(x) for x in labels[0]], search_lexical(peer.db, query, pool)
 
 
 def test_cited_successes_teach_recall_how_far_to_trust_vectors(peer: Peer) -> None:
+    configured = (peer.config.recall.vector_weight, peer.config.recall.lexical_weight)
+    assert fusion_weights(peer.db, peer.config) == configured
+    vectors, words = retriever_lists(peer)
+    cited, _ = credit(peer, 1.0, cite=1)
+
+    learned = split_scores(peer.db)
+    expected = observe(
+        SplitScores(), [rowid_of(peer, cited)], vectors, words, rrf_k=peer.config.recall.rrf_k
+    )
+    assert learned.evidence == 1
+    assert learned.scores == pytest.approx(expected.scores)
+    # One success is not enough to move the split.
+    assert fusion_weights(peer.db, peer.config) == configured
+    # A miss teaches nothing about which list finds answers.
+    decision, _ = ask(peer)
+    emit_outcome(peer.runtime, decision=decision, reward=-1.0, reason="tests/miss", cited=[cited])
+    run_cycle_blocking(peer)
+    assert split_scores(peer.db) == learned
+
+
+def test_enough_successes_move_the_split_and_keep_the_total(peer: Peer) -> None:
+    total = peer.config.recall.vector_weight + peer.config.recall.lexical_weight
+    peer.db.set_meta(
+        FUSION_META_KEY,
+        json.dumps({"scores": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5], "evidence": MIN_EVIDENCE}),
+    )
     vector, lexical = fusion_weights(peer.db, peer.config)
-    assert (vector, lexical) == (
+    assert vector / total == pytest.approx(max(SHARES))
+    assert vector + lexical == pytest.approx(total)
+    _, hits = ask(peer)  # recall runs on the learned split
+    assert hits
+    # Unreadable scores are derived state: recall goes back to the configured split.
+    peer.db.set_meta(FUSION_META_KEY, "{not json")
+    assert fusion_weights(peer.db, peer.config) == (
         peer.config.recall.vector_weight,
         peer.config.recall.lexical_weight,
     )
-    _, hits = ask(peer)
-    ranks = {h.content_hash: retriever_ranks(peer, h.content_hash) for h in hits}
-    # A chunk the vectors ranked above the words: citing it is a vote for vectors.
-    favoured = next(
-        digest for digest, (v, w) in ranks.items() if v is not None and (w is None or v < w)
-    )
-    cite = [h.content_hash for h in hits].index(favoured)
-    credit(peer, 1.0, cite=cite)
-
-    share = vector / (vector + lexical)
-    learned_vector, learned_lexical = fusion_weights(peer.db, peer.config)
-    assert learned_vector / (learned_vector + learned_lexical) == pytest.approx(
-        share + ALPHA * (1.0 - share)
-    )
-    assert learned_vector + learned_lexical == pytest.approx(vector + lexical)
-    # A miss is no vote: it says the chunk did not help, not which list found it.
-    decision, _ = ask(peer)
-    emit_outcome(
-        peer.runtime, decision=decision, reward=-1.0, reason="tests/miss", cited=[favoured]
-    )
-    run_cycle_blocking(peer)
-    assert fusion_weights(peer.db, peer.config) == (learned_vector, learned_lexical)
 
 
 def test_the_split_stays_as_configured_when_fusion_learning_is_off(
@@ -288,11 +292,7 @@ def test_the_split_stays_as_configured_when_fusion_learning_is_off(
 ) -> None:
     for peer in open_peer(tmp_path, clock, **{"learning.fusion": False}):
         credit(peer, 1.0, cite=1)
-        assert peer.db.get_meta(VECTOR_SHARE_META_KEY) is None
-        assert fusion_weights(peer.db, peer.config) == (
-            peer.config.recall.vector_weight,
-            peer.config.recall.lexical_weight,
-        )
+        assert peer.db.get_meta(FUSION_META_KEY) is None
 
 
 def test_an_uncited_outcome_credits_nothing_by_default(peer: Peer) -> None:
