@@ -27,6 +27,7 @@ from pulses.outcome import decision_hash
 from pulses.ranking import Candidate, Ranked, lexical_ranks, rank_candidates
 from store import keys as key_store
 from store import tiers
+from store.database import Database
 from store.index import HnswIndex, IndexUnusable
 from store.lexical import LEARNED_COLUMN, search_lexical
 from zeitgeist.entries import AttributionEntry, encode_entry
@@ -115,47 +116,49 @@ def rank_query(
     labels.update(lexical)
     # The words of a learned question count only where the question itself is close to
     # the query (a usable key): otherwise one question's words would pull its chunk
-    # into every query that shares a word with it.
-    learned = [
-        label
-        for label in search_lexical(db, query, pool, cold=None, column=LEARNED_COLUMN)
-        if label in key_scores
-    ]
+    # into every query that shares a word with it. Without a usable key none can count.
+    learned = (
+        [
+            label
+            for label in search_lexical(db, query, pool, cold=None, column=LEARNED_COLUMN)
+            if label in key_scores
+        ]
+        if key_scores
+        else []
+    )
     labels.update(_cold_candidates(rt, vector, pool, stamp))
     labels -= exclude
     if allowed is not None:
         labels &= allowed
     if not labels:
         return []
-    ordered = sorted(labels)
-    observations = db.observations(ordered)
-    stored = db.embeddings_of(ordered)
+    rows = _ranking_rows(db, sorted(labels))
     ranks = lexical_ranks([label for label in lexical if label not in exclude])
     learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
     candidates = {
-        rowid: Candidate(
-            label=rowid,
-            cosine=float(np.dot(stored[rowid], vector)) if rowid in stored else -1.0,
-            salience=obs.salience,
-            lexical_rank=ranks.get(rowid),
-            key_similarity=key_scores.get(rowid),
-            learned_rank=learned_ranks.get(rowid),
-            cold=obs.cold_at is not None or rowid in assume_cold,
+        row.rowid: Candidate(
+            label=row.rowid,
+            cosine=float(np.dot(row.embedding, vector)) if row.embedding is not None else -1.0,
+            salience=row.salience,
+            lexical_rank=ranks.get(row.rowid),
+            key_similarity=key_scores.get(row.rowid),
+            learned_rank=learned_ranks.get(row.rowid),
+            cold=row.cold or row.rowid in assume_cold,
         )
-        for rowid, obs in observations.items()
-        if obs.deleted_at is None
+        for row in rows
     }
     vector_weight, lexical_weight = fusion_weights(db, rt.config)
     weights = replace(cfg.weights(), vector_weight=vector_weight, lexical_weight=lexical_weight)
     ranked: list[Ranked] = rank_candidates(candidates.values(), weights, top_k)
+    texts = _texts(db, [r.label for r in ranked])
     return [
         Hit(
             rowid=r.label,
-            content_hash=observations[r.label].content_hash,
-            title=observations[r.label].title,
-            content=observations[r.label].content,
+            content_hash=texts[r.label][0],
+            title=texts[r.label][1],
+            content=texts[r.label][2],
             similarity=r.similarity,
-            salience=observations[r.label].salience,
+            salience=candidates[r.label].salience,
             score=r.score,
             relevance=r.relevance,
             cold=r.cold,
@@ -166,6 +169,59 @@ def rank_query(
         )
         for r in ranked
     ]
+
+
+@dataclass(frozen=True)
+class _RankingRow:
+    """What ranking reads of one candidate chunk, and no more (its text is read for hits only)."""
+
+    rowid: int
+    salience: float
+    cold: bool
+    embedding: Vector | None
+
+
+def _ranking_rows(db: Database, rowids: list[int]) -> list[_RankingRow]:
+    """The candidates not tombstoned, in rowid order, in one narrow query.
+
+    Embeddings come back as one buffer viewed as a matrix: one copy instead of one
+    array per row, and each row's dot product is the same call on the same values.
+    """
+    marks = ",".join("?" * len(rowids))
+    found = db.fetch_all(
+        f"SELECT id, salience, cold_at IS NOT NULL, embedding FROM observations "
+        f"WHERE id IN ({marks}) AND deleted_at IS NULL ORDER BY id",
+        tuple(rowids),
+    )
+    blobs = [bytes(r[3]) for r in found if r[3] is not None]
+    matrix = (
+        np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32).reshape(len(blobs), -1)
+        if blobs
+        else None
+    )
+    rows: list[_RankingRow] = []
+    position = 0
+    for rowid, salience, cold, blob in found:
+        embedding = None
+        if blob is not None and matrix is not None:
+            embedding = matrix[position]
+            position += 1
+        rows.append(_RankingRow(int(rowid), float(salience), bool(cold), embedding))
+    return rows
+
+
+def _texts(db: Database, rowids: list[int]) -> dict[int, tuple[str, str, str]]:
+    """(content hash, title, content) of the chunks a recall returns."""
+    if not rowids:
+        return {}
+    marks = ",".join("?" * len(rowids))
+    return {
+        int(r[0]): (str(r[1]), str(r[2]), str(r[3]))
+        for r in db.fetch_all(
+            f"SELECT id, content_hash, title, content FROM observations WHERE id IN ({marks})",
+            tuple(rowids),
+        )
+    }
 
 
 def _best(scores: dict[int, float], n: int) -> list[int]:
@@ -193,7 +249,8 @@ def _vector_candidates(
     index = index if index is not None else _saved_index(rt, stamp)
     if index is not None:
         labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
-        return [int(x) for x in labels[0]]
+        found: list[int] = labels[0].tolist()
+        return found
     live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
     if allowed is not None:
         keep = np.isin(live, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))

@@ -1,0 +1,98 @@
+"""Recall ranking the straightforward way, kept to check the fast path against.
+
+Every candidate's whole row and embedding are read back one by one, the vector
+retriever is hnswlib's own (with its filter for `allowed`), and both full-text
+searches always run. It must rank exactly as daemon.recall.rank_query does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from daemon.learning import fusion_weights
+from daemon.recall import Hit, Vector, _best, _cold_candidates, _key_scores, _nearest
+from daemon.runtime import Runtime
+from pulses.ranking import Candidate, lexical_ranks, rank_candidates
+from store.index import HnswIndex
+from store.lexical import LEARNED_COLUMN, search_lexical
+
+
+def reference_rank_query(
+    rt: Runtime,
+    query: str,
+    vector: Vector,
+    top_k: int,
+    *,
+    index: HnswIndex | None,
+    exclude: frozenset[int] = frozenset(),
+    assume_cold: frozenset[int] = frozenset(),
+    allowed: frozenset[int] | None = None,
+) -> list[Hit]:
+    cfg = rt.config.recall
+    db = rt.db
+    pool = cfg.candidates
+    stamp = db.change_stamp()
+    if index is not None:
+        found, _ = index.knn_many(vector[None, :], pool, allowed=allowed)
+        labels = {int(x) for x in found[0]}
+    else:
+        live, vectors, _ = db.embeddings(rt.embedder.index_version, rt.embedder.dim)
+        if allowed is not None:
+            keep = np.isin(live, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+            live, vectors = live[keep], vectors[keep]
+        labels = set(_nearest(live, vectors, vector, pool))
+    key_scores = _key_scores(rt, vector, stamp)
+    labels.update(_best(key_scores, pool))
+    lexical = search_lexical(db, query, pool, cold=None)
+    labels.update(lexical)
+    learned = [
+        label
+        for label in search_lexical(db, query, pool, cold=None, column=LEARNED_COLUMN)
+        if label in key_scores
+    ]
+    labels.update(_cold_candidates(rt, vector, pool, stamp))
+    labels -= exclude
+    if allowed is not None:
+        labels &= allowed
+    if not labels:
+        return []
+    ordered = sorted(labels)
+    observations = db.observations(ordered)
+    stored = db.embeddings_of(ordered)
+    ranks = lexical_ranks([label for label in lexical if label not in exclude])
+    learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
+    candidates = {
+        rowid: Candidate(
+            label=rowid,
+            cosine=float(np.dot(stored[rowid], vector)) if rowid in stored else -1.0,
+            salience=obs.salience,
+            lexical_rank=ranks.get(rowid),
+            key_similarity=key_scores.get(rowid),
+            learned_rank=learned_ranks.get(rowid),
+            cold=obs.cold_at is not None or rowid in assume_cold,
+        )
+        for rowid, obs in observations.items()
+        if obs.deleted_at is None
+    }
+    vector_weight, lexical_weight = fusion_weights(db, rt.config)
+    weights = replace(cfg.weights(), vector_weight=vector_weight, lexical_weight=lexical_weight)
+    return [
+        Hit(
+            rowid=r.label,
+            content_hash=observations[r.label].content_hash,
+            title=observations[r.label].title,
+            content=observations[r.label].content,
+            similarity=r.similarity,
+            salience=observations[r.label].salience,
+            score=r.score,
+            relevance=r.relevance,
+            cold=r.cold,
+            vector_rank=r.vector_rank,
+            lexical_rank=r.lexical_rank,
+            learned_rank=candidates[r.label].learned_rank,
+            key_similarity=candidates[r.label].key_similarity,
+        )
+        for r in rank_candidates(candidates.values(), weights, top_k)
+    ]

@@ -1,0 +1,217 @@
+"""Recall's fast path ranks exactly as the straightforward one (tests/recall_reference.py).
+
+One store of a few hundred real chunks (the model's embeddings), with learned keys,
+cold chunks, tombstones, spread salience and projects to filter on, is recalled by
+text, by vector alone, with filters, with exclusions and assumed-cold chunks, through
+the live index and without one; every hit, its order and every score must be equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from daemon.api import models
+from daemon.api.operations import Operations
+from daemon.clock import ManualClock
+from daemon.config import load_config
+from daemon.cycle import run_cycle_blocking, tombstone_hashes
+from daemon.ingest import ingest
+from daemon.recall import Hit, rank_query
+from daemon.runtime import Peer, Runtime
+from store import keys as key_store
+from store import tiers
+from store.database import NewObservation
+from tests.daemon_helpers import documentation_chunks
+from tests.recall_reference import reference_rank_query
+
+START_MS = 1_800_000_000_000
+TOPICS = ("specialnames", "compound", "string-methods")
+CHUNKS = 240
+#: Characters of each paragraph kept: embedding whole paragraphs would take most of the run.
+CONTENT_CHARS = 240
+PROJECTS = 4
+#: A pool smaller than the store, so each retriever's cut-off matters.
+CANDIDATES = 40
+TOP_K = 15
+QUESTIONS = (
+    "how do I compare two objects for equality",
+    "what does the with statement do on exit",
+    "split a string on whitespace",
+    "how are exceptions caught in a try block",
+    "make an object callable",
+    "strip leading characters from a string",
+    "iterate over a container",
+    "what happens when a class is created",
+)
+OTHER_QUERIES = (
+    "format a number with padding",
+    "async for loops and awaitables",
+    "the bool value of an instance",
+    "replace every occurrence of a substring",
+    "while loop with an else clause",
+)
+
+
+@dataclass
+class Store:
+    rt: Runtime
+    peer: Peer
+    cold: frozenset[int]
+    tombstoned: frozenset[int]
+    projects: dict[str, frozenset[int]]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    root: Path = tmp_path_factory.mktemp("equivalence")
+    config = load_config(
+        None,
+        environ={},
+        overrides={
+            "peer.data_dir": str(root / "data"),
+            "peer.id": "eq",
+            "metrics.listen": "",
+            "sweep.enabled": False,
+            "zeitgeist.dir": str(root / "zeitgeist"),
+            "recall.candidates": CANDIDATES,
+            # Salience must move the order for the comparison to cover it.
+            "recall.salience_bound": 0.3,
+        },
+    )
+    rt = Runtime.open(config, clock=ManualClock(START_MS))
+    chunks = documentation_chunks(TOPICS, limit=CHUNKS)
+    items = [
+        NewObservation(
+            content=c["content"][:CONTENT_CHARS],
+            title=c["title"],
+            project=f"project-{i % PROJECTS}",
+        )
+        for i, c in enumerate(chunks)
+    ]
+    ingest(rt, [items])
+    peer = rt.open_peer()
+    run_cycle_blocking(peer)
+    db = rt.db
+    rowids = sorted(int(r[0]) for r in db.fetch_all("SELECT id FROM observations"))
+    rng = np.random.default_rng(7)
+    with db.transaction():
+        db.write_salience({r: float(rng.uniform(0.0, 1.0)) for r in rowids})
+        # Each question is learned by a few chunks (one of them goes cold below).
+        for number, question in enumerate(QUESTIONS):
+            embedding = rt.embedder.embed_one(question)
+            for rowid in rowids[number * 11 : number * 11 + 3]:
+                key = key_store.StoredKey(rowid, embedding, question, 1.0, START_MS)
+                key_store.replace_keys(db, rowid, [key])
+        cold = tiers.move_to_cold(db, rowids[1::17], reason="test", now_ms=START_MS)
+    peer.index.mark_deleted(np.array(cold, dtype=np.int64))
+    peer.salience.reload()
+    by_rowid = {
+        int(r[0]): str(r[1]) for r in db.fetch_all("SELECT id, content_hash FROM observations")
+    }
+    doomed = [by_rowid[r] for r in rowids[5::23]]
+    tombstoned = tombstone_hashes(peer, doomed, reason="test", now_ms=START_MS)
+    peer.index.mark_deleted(np.array(tombstoned, dtype=np.int64))
+    projects = {
+        f"project-{p}": frozenset(
+            int(r[0])
+            for r in db.fetch_all(
+                "SELECT id FROM observations WHERE project = ?", (f"project-{p}",)
+            )
+        )
+        for p in range(PROJECTS)
+    }
+    try:
+        yield Store(rt, peer, frozenset(cold), frozenset(tombstoned), projects)
+    finally:
+        peer.close()
+        rt.close()
+
+
+def _same(fast: list[Hit], reference: list[Hit]) -> None:
+    assert [h.rowid for h in fast] == [h.rowid for h in reference]
+    assert fast == reference
+
+
+def _queries(store: Store) -> list[tuple[str, np.ndarray]]:
+    embed = store.rt.embedder.embed_one
+    texts = [*QUESTIONS, *OTHER_QUERIES]
+    by_text = [(text, embed(text)) for text in texts]
+    # By vector alone: no words, so only the vector retrievers and learned keys take part.
+    by_vector = [("", vector) for _, vector in by_text]
+    return by_text + by_vector
+
+
+def test_the_store_covers_what_ranking_reads(store: Store) -> None:
+    db = store.rt.db
+    assert store.cold and store.tombstoned
+    assert key_store.key_count(db) > 0
+    hits = rank_query(store.rt, QUESTIONS[0], store.rt.embedder.embed_one(QUESTIONS[0]),
+                      TOP_K, index=store.peer.index)  # fmt: skip
+    assert any(h.key_similarity is not None for h in hits)
+    assert any(h.learned_rank is not None for h in hits)
+    found_cold = set()
+    for text, vector in _queries(store):
+        found = rank_query(store.rt, text, vector, CHUNKS, index=store.peer.index)
+        assert not {h.rowid for h in found} & store.tombstoned
+        found_cold |= {h.rowid for h in found if h.cold}
+    assert found_cold <= store.cold and found_cold
+
+
+@pytest.mark.parametrize("live_index", [True, False], ids=["live index", "no index"])
+def test_fast_recall_ranks_exactly_as_the_reference(store: Store, live_index: bool) -> None:
+    rt = store.rt
+    index = store.peer.index if live_index else None
+    assume = frozenset(sorted(store.projects["project-1"])[:20])
+    for text, vector in _queries(store):
+        for top_k in (1, TOP_K, CHUNKS):
+            fast = rank_query(rt, text, vector, top_k, index=index)
+            _same(fast, reference_rank_query(rt, text, vector, top_k, index=index))
+        excluded = frozenset(h.rowid for h in fast[:3])
+        for options in (
+            {"allowed": store.projects["project-2"]},
+            {"allowed": store.projects["project-0"] | store.projects["project-3"]},
+            {"exclude": excluded},
+            {"assume_cold": assume},
+            {"exclude": excluded, "assume_cold": assume, "allowed": store.projects["project-1"]},
+        ):
+            fast = rank_query(rt, text, vector, TOP_K, index=index, **options)
+            reference = reference_rank_query(rt, text, vector, TOP_K, index=index, **options)
+            _same(fast, reference)
+
+
+def test_the_api_answers_what_the_reference_ranks(store: Store) -> None:
+    ops = Operations(store.rt, embedder=store.rt.embedder)
+    ops.attach(store.peer)
+    try:
+        for text, vector in _queries(store):
+            request = (
+                models.RecallRequest(query=text, record=False, top_k=TOP_K, explain=True)
+                if text
+                else models.RecallRequest(vector=vector.tolist(), record=False, top_k=TOP_K)
+            )
+            answer = ops.recall(request)
+            reference = reference_rank_query(store.rt, text, vector, TOP_K, index=store.peer.index)
+            assert [h.content_hash for h in answer.hits] == [h.content_hash for h in reference]
+            assert [h.score for h in answer.hits] == [h.score for h in reference]
+            filtered = ops.recall(
+                models.RecallRequest(
+                    query=text or None,
+                    vector=None if text else vector.tolist(),
+                    filters=models.RecallFilters(project="project-3"),
+                    record=False,
+                    top_k=TOP_K,
+                )
+            )
+            expected = reference_rank_query(
+                store.rt, text, vector, TOP_K, index=store.peer.index,
+                allowed=store.projects["project-3"],
+            )  # fmt: skip
+            assert [h.content_hash for h in filtered.hits] == [h.content_hash for h in expected]
+            assert [h.score for h in filtered.hits] == [h.score for h in expected]
+    finally:
+        ops.close()
