@@ -73,6 +73,8 @@ PHASES: Final = (
 CURSOR_META_KEY: Final = "cursor_hlc"
 #: Pulses applied per transaction: other writers wait at most this long for the lock.
 PULSES_PER_TRANSACTION: Final = 500
+#: Chunks decayed per transaction (tens of milliseconds at most for a waiting writer).
+DOWNSCALE_ROWS_PER_TRANSACTION: Final = 2000
 #: Copies of a late segment written in one cycle at most (a slow store gets another cycle).
 MAX_REPUBLISH: Final = 2
 PUBLISH_SEQ_META_KEY: Final = "publish_seq"
@@ -625,27 +627,48 @@ def _apply_pulse_entry(
 
 
 def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
-    """Time decay since each chunk's last decay, half-life by kind, pin floors respected."""
+    """Time decay since each chunk's last decay, half-life by kind, pin floors respected.
+
+    Chunks commit in batches, so a save through the API waits for one batch, not for
+    every live chunk. The step is journaled with the first batch, over the chunks live
+    then; a chunk saved between batches is not among them and decays from its creation
+    next cycle, as the replay has it. A crash between batches leaves the rest to decay
+    next cycle from their own last decay.
+    """
     if not peer.config.downscale.enabled:
         return {"skipped": "disabled"}
-    db, cache = peer.db, peer.salience
+    db = peer.db
     changed = 0
+    # Journaled with the half-lives used, so a replay decays alike whatever the config is then.
+    half_lives = {kind: peer.config.downscale.half_life(kind) for kind in CHUNK_KINDS}
     with db.transaction():
-        # Journaled with the half-lives used, so a replay decays alike whatever the config is then.
-        half_lives = {kind: peer.config.downscale.half_life(kind) for kind in CHUNK_KINDS}
         body = {"now_ms": st.now_ms, "half_life_s": half_lives}
         db.journal("downscale", str(st.now_ms), body, now_ms=st.now_ms)
-        rows = db.decay_candidates()
-        for rowid, kind, decay_from in rows:
-            elapsed_s = (st.now_ms - ms_from_iso(decay_from)) / 1000.0
-            before = cache.salience(rowid)
-            after = downscale(before, cache.pin_floor(rowid), elapsed_s, half_lives[kind])
-            if after != before:
-                cache.set_salience(rowid, after)
-                changed += 1
-        cache.flush()
-        db.mark_decayed(st.now_ms)
+        rows = sorted(db.decay_candidates())
+        changed += _downscale_batch(peer, st, rows[:DOWNSCALE_ROWS_PER_TRANSACTION], half_lives)
+    for start in range(DOWNSCALE_ROWS_PER_TRANSACTION, len(rows), DOWNSCALE_ROWS_PER_TRANSACTION):
+        batch = rows[start : start + DOWNSCALE_ROWS_PER_TRANSACTION]
+        with db.transaction():
+            changed += _downscale_batch(peer, st, batch, half_lives)
     return {"live": len(rows), "changed": changed}
+
+
+def _downscale_batch(
+    peer: Peer, st: CycleState, rows: list[tuple[int, str, str]], half_lives: dict[str, float]
+) -> int:
+    """Decay these chunks and record them decayed (inside the caller's transaction)."""
+    cache = peer.salience
+    changed = 0
+    for rowid, kind, decay_from in rows:
+        elapsed_s = (st.now_ms - ms_from_iso(decay_from)) / 1000.0
+        before = cache.salience(rowid)
+        after = downscale(before, cache.pin_floor(rowid), elapsed_s, half_lives[kind])
+        if after != before:
+            cache.set_salience(rowid, after)
+            changed += 1
+    cache.flush()
+    peer.db.mark_decayed(st.now_ms, [rowid for rowid, _, _ in rows])
+    return changed
 
 
 # ---- percentile_sweep -----------------------------------------------------------------

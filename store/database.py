@@ -469,11 +469,11 @@ class Database:
             )
         ]
 
-    def mark_decayed(self, now_ms: int) -> None:
-        self.conn.execute(
-            "UPDATE observations SET last_decay_ts = ? "
-            f"WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'",
-            (iso_from_ms(now_ms),),
+    def mark_decayed(self, now_ms: int, rowids: Sequence[int]) -> None:
+        """Record that these chunks were decayed up to `now_ms`."""
+        stamp = iso_from_ms(now_ms)
+        self.conn.executemany(
+            "UPDATE observations SET last_decay_ts = ? WHERE id = ?", [(stamp, r) for r in rowids]
         )
 
     def set_pin_floor(self, rowid: int, floor: float, *, now_ms: int) -> None:
