@@ -8,7 +8,7 @@ embedded by the real model). Then, in one run:
 * baselines: raw hnswlib single-query k-NN (HnswIndex.knn_many, k = the recall
   candidate pool) and one text embedding;
 * in process (daemon.api.operations over the live index): recall by vector, by
-  text, by text with filters, and save-then-recall (a new chunk saved, then
+  text, by text with filters, a context bundle (not recorded), and save-then-recall (a new chunk saved, then
   recalled by its text: the pair is timed, and the chunk must come first);
 * the same through a real `dreamcycle run` daemon over its Unix socket (httpx);
 * both again while dream cycles run back to back beside them.
@@ -191,6 +191,9 @@ class Workload:
             "recall", models.RecallRequest(query=self.queries[i], filters=filters, record=False)
         )
 
+    def context(self, i: int) -> None:
+        self.call("context", models.ContextRequest(task=self.queries[i], record=False))
+
     def save_then_recall(self, i: int) -> None:
         self.saved += 1
         text = f"fresh {os.getpid()} {time.monotonic_ns()} " + self.queries[i]
@@ -205,6 +208,7 @@ class Workload:
             ("recall by vector", self.by_vector),
             ("recall by text", self.by_text),
             ("recall by text, filtered", self.filtered),
+            ("context bundle", self.context),
             ("save, then recall", self.save_then_recall),
         ):
             rows.append({"figure": name, "path": label, **measure(calls, action)})
@@ -219,6 +223,7 @@ def http_call(client: httpx.Client) -> Callable[[str, Any], Any]:
     routes: dict[str, tuple[str, type[BaseModel]]] = {
         "recall": ("/v1/recall", models.RecallResponse),
         "save": ("/v1/memories", models.SaveResponse),
+        "context": ("/v1/context", models.ContextResponse),
     }
 
     def call(name: str, request: Any) -> Any:
