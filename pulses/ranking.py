@@ -33,7 +33,7 @@ DEFAULT_SALIENCE_BOUND: Final = 0.0
 DEFAULT_KEY_WEIGHT: Final = 0.9
 #: Relevance of a swept (cold) chunk is multiplied by this: it wins only when the
 #: live results are clearly weaker.
-DEFAULT_COLD_FACTOR: Final = 0.95
+DEFAULT_COLD_FACTOR: Final = 0.98
 #: Salience at which the multiplier is exactly 1 (new chunks of default importance).
 NEUTRAL_SALIENCE: Final = 0.5
 
