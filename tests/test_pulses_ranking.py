@@ -34,7 +34,7 @@ def test_defaults_are_the_documented_ones() -> None:
         60.0,
         0.0,
         0.9,
-        0.95,
+        0.98,
     )
     assert RankingWeights().overtake_ratio == 1.0  # salience never reorders by default
     assert WEIGHTS.overtake_ratio == pytest.approx(0.9 / 1.1)
