@@ -86,6 +86,29 @@ def recall(
     return RecallResult(digest, hits)
 
 
+@dataclass(frozen=True)
+class WordMatches:
+    """The full-text retrievers' lists, best first: a chunk's own words, and the words of
+    the questions it learned (every match; ranking keeps those of usable keys)."""
+
+    content: list[int]
+    learned: list[int]
+
+
+def search_words(rt: Runtime, query: str) -> WordMatches:
+    """Both full-text searches of a query; they need no embedding, so they can run while
+    the query is embedded."""
+    pool = rt.config.recall.candidates
+    content = search_lexical(rt.db, query, pool, cold=None)
+    # Learned words count only through a usable key: with no key stored, none can.
+    learned = (
+        search_lexical(rt.db, query, pool, cold=None, column=LEARNED_COLUMN)
+        if _has_keys(rt)
+        else []
+    )
+    return WordMatches(content, learned)
+
+
 def rank_query(
     rt: Runtime,
     query: str,
@@ -96,13 +119,15 @@ def rank_query(
     exclude: frozenset[int] = frozenset(),
     assume_cold: frozenset[int] = frozenset(),
     allowed: frozenset[int] | None = None,
+    words: WordMatches | None = None,
 ) -> list[Hit]:
     """Rank every retriever's candidates for one query (no attribution).
 
     `exclude` removes chunks from consideration; `assume_cold` ranks live chunks as
     if they were cold already (the prune gate asks what a sweep would lose);
     `allowed` (a filter's matches) keeps only those chunks, and the vector retriever
-    then searches among them alone.
+    then searches among them alone. `words` is `search_words(rt, query)` when the
+    caller ran it already (while the query was being embedded), in the same snapshot.
     """
     cfg = rt.config.recall
     db = rt.db
@@ -112,20 +137,13 @@ def rank_query(
     labels = set(_vector_candidates(rt, vector, pool, index, stamp, allowed))
     key_scores = _key_scores(rt, vector, stamp)
     labels.update(_best(key_scores, pool))
-    lexical = search_lexical(db, query, pool, cold=None)
+    found = words if words is not None else search_words(rt, query)
+    lexical = found.content
     labels.update(lexical)
     # The words of a learned question count only where the question itself is close to
     # the query (a usable key): otherwise one question's words would pull its chunk
-    # into every query that shares a word with it. Without a usable key none can count.
-    learned = (
-        [
-            label
-            for label in search_lexical(db, query, pool, cold=None, column=LEARNED_COLUMN)
-            if label in key_scores
-        ]
-        if key_scores
-        else []
-    )
+    # into every query that shares a word with it.
+    learned = [label for label in found.learned if label in key_scores]
     labels.update(_cold_candidates(rt, vector, pool, stamp))
     labels -= exclude
     if allowed is not None:
@@ -290,6 +308,14 @@ def _key_scores(rt: Runtime, vector: Vector, stamp: str) -> dict[int, float]:
         if value > best.get(chunk, -np.inf) and value > -np.inf:
             best[chunk] = value
     return best
+
+
+def _has_keys(rt: Runtime) -> bool:
+    stamp = key_store.keys_stamp(rt.db, rt.db.change_stamp())
+    cached = rt.recall_cache.get("has_keys", stamp)
+    if cached is None:
+        cached = rt.recall_cache.put("has_keys", stamp, key_store.key_count(rt.db) > 0)
+    return bool(cached)
 
 
 def _saved_index(rt: Runtime, stamp: str) -> HnswIndex | None:

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -41,7 +42,7 @@ from daemon.emit import (
     emit_tombstone,
 )
 from daemon.memo import StampedCache
-from daemon.recall import Hit, rank_query, record_attribution
+from daemon.recall import Hit, WordMatches, rank_query, record_attribution, search_words
 from daemon.runtime import Peer, Runtime
 from daemon.status import status_report
 from pulses import constants
@@ -91,6 +92,10 @@ class Operations:
         self._writer: Runtime | None = None
         self._write_lock = threading.Lock()
         self._peer: Peer | None = None
+        #: Embeds query texts while the calling thread searches their words.
+        self._embedding_pool = ThreadPoolExecutor(
+            max_workers=config.api.workers, thread_name_prefix="embed"
+        )
 
     # ---- life cycle -------------------------------------------------------------------
 
@@ -117,6 +122,7 @@ class Operations:
 
     def close(self) -> None:
         self._peer = None
+        self._embedding_pool.shutdown(wait=True)
         for db in self._opened:
             db.close()
         self._opened.clear()
@@ -162,11 +168,13 @@ class Operations:
     def recall(self, request: models.RecallRequest) -> models.RecallResponse:
         peer = self._require_peer()
         text = request.query or ""
-        vector = self._query_vector(request)
         top_k = request.top_k or self._rt.config.recall.top_k
         with self._reading() as view:
+            vector, words = self._embed_while_searching(view, request)
             allowed = _allowed(view, request.filters) if request.filters.active() else None
-            hits = rank_query(view, text, vector, top_k, index=peer.index, allowed=allowed)
+            hits = rank_query(
+                view, text, vector, top_k, index=peer.index, allowed=allowed, words=words
+            )
         hits = [h for h in hits if h.relevance >= request.min_relevance]
         digest = None
         if request.record and hits:
@@ -306,9 +314,11 @@ class Operations:
         the task, packed into the token budget; recorded, when asked, as one decision."""
         started = time.perf_counter()
         peer = self._require_peer()
-        vector = self._embedder.embed_one(request.task)
         now = self._rt.clock.now_ms()
         with self._reading() as view:
+            embedding = self._embedding_pool.submit(self._embedder.embed_one, request.task)
+            words = search_words(view, request.task)
+            vector = embedding.result()
             allowed = _allowed(view, request.filters) if request.filters.active() else None
             hits = rank_query(
                 view,
@@ -317,6 +327,7 @@ class Operations:
                 defaults.CONTEXT_RELEVANT_TOP_K,
                 index=peer.index,
                 allowed=allowed,
+                words=words,
             )
             pinned = views.pinned_tier(view.db, request.filters)
             credited = views.outcome_tier(view.db, self._rt.peer_id, vector, allowed, now)
@@ -410,6 +421,19 @@ class Operations:
             revised=models.Queued(entry_id=revised.entry_id, new=revised.new),
         )
 
+    def revive(self, request: models.RefRequest) -> models.Revival:
+        """Ask for a cold memory back: the next cycle revives it, as after a re-ingest."""
+        self._require_peer()
+        now = self._rt.clock.now_ms()
+        with self._writing() as writer:
+            memory = _memory_row(writer.db, request.ref)
+            rowid = tiers.cold_rowid_of_hash(writer.db, memory.content_hash)
+            if rowid is None:
+                raise Conflict(f"chunk {memory.content_hash} is {memory.state}, not cold")
+            with writer.db.transaction():
+                tiers.request_revival(writer.db, rowid, now_ms=now)
+        return models.Revival(content_hash=memory.content_hash, requested_ms=now)
+
     def _revise(self, ref: str, changes: dict[str, str | float | None]) -> models.ChunkQueued:
         self._require_peer()
         with self._writing() as writer:
@@ -460,6 +484,21 @@ class Operations:
         return models.StatusResponse(
             **report, index_live=index.live_count, index_capacity=index.capacity
         )
+
+    def _embed_while_searching(
+        self, view: Runtime, request: models.RecallRequest
+    ) -> tuple[np.ndarray[Any, np.dtype[np.float32]], WordMatches]:
+        """The query's vector and its full-text matches: a text is embedded in another
+        thread (the model releases the GIL) while its words are searched here, in the
+        caller's snapshot. A vector alone has no words to search."""
+        if request.query is None:
+            return self._query_vector(request), WordMatches([], [])
+        embedding = self._embedding_pool.submit(self._embedder.embed_one, request.query)
+        try:
+            words = search_words(view, request.query)
+        finally:
+            vector = embedding.result()
+        return vector, words
 
     def _query_vector(self, request: models.RecallRequest) -> np.ndarray[Any, np.dtype[np.float32]]:
         if request.query is not None:
