@@ -93,6 +93,9 @@ REINFORCE: Final = Route[models.FeedbackRequest, models.ChunkQueued](
 PENALIZE: Final = Route[models.FeedbackRequest, models.ChunkQueued](
     "penalize", "POST", "/v1/memories/{ref}/penalize", models.ChunkQueued
 )
+REVIVE: Final = Route[models.RefRequest, models.Revival](
+    "revive", "POST", "/v1/memories/{ref}/revive", models.Revival
+)
 UPDATE: Final = Route[models.UpdateRequest, models.UpdateResponse](
     "update", "POST", "/v1/memories/{ref}/update", models.UpdateResponse
 )
@@ -101,7 +104,7 @@ TIMELINE: Final = Route[models.TimelineRequest, models.TimelineResponse](
 )
 ROUTES: Final[tuple[Route[Any, Any], ...]] = (
     RECALL, SAVE, OUTCOME, PULSE, TOMBSTONE, STATUS, MEMORY, FORGOTTEN, SUPERSEDE,
-    CONTEXT, EXPLAIN, PIN, UNPIN, REINFORCE, PENALIZE, UPDATE, TIMELINE,
+    CONTEXT, EXPLAIN, PIN, UNPIN, REINFORCE, PENALIZE, REVIVE, UPDATE, TIMELINE,
 )  # fmt: skip
 
 
@@ -518,6 +521,10 @@ class MemoryClient:
     ) -> models.ChunkQueued:
         return self.send(PENALIZE, _feedback_request(ref, reason, strength, nonce))
 
+    def revive(self, ref: str) -> models.Revival:
+        """Bring a cold memory back to the live tier at the next cycle."""
+        return self.send(REVIVE, request_model(models.RefRequest, ref=ref))
+
     def update(self, ref: str, **fields: Unpack[UpdateFields]) -> models.UpdateResponse:
         return self.send(UPDATE, request_model(models.UpdateRequest, ref=ref, **fields))
 
@@ -654,6 +661,9 @@ class AsyncMemoryClient:
         self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
     ) -> models.ChunkQueued:
         return await self.send(PENALIZE, _feedback_request(ref, reason, strength, nonce))
+
+    async def revive(self, ref: str) -> models.Revival:
+        return await self.send(REVIVE, request_model(models.RefRequest, ref=ref))
 
     async def update(self, ref: str, **fields: Unpack[UpdateFields]) -> models.UpdateResponse:
         return await self.send(UPDATE, request_model(models.UpdateRequest, ref=ref, **fields))

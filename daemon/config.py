@@ -258,6 +258,17 @@ class EfficacyConfig:
 
 
 @dataclass
+class AuditConfig:
+    enabled: bool = True
+    checkpoint_interval_s: float = defaults.AUDIT_CHECKPOINT_INTERVAL_S
+    retention_s: float = defaults.AUDIT_RETENTION_S
+
+    def check(self) -> None:
+        _positive("audit.checkpoint_interval_s", self.checkpoint_interval_s)
+        _positive("audit.retention_s", self.retention_s)
+
+
+@dataclass
 class MetricsConfig:
     listen: str = defaults.METRICS_LISTEN
 
@@ -344,6 +355,7 @@ class Config:
     recall: RecallConfig = field(default_factory=RecallConfig)
     learning: LearningConfig = field(default_factory=LearningConfig)
     efficacy: EfficacyConfig = field(default_factory=EfficacyConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     log: LogConfig = field(default_factory=LogConfig)

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from daemon import efficacy, metrics
+from daemon import audit, efficacy, metrics
 from daemon.admission import admission_vectors, chunk_journal, persist_clock, record_admission
 from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
 from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
@@ -756,7 +756,8 @@ def tombstone_hashes(peer: Peer, digests: Iterable[str], *, reason: str, now_ms:
 
 
 def promote(peer: Peer, st: CycleState) -> dict[str, Any]:
-    """Publish this cycle's own entries, heartbeat, save the index, compact when due.
+    """Publish this cycle's own entries, heartbeat, save the index, compact when due,
+    checkpoint the journal and prune it when due.
 
     While the log is unreachable, entries wait in the outbox (prepared segments
     are retried byte for byte) and the index is still saved.
@@ -771,6 +772,7 @@ def promote(peer: Peer, st: CycleState) -> dict[str, Any]:
         peer.snapshot_check_due = True
         stats["stalled"] = str(exc)
     stats["efficacy"] = efficacy.maybe_record(peer, st.now_ms)
+    stats["audit"] = audit.maybe_checkpoint(peer, st.now_ms)
     peer.save_index()
     return stats
 

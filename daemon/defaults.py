@@ -115,6 +115,15 @@ LEARNING_FUSION: Final = True
 EFFICACY_INTERVAL_S: Final = 3_600.0
 EFFICACY_WINDOW_S: Final = 7 * _DAY_S
 
+#: The journal (the audit trail of salience) is checkpointed at most this often, during a
+#: cycle: the replay state at the journal's head, which rebuild can start from. Each
+#: checkpoint holds a row per chunk, so a week between them keeps a large store's
+#: checkpoints smaller than its journal.
+AUDIT_CHECKPOINT_INTERVAL_S: Final = 7 * _DAY_S
+#: Journal steps older than this, and covered by a checkpoint, are deleted: the journal
+#: holds between 90 and 97 days of history with the default interval.
+AUDIT_RETENTION_S: Final = 90 * _DAY_S
+
 #: Where "now" comes from: "system" (real time) or "file" (simulated time shared by processes).
 CLOCK_SOURCE: Final = "system"
 CLOCK_SOURCES: Final = ("system", "file")

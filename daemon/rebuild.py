@@ -3,13 +3,15 @@
 The journal records every applied step in order (chunk admitted, pulse,
 tombstone, supersede, reconsolidate, downscale, sweep to the cold tier, revive). Replaying it against fresh
 state, with the index growing exactly as it grew live, reproduces salience
-bit for bit when the neighbours found are the same as they were.
+bit for bit when the neighbours found are the same as they were. Once steps older
+than the audit retention were pruned, replay starts from the checkpoint that covers
+them (store/checkpoints.py) and replays the steps after it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,6 +20,8 @@ from pulses.memory import InMemorySalience
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import SalientPulse
 from pulses.sweep import downscale
+from store import checkpoints
+from store.checkpoints import Checkpoint, ChunkState
 from store.index import HnswIndex
 
 
@@ -35,14 +39,60 @@ class RebuildReport:
     max_difference: float
 
 
+@dataclass
+class Replayed:
+    """What replay holds after a journal step: salience, what each chunk's decay needs, the
+    order chunks joined the index, and the index itself."""
+
+    state: InMemorySalience
+    index: HnswIndex
+    kinds: dict[int, str] = field(default_factory=dict)
+    decayed_at: dict[int, int] = field(default_factory=dict)
+    admitted_seq: dict[int, int] = field(default_factory=dict)
+    started_after: int = 0  # the checkpoint replay started from; 0: the first step
+
+    def chunks(self) -> list[ChunkState]:
+        """The state a checkpoint taken now would hold."""
+        return [
+            ChunkState(
+                chunk_id=label,
+                admitted_seq=self.admitted_seq[label],
+                kind=self.kinds[label],
+                salience=self.state.salience(label),
+                pin_floor=self.state.pin_floor(label),
+                decay_from_ms=self.decayed_at[label],
+                tier="tombstoned"
+                if self.state.is_tombstoned(label)
+                else "live"
+                if self.index.is_live(label)
+                else "cold",
+            )
+            for label in self.state.labels()
+        ]
+
+
 def replay(
     rt: Runtime, progress: Callable[[int], None] | None = None, rule: UpdateRule | None = None
 ) -> tuple[InMemorySalience, HnswIndex]:
     """Fresh salience and an in-memory index from the journal (nothing is written).
 
     `rule`, when given, propagates every pulse with that update rule instead of the
-    journaled one: the same log under another rule, for an A/B of the two.
+    journaled one: the same log under another rule, for an A/B of the two (from the
+    checkpoint replay starts at, when older steps were pruned).
     """
+    replayed = replay_steps(rt, progress, rule)
+    return replayed.state, replayed.index
+
+
+def replay_steps(
+    rt: Runtime,
+    progress: Callable[[int], None] | None = None,
+    rule: UpdateRule | None = None,
+    *,
+    until_seq: int | None = None,
+) -> Replayed:
+    """Replay from the newest checkpoint at or below the oldest step the journal holds (or
+    from nothing), through step `until_seq` when given."""
     db, cfg = rt.db, rt.config
     index = HnswIndex.create(
         cfg.index_path,
@@ -52,11 +102,22 @@ def replay(
         ef_construction=cfg.index.ef_construction,
         ef=cfg.index.ef,
     )
-    state = InMemorySalience()
-    kinds: dict[int, str] = {}
-    decayed_at: dict[int, int] = {}
+    replayed = Replayed(InMemorySalience(), index)
+    state, kinds, decayed_at = replayed.state, replayed.kinds, replayed.decayed_at
+    start = checkpoints.replay_start(db)
+    pruned = checkpoints.pruned_through(db)
+    if start is not None and start.seq >= pruned:
+        _restore(rt, replayed, start)
+    elif pruned:
+        raise RebuildError(
+            f"journal steps up to {pruned} were pruned and no checkpoint covers them"
+        )
     rowid_of = db.rowids_by_hash()
-    for steps, (_seq, kind, ref, body, _at) in enumerate(db.journal_entries(), 1):
+    steps = 0
+    for seq, kind, ref, body, _at in checkpoints.journal_after(db, replayed.started_after):
+        if until_seq is not None and seq > until_seq:
+            break
+        steps += 1
         if kind == "chunk":
             rowid = int(body["rowid"])
             vector = db.embedding_of_rowid(rowid)
@@ -68,6 +129,7 @@ def replay(
                 state.pin(rowid, float(body["pin_floor"]))
             kinds[rowid] = str(body["kind"])
             decayed_at[rowid] = int(body["decay_from_ms"])
+            replayed.admitted_seq[rowid] = seq
             index.add(np.array([rowid], dtype=np.int64), vector[None, :])
         elif kind == "pulse":
             pulse = SalientPulse.from_json(body["pulse"])
@@ -112,7 +174,32 @@ def replay(
                 decayed_at[label] = now_ms
         if progress:
             progress(steps)
-    return state, index
+    return replayed
+
+
+def _restore(rt: Runtime, replayed: Replayed, start: Checkpoint) -> None:
+    """Replay's state as of a checkpoint; live chunks join the index in the order they were
+    admitted, as they did live (cold ones come back by their revive step, if any)."""
+    ordered = sorted(start.chunks, key=lambda chunk: chunk.admitted_seq)
+    live = [chunk.chunk_id for chunk in ordered if chunk.tier == "live"]
+    vectors = rt.db.embeddings_of(live)
+    missing = [label for label in live if label not in vectors]
+    if missing:
+        raise RebuildError(
+            f"chunk {missing[0]} is live in checkpoint {start.seq} but has no stored embedding"
+        )
+    for chunk in ordered:
+        replayed.state.add(chunk.chunk_id, chunk.salience)
+        if chunk.pin_floor > 0:
+            replayed.state.pin(chunk.chunk_id, chunk.pin_floor)
+        if chunk.tier == "tombstoned":
+            replayed.state.tombstone(chunk.chunk_id)
+        replayed.kinds[chunk.chunk_id] = chunk.kind
+        replayed.decayed_at[chunk.chunk_id] = chunk.decay_from_ms
+        replayed.admitted_seq[chunk.chunk_id] = chunk.admitted_seq
+    if live:
+        replayed.index.add(np.array(live, dtype=np.int64), np.stack([vectors[i] for i in live]))
+    replayed.started_after = start.seq
 
 
 def _live(state: InMemorySalience, label: int) -> bool:

@@ -182,6 +182,14 @@ def create_app(ops: Operations, *, workers: int, host: str = defaults.API_HOST) 
         return await run(lambda: ops.penalize(models.FeedbackRequest(ref=ref, **body.model_dump())))
 
     @app.post(
+        "/v1/memories/{ref}/revive",
+        responses=_ERRORS,
+        summary="bring a cold memory back to the live tier (at the next cycle)",
+    )
+    async def revive(ref: Ref) -> models.Revival:
+        return await run(lambda: ops.revive(models.RefRequest(ref=ref)))
+
+    @app.post(
         "/v1/memories/{ref}/update",
         responses=_ERRORS,
         summary="new content supersedes the memory; a new title, topic or importance revises it",

@@ -3,7 +3,7 @@
 Tool names are the ones agents' prompts already call for engram (`mem_save`,
 `mem_search`, ...), mapped onto this daemon's operations, plus `mem_outcome`,
 `mem_forgotten`, `mem_explain`, `mem_pin`, `mem_unpin`, `mem_reinforce`,
-`mem_penalize` and `mem_timeline`. Chunks are named by content hash (or a prefix only one
+`mem_penalize`, `mem_timeline` and `mem_revive`. Chunks are named by content hash (or a prefix only one
 chunk has) where engram used numbers.
 
 The tools reach the operations through a `Transport`: over the API
@@ -257,6 +257,11 @@ class MemoryTools:
         )
         return await self._transport.send(client.PENALIZE, request)
 
+    async def mem_revive(self, id: ChunkRef) -> models.Revival:
+        """Bring a cold memory (one mem_forgotten lists) back to the live tier and index, at
+        the next dream cycle. A memory that is not cold is refused."""
+        return await self._transport.send(client.REVIVE, request_model(models.RefRequest, ref=id))
+
     async def mem_timeline(
         self,
         around_ms: Annotated[
@@ -444,6 +449,7 @@ TOOLS: Final = (
     "mem_reinforce",
     "mem_penalize",
     "mem_timeline",
+    "mem_revive",
 )
 
 

@@ -406,6 +406,12 @@ class ExplainResponse(BaseModel):
     tombstone_reason: str | None
     history: list[SalienceStep] = Field(description="most recent first")
     history_total: int = Field(description="journal steps about it, listed or not")
+    history_since_ms: int | None = Field(
+        default=None,
+        description="the journal holds steps from this time on (older ones were deleted "
+        "after audit.retention_s, kept in a checkpoint of salience only); null: every step "
+        "since the memory was admitted is held",
+    )
     downscale: DownscaleSummary
     decisions: list[DecisionSummary] = Field(description="most recent first")
     decisions_total: int
@@ -453,6 +459,14 @@ class FeedbackRequest(FeedbackBody, RefRequest):
 
 class ChunkQueued(Queued):
     content_hash: str
+
+
+class Revival(BaseModel):
+    content_hash: str
+    requested_ms: int = Field(
+        description="when revival was requested: the next dream cycle brings the memory back "
+        "to the live tier and index"
+    )
 
 
 class UpdateBody(Strict):

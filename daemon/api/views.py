@@ -15,6 +15,7 @@ import numpy as np
 from daemon import defaults
 from daemon.api import models
 from pulses.context import Candidate
+from store import checkpoints
 from store import keys as key_store
 from store.database import EFFICACY_TYPE, Database
 from store.timefmt import iso_from_ms
@@ -142,6 +143,7 @@ def explain(db: Database, memory: models.Memory) -> models.ExplainResponse:
         tombstone_reason=None if tombstone is None else tombstone[0],
         history=history,
         history_total=total,
+        history_since_ms=checkpoints.history_since_ms(db),
         downscale=_downscale(db, obs.rowid, memory.kind),
         decisions=_decisions(db, digest),
         decisions_total=int(

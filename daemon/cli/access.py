@@ -18,8 +18,9 @@ the direct one, so both ways accept and refuse the same requests:
   way then accepts it, or refuses it with its own message;
 * an outcome for a decision, or a tombstone for a chunk, this peer does not hold (the
   API answers 404; the direct way queues them for the mesh);
-* reviving a cold chunk (no API operation) and ingesting without embedding (the API
-  embeds every chunk it saves);
+* reviving a chunk that is not cold, or by a hash prefix (the API answers 409, or
+  would take the prefix; the direct way refuses both), and ingesting without embedding
+  (the API embeds every chunk it saves);
 * no daemon answering, or one still loading its index, at any point of a command.
 """
 
@@ -44,6 +45,8 @@ T = TypeVar("T")
 Progress = Callable[[str, int], None]
 Via = Literal["api", "direct"]
 
+#: Hex digits of a whole content hash (blake3, 256 bits).
+HASH_DIGITS: Final = 64
 #: Status fields only the daemon knows (its live index): left out so both ways print alike.
 DAEMON_ONLY_STATUS: Final = frozenset({"index_live", "index_capacity"})
 
@@ -383,7 +386,25 @@ class ApiAccess:
         )
 
     def revive(self, content_hash: str) -> None:
-        self._direct.revive(content_hash)
+        from daemon.api import models
+        from daemon.client import REVIVE, BadRequest, Conflict, request_model
+
+        def build() -> models.RefRequest:
+            # The API takes a unique prefix too; the direct way a whole hash only.
+            if len(content_hash) != HASH_DIGITS:
+                raise BadRequest(f"{content_hash!r} is not a whole hash")
+            return request_model(models.RefRequest, ref=content_hash)
+
+        def send(request: models.RefRequest) -> None:
+            try:
+                self._client.send(REVIVE, request)
+            except Conflict:
+                # Not cold: the direct way refuses it in its own words.
+                self._direct.revive(content_hash)
+
+        self._served(
+            build, send, lambda: self._direct.revive(content_hash), unknown_here_goes_direct=True
+        )
 
     def outcome(self, *, decision: str, reward: float, reason: str, cited: Sequence[str]) -> Queued:
         from daemon.api import models

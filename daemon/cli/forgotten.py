@@ -27,8 +27,7 @@ def register(verbs: Any) -> None:
     parser.add_argument(
         "--revive",
         metavar="HASH",
-        help="ask the daemon to bring this cold chunk back (at its next cycle; always "
-        "written to the database directly)",
+        help="ask the daemon to bring this cold chunk back (at its next cycle)",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _forgotten(args)))
