@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,7 @@ from daemon.api import models
 from daemon.client import BadRequest, Conflict, MemoryClient, NotFound
 from store.timefmt import ms_from_iso
 from tests.api_helpers import ApiDaemon, running_api, wait_applied
-from tests.daemon_helpers import Peer, wait_until
+from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -281,3 +282,36 @@ def test_the_timeline_is_newest_first_paged_and_filtered(memory: MemoryClient) -
     assert around.total == 6
     with pytest.raises(BadRequest, match="limit"):
         memory.timeline(limit=0)
+
+
+def test_a_swept_memory_revived_through_the_api_is_live_after_the_next_cycle(
+    tmp_path: Path,
+) -> None:
+    peer = Peer(tmp_path / "data", "revive_peer", tmp_path / "zeitgeist")
+    rows = documentation_chunks(("assert", "for", "while", "try", "raise"), 20)
+    chunks = [{**row, "importance": number % 11} for number, row in enumerate(rows)]
+    peer.dreamcycle("ingest", str(write_jsonl(tmp_path / "chunks.jsonl", chunks)))
+    peer.dreamcycle("run", "--once")
+    peer.dreamcycle(
+        "sweep", "--percentile", "30", "--min-population", "10",
+        settings={"DREAMCYCLE_SWEEP_GRACE_S": "0"},
+    )  # fmt: skip
+    cold = peer.scalar("SELECT content_hash FROM observations WHERE cold_at IS NOT NULL LIMIT 1")
+    live = peer.scalar("SELECT content_hash FROM observations WHERE cold_at IS NULL LIMIT 1")
+    with running_api(peer) as served, MemoryClient(served.socket_path) as memory:
+        assert memory.memory(cold).state == "cold"
+        revival = memory.revive(cold[:12])
+        assert revival.content_hash == cold
+        wait_until(
+            lambda: memory.memory(cold).state == "live",
+            what="the revived memory to be live",
+            context=served.daemon.log_tail,
+        )
+        explained = memory.explain(cold)
+        assert explained.history[0].cause == "revived from the cold tier"
+        assert explained.history_since_ms is None  # nothing pruned: the journal is whole
+        assert cold in [hit.content_hash for hit in memory.recall(memory.memory(cold).content).hits]
+        with pytest.raises(Conflict, match="is live, not cold"):
+            memory.revive(live)
+        with pytest.raises(NotFound):
+            memory.revive("0" * 64)

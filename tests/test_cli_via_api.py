@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import pytest
 
+from store.timefmt import iso_from_ms
 from tests.api_helpers import running_api
 from tests.daemon_helpers import Peer, documentation_chunks, write_jsonl
 
@@ -211,6 +212,24 @@ def test_refusals_are_the_same_either_way(served: Served) -> None:
         ]
         assert errors[0] == errors[1] and len(errors[0]) == 1, errors
     assert peer.scalar("SELECT count(*) FROM outbox") == before
+
+
+def test_revival_is_requested_and_refused_the_same_either_way(served: Served) -> None:
+    peer = served.peer
+    cold, live = (
+        peer.scalar(f"SELECT content_hash FROM observations WHERE cold_at IS {state} LIMIT 1")
+        for state in ("NOT NULL", "NULL")
+    )
+    through_daemon, directly = both_ways(peer, "dreamcycle", "forgotten", "--revive", cold)
+    assert through_daemon.stdout == directly.stdout
+    assert through_daemon.stdout.startswith(f"revival of {cold[:12]} requested")
+    assert peer.scalar(
+        "SELECT last_seen_at FROM observations WHERE content_hash = ?", (cold,)
+    ) == iso_from_ms(FROZEN_MS)
+    for refused in (live, "ab" * 32):
+        both = both_ways(peer, "dreamcycle", "forgotten", "--revive", refused, expect=EXIT_USAGE)
+        errors = [[ln for ln in r.stderr.splitlines() if ln.startswith("error: ")] for r in both]
+        assert errors[0] == errors[1] and "not the hash of a chunk in the cold tier" in errors[0][0]
 
 
 def test_ingest_through_the_daemon_stores_what_direct_ingest_stores(

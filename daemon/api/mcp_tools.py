@@ -3,8 +3,8 @@
 Tool names are the ones agents' prompts already call for engram (`mem_save`,
 `mem_search`, ...), mapped onto this daemon's operations, plus `mem_outcome`,
 `mem_forgotten`, `mem_explain`, `mem_pin`, `mem_unpin`, `mem_reinforce`,
-`mem_penalize`, `mem_timeline` and `mem_revive`. Chunks are named by content hash (or a prefix only one
-chunk has) where engram used numbers.
+`mem_penalize`, `mem_timeline` and `mem_revive`. Chunks are named by content hash (or a
+prefix only one chunk has) where engram used numbers.
 
 The tools reach the operations through a `Transport`: over the API
 (`AsyncMemoryClient`, what `dreamcycle mcp` serves on stdio) or, inside the

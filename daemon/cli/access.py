@@ -18,9 +18,8 @@ the direct one, so both ways accept and refuse the same requests:
   way then accepts it, or refuses it with its own message;
 * an outcome for a decision, or a tombstone for a chunk, this peer does not hold (the
   API answers 404; the direct way queues them for the mesh);
-* reviving a chunk that is not cold, or by a hash prefix (the API answers 409, or
-  would take the prefix; the direct way refuses both), and ingesting without embedding
-  (the API embeds every chunk it saves);
+* reviving by a hash prefix (the API would take it; the direct way refuses it), and
+  ingesting without embedding (the API embeds every chunk it saves);
 * no daemon answering, or one still loading its index, at any point of a command.
 """
 
@@ -161,6 +160,11 @@ def memory_access(config: Config, *, direct: bool = False) -> Iterator[MemoryAcc
         yield ApiAccess(client, opened)
 
 
+def not_cold(content_hash: str) -> str:
+    """Why a revival is refused, in the same words whichever way memory is reached."""
+    return f"{content_hash!r} is not the hash of a chunk in the cold tier"
+
+
 # ---- the database, opened here ----------------------------------------------------------
 
 
@@ -226,7 +230,7 @@ class DirectAccess:
         try:
             rowid = tiers.cold_rowid_of_hash(rt.db, content_hash)
             if rowid is None:
-                raise ValueError(f"{content_hash!r} is not the hash of a chunk in the cold tier")
+                raise ValueError(not_cold(content_hash))
             with rt.db.transaction():
                 tiers.request_revival(rt.db, rowid, now_ms=rt.clock.now_ms())
         finally:
@@ -387,7 +391,7 @@ class ApiAccess:
 
     def revive(self, content_hash: str) -> None:
         from daemon.api import models
-        from daemon.client import REVIVE, BadRequest, Conflict, request_model
+        from daemon.client import REVIVE, BadRequest, Conflict, NotFound, request_model
 
         def build() -> models.RefRequest:
             # The API takes a unique prefix too; the direct way a whole hash only.
@@ -398,13 +402,10 @@ class ApiAccess:
         def send(request: models.RefRequest) -> None:
             try:
                 self._client.send(REVIVE, request)
-            except Conflict:
-                # Not cold: the direct way refuses it in its own words.
-                self._direct.revive(content_hash)
+            except (NotFound, Conflict):
+                raise ValueError(not_cold(content_hash)) from None
 
-        self._served(
-            build, send, lambda: self._direct.revive(content_hash), unknown_here_goes_direct=True
-        )
+        self._served(build, send, lambda: self._direct.revive(content_hash))
 
     def outcome(self, *, decision: str, reward: float, reason: str, cited: Sequence[str]) -> Queued:
         from daemon.api import models
