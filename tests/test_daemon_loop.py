@@ -224,3 +224,32 @@ def test_rebuild_replays_salience_bit_for_bit(peer: Peer, tmp_path: Path) -> Non
     # The rebuilt index serves the daemon: the next cycle runs on it without rebuilding.
     peer.dreamcycle("run", "--once")
     assert peer.salience() == before
+
+
+@pytest.mark.slow
+def test_rebuild_after_old_journal_steps_were_pruned_is_bit_for_bit(peer: Peer) -> None:
+    # A checkpoint at every cycle and a retention of a moment: each cycle deletes what the
+    # previous one checkpointed.
+    audit = {
+        "DREAMCYCLE_AUDIT_CHECKPOINT_INTERVAL_S": "0.001",
+        "DREAMCYCLE_AUDIT_RETENTION_S": "0.001",
+    }
+    peer.settings.update(audit)
+    peer.pulse_emit("pulse", "--text", DECAY_TEXT, "--kind", "decay", "--strength", "0.5")
+    peer.dreamcycle("run", "--once")
+    decision, cited = recall(peer, QUERY)
+    peer.pulse_emit(
+        "outcome", "--decision", decision, "--reward", "0.7", "--reason", "python/assert",
+        "--cited", *cited,
+    )  # fmt: skip
+    peer.dreamcycle("run", "--once", settings={"DREAMCYCLE_DOWNSCALE_ENABLED": "true"})
+
+    pruned = int(peer.scalar("SELECT value FROM meta WHERE key = 'journal_pruned_seq'"))
+    assert peer.scalar("SELECT min(seq) FROM journal") == pruned + 1
+    assert peer.scalar("SELECT count(*) FROM journal WHERE kind = 'chunk'") == 0
+    assert peer.scalar("SELECT count(*) FROM journal WHERE kind = 'pulse'") >= 1
+    before = peer.salience()
+
+    result = peer.dreamcycle("rebuild")
+    assert "0 salience values corrected" in result.stdout, result.stdout
+    assert peer.salience() == before
