@@ -355,7 +355,9 @@ def record_attribution(
             origin=rt.peer_id,
             decision_hash=digest,
             chunk_hashes=tuple(chunks),
-            decision_text=decision_text,
+            # The question is the agent's own words: peers get it only where key texts
+            # are shared too (the decision hash is never recomputed from it remotely).
+            decision_text=decision_text if rt.config.learning.share_key_text else "",
         )
         db.outbox_add(entry.id, entry.KIND, hlc, encode_entry(entry), now_ms=now, applied=True)
         db.bump_access([h.rowid for h in hits], now_ms=now)

@@ -295,6 +295,25 @@ def test_the_split_stays_as_configured_when_fusion_learning_is_off(
         assert peer.db.get_meta(FUSION_META_KEY) is None
 
 
+def published_decision_texts(peer: Peer) -> list[str]:
+    return [
+        json.loads(body)["decision_text"]
+        for (body,) in peer.db.conn.execute("SELECT body FROM outbox WHERE kind = 'attribution'")
+    ]
+
+
+def test_the_question_stays_local_unless_key_texts_are_shared(
+    peer: Peer, tmp_path: Path, clock: ManualClock
+) -> None:
+    decision, _ = ask(peer)
+    assert published_decision_texts(peer) == [""]
+    record = peer.db.attribution(decision)
+    assert record is not None and record.query_text == QUERY  # kept here, for keys
+    for sharing in open_peer(tmp_path / "sharing", clock, **{"learning.share_key_text": True}):
+        ask(sharing)
+        assert published_decision_texts(sharing) == [QUERY]
+
+
 def test_an_uncited_outcome_credits_nothing_by_default(peer: Peer) -> None:
     before = saliences(peer)
     decision, _ = ask(peer)
