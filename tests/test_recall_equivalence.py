@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -172,13 +173,14 @@ def test_fast_recall_ranks_exactly_as_the_reference(store: Store, live_index: bo
             fast = rank_query(rt, text, vector, top_k, index=index)
             _same(fast, reference_rank_query(rt, text, vector, top_k, index=index))
         excluded = frozenset(h.rowid for h in fast[:3])
-        for options in (
+        option_sets: list[dict[str, Any]] = [
             {"allowed": store.projects["project-2"]},
             {"allowed": store.projects["project-0"] | store.projects["project-3"]},
             {"exclude": excluded},
             {"assume_cold": assume},
             {"exclude": excluded, "assume_cold": assume, "allowed": store.projects["project-1"]},
-        ):
+        ]
+        for options in option_sets:
             fast = rank_query(rt, text, vector, TOP_K, index=index, **options)
             reference = reference_rank_query(rt, text, vector, TOP_K, index=index, **options)
             _same(fast, reference)
