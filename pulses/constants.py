@@ -22,3 +22,31 @@ OUTCOME_PULSE_TTL_S: Final = 7 * 24 * 3600
 
 #: Bytes of blake3 kept for a pulse_id (128 bits).
 PULSE_ID_BYTES: Final = 16
+
+# ---- bounds beyond the convergence invariants (pulses/pulse.py explains each choice) ----
+
+#: Largest pulse strength: a reward magnitude, as outcomes and feedback produce.
+STRENGTH_MAX: Final = 1.0
+#: Most neighbours a BFS node may fan out to.
+K_MAX: Final = 64
+#: Deepest BFS a pulse may ask for, whatever its width.
+MAX_HOPS_MAX: Final = 16
+#: Widest kernel accepted, in cosine-distance units (distances never exceed 2).
+SIGMA_MAX: Final = 10.0
+#: Longest time to live of a pulse, in seconds (ten years).
+TTL_MAX_S: Final = 10 * 365 * 86_400.0
+#: Most salience one pulse may move in the worst case, summed over every chunk it reaches
+#: (`moved_salience_bound`); in units of one chunk's whole salience range.
+MOVED_SALIENCE_MAX: Final = 4.0
+#: Longest reason of a pulse or an outcome, in characters.
+REASON_MAX_CHARS: Final = 1_000
+#: Longest peer id (origin, observer, decision maker) on the wire, in characters.
+PEER_ID_MAX_CHARS: Final = 128
+#: Longest index version (model id and width) on the wire, in characters.
+INDEX_VERSION_MAX_CHARS: Final = 256
+#: Widest seed embedding accepted.
+EMBEDDING_DIM_MAX: Final = 4_096
+#: Most chunks one decision's attribution may list (and so an outcome may cite).
+ATTRIBUTION_MAX_CHUNKS: Final = 1_024
+#: Longest decision text of an attribution, in characters.
+DECISION_TEXT_MAX_CHARS: Final = 262_144

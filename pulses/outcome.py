@@ -14,14 +14,18 @@ import numpy as np
 import numpy.typing as npt
 
 from pulses.constants import (
+    ATTRIBUTION_MAX_CHUNKS,
+    DECISION_TEXT_MAX_CHARS,
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
     OUTCOME_MAX_HOPS,
     OUTCOME_PULSE_TTL_S,
     OUTCOME_SIGMA,
+    PEER_ID_MAX_CHARS,
+    REASON_MAX_CHARS,
 )
 from pulses.credit import Credit
-from pulses.pulse import PulseKind, SalientPulse
+from pulses.pulse import PulseKind, SalientPulse, check_length, preview
 
 #: Rewards are scores of one decision, from fully wrong to fully right.
 REWARD_MIN: Final = -1.0
@@ -29,6 +33,8 @@ REWARD_MAX: Final = 1.0
 #: A decision hash is the full 32-byte blake3 digest in lowercase hex.
 DECISION_HASH_HEX_CHARS: Final = 64
 _DECISION_HASH_PATTERN: Final = re.compile(r"[0-9a-f]{64}")
+#: Chunks are named by their blake3 content hash, as decisions are.
+_CHUNK_HASH_PATTERN: Final = _DECISION_HASH_PATTERN
 
 EmbeddingLookup = Callable[[str], npt.NDArray[np.float32] | None]
 
@@ -89,15 +95,18 @@ class Attribution:
         )
 
     def validate(self) -> None:
+        """The decision hash, the peer and the chunks, each bounded (pulses/constants.py):
+        recall returns at most 100 chunks and a context bundle a few hundred, so
+        ATTRIBUTION_MAX_CHUNKS (1024) holds any decision the project records; a decision's
+        text is its query or task, at most 100 000 characters through the API."""
         _check_decision_hash(self.decision_hash, "attribution")
         if not self.peer:
             raise InvalidOutcome("attribution.peer must not be empty")
-        for position, chunk in enumerate(self.chunk_hashes):
-            if not isinstance(chunk, str) or not chunk:
-                raise InvalidOutcome(
-                    f"attribution.chunk_hashes[{position}] must be a non-empty string, "
-                    f"got {chunk!r}"
-                )
+        check_length("attribution.peer", self.peer, PEER_ID_MAX_CHARS, InvalidOutcome)
+        check_length(
+            "attribution.decision_text", self.decision_text, DECISION_TEXT_MAX_CHARS, InvalidOutcome
+        )
+        check_chunk_hashes("attribution.chunk_hashes", self.chunk_hashes)
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,8 @@ class Outcome:
     observer_peer: str
     ts: int
     reason: str
+    #: The recalled chunks the decision used, as full content hashes.
+    cited: tuple[str, ...] = ()
 
     def validate(self) -> None:
         if not (math.isfinite(self.reward) and REWARD_MIN <= self.reward <= REWARD_MAX):
@@ -119,8 +130,27 @@ class Outcome:
         _check_decision_hash(self.decision_hash, "outcome")
         if not self.reason:
             raise InvalidOutcome("outcome.reason must not be empty")
+        # The reason travels on in the outcome's pulses, so it obeys their limit.
+        check_length("outcome.reason", self.reason, REASON_MAX_CHARS, InvalidOutcome)
         if not self.observer_peer:
             raise InvalidOutcome("outcome.observer_peer must not be empty")
+        check_length("outcome.observer_peer", self.observer_peer, PEER_ID_MAX_CHARS, InvalidOutcome)
+        check_chunk_hashes("outcome.cited", self.cited)
+
+
+def check_chunk_hashes(name: str, hashes: Sequence[str]) -> None:
+    """At most ATTRIBUTION_MAX_CHUNKS content hashes (a decision cannot cite more chunks
+    than it recalled); InvalidOutcome names the first that is not one."""
+    if len(hashes) > ATTRIBUTION_MAX_CHUNKS:
+        raise InvalidOutcome(
+            f"{name} lists {len(hashes)} chunks, more than the limit of {ATTRIBUTION_MAX_CHUNKS}"
+        )
+    for position, chunk in enumerate(hashes):
+        if not isinstance(chunk, str) or not _CHUNK_HASH_PATTERN.fullmatch(chunk):
+            raise InvalidOutcome(
+                f"{name}[{position}] must be a chunk hash (64 lowercase hex digits), "
+                f"got {preview(chunk)}"
+            )
 
 
 def outcome_to_pulses(

@@ -89,12 +89,10 @@ def total_delta_bound(pulse: SalientPulse) -> float:
     """strength * sum over hops h of (k * decay_per_hop) ** h.
 
     With the BFS rule at most k ** h chunks are reached at hop h, each by at most
-    strength * decay_per_hop ** h, so this bounds the total |delta| of one pulse.
+    strength * decay_per_hop ** h, so this bounds the total |delta| of one pulse. It is
+    the bound `SalientPulse.validate` caps (pulses/pulse.py).
     """
-    if pulse.max_hops == 0:
-        return 0.0
-    fan_out = pulse.k * float(pulse.decay_per_hop)
-    return float(pulse.strength) * sum(fan_out**hop for hop in range(1, pulse.max_hops + 1))
+    return pulse.moved_salience_bound()
 
 
 def propagate(

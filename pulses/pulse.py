@@ -1,4 +1,45 @@
-"""The SalientPulse wire type (seed section 4), its canonical bytes, id and invariants."""
+"""The SalientPulse wire type (seed section 4), its canonical bytes, id, invariants and bounds.
+
+The convergence invariants (decay_per_hop * k < 1, max_hops <= floor(-ln(epsilon) / sigma))
+keep a pulse's series finite, not small: strength 1e308 with k 255, max_hops 23 and
+decay_per_hop 0.0039 satisfies both and drives every chunk it reaches to zero. So
+`validate` also checks bounds (constants in pulses/constants.py), chosen from what the
+project itself emits and what its interfaces document:
+
+* outcomes (pulses/outcome.py) seed one pulse per credited chunk with strength |credit|
+  <= |reward| <= 1 (pulses/credit.py only scales rewards down), sigma 0.15, k 3,
+  max_hops 2, decay_per_hop 0.3: at most 1 * (3 * 0.3 + 9 * 0.09) = 1.71 moved;
+* reinforce / penalize (daemon/api) have the outcome's shape, strength at most 1
+  (0.5 by default): again at most 1.71;
+* `pulse-emit pulse` defaults (daemon/defaults.py) are strength 0.3, sigma 0.3, k 3,
+  max_hops 2, decay_per_hop 0.3: 0.51 moved;
+* a tombstone's Forget pulse has infinite strength and max_hops 0: BFS moves nothing
+  (the tombstone itself does the forgetting), so its strength is not bounded;
+* the API documents (docs/api.md, daemon/api/models.py) strength in (0, 1], sigma in
+  (0, 10], k in 1..64, max_hops in 0..16, a ttl of at most ten years and reasons of at
+  most 1000 characters.
+
+Hence STRENGTH_MAX 1 (a pulse's strength is a reward's magnitude), K_MAX 64,
+MAX_HOPS_MAX 16, SIGMA_MAX 10 (distances never exceed 2, so wider kernels are all flat),
+TTL_MAX_S ten years and REASON_MAX_CHARS 1000: each the documented range, which every
+pulse above sits inside. The CLI, the API and receipt apply the same numbers, so a
+request is refused alike whichever way it travels. decay_per_hop needs no constant of
+its own: the convergence invariant keeps it below 1 / k, and it enters the bound below.
+
+Per field, those ranges still allow strength 1 along a chain of 16 hops with k 1 and
+decay_per_hop 0.99: about 15 chunks' worth of salience. `moved_salience_bound` is the
+worst case of propagation (pulses/propagate.py): hop h reaches at most k ** h chunks,
+each changed by at most strength * decay_per_hop ** h (the kernel is at most 1, the
+clamp only shortens a change), so a pulse moves at most
+strength * sum_{h=1..max_hops} (k * decay_per_hop) ** h. MOVED_SALIENCE_MAX is 4: 2.3
+times the largest the project emits (1.71), and at most four chunks taken from full
+salience to none by one pulse. A peer that sends many pulses is held by a budget per
+origin and cycle (pulses/budget.py).
+
+Peer ids are at most 64 characters (daemon/config.py), index versions are a model id and
+its width, seed hashes are blake3 content hashes, embeddings are 384 wide today: their
+bounds (128, 256, 64 hex digits, 4096) leave room without letting one pulse be huge.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +47,32 @@ import base64
 import enum
 import json
 import math
+import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 import blake3
 import numpy as np
 import numpy.typing as npt
 
-from pulses.constants import EPSILON, PULSE_ID_BYTES, SIGMA_MIN
+from pulses.constants import (
+    EMBEDDING_DIM_MAX,
+    EPSILON,
+    INDEX_VERSION_MAX_CHARS,
+    K_MAX,
+    MAX_HOPS_MAX,
+    MOVED_SALIENCE_MAX,
+    PEER_ID_MAX_CHARS,
+    PULSE_ID_BYTES,
+    REASON_MAX_CHARS,
+    SIGMA_MAX,
+    SIGMA_MIN,
+    STRENGTH_MAX,
+    TTL_MAX_S,
+)
+
+#: A seed hash is a blake3 content hash: 64 lowercase hex digits.
+_SEED_HASH: Final = re.compile(r"[0-9a-f]{64}")
 
 
 class PulseKind(enum.StrEnum):
@@ -130,7 +189,8 @@ class SalientPulse:
     # ---- invariants ---------------------------------------------------------
 
     def validate(self) -> None:
-        """Check every invariant of seed section 4.2 and DESIGN.md section 5."""
+        """Check every invariant of seed section 4.2 and DESIGN.md section 5, and the bounds
+        of the module docstring."""
         validate_parameters(
             kind=self.kind,
             strength=self.strength,
@@ -139,14 +199,35 @@ class SalientPulse:
             k=self.k,
             decay_per_hop=self.decay_per_hop,
             ttl_s=self.ttl_s,
+            reason=self.reason,
         )
         emb = self.seed_embedding
         if emb.ndim != 1 or emb.shape[0] == 0:
             raise InvalidPulse("seed_embedding must be a non-empty vector")
+        if emb.shape[0] > EMBEDDING_DIM_MAX:
+            raise InvalidPulse(
+                f"seed_embedding has {emb.shape[0]} dimensions, more than the limit of "
+                f"{EMBEDDING_DIM_MAX}"
+            )
         if not np.all(np.isfinite(emb)):
             raise InvalidPulse("seed_embedding contains NaN or infinity")
         if not self.origin_peer:
             raise InvalidPulse("origin_peer must not be empty")
+        check_length("origin_peer", self.origin_peer, PEER_ID_MAX_CHARS)
+        check_length("index_version", self.index_version, INDEX_VERSION_MAX_CHARS)
+        if self.seed_hash is not None and not _SEED_HASH.fullmatch(self.seed_hash):
+            raise InvalidPulse(
+                f"seed_hash must be 64 lowercase hex digits, got {preview(self.seed_hash)}"
+            )
+
+    def moved_salience_bound(self) -> float:
+        """The most salience this pulse can move; see the function of that name."""
+        return moved_salience_bound(
+            strength=self.strength,
+            k=self.k,
+            max_hops=self.max_hops,
+            decay_per_hop=self.decay_per_hop,
+        )
 
     def is_expired(self, now_ms: int) -> bool:
         return (self.ts >> 16) + self.ttl_s * 1000.0 < now_ms
@@ -166,8 +247,12 @@ def validate_parameters(
     k: int,
     decay_per_hop: float,
     ttl_s: float,
+    reason: str = "",
 ) -> None:
-    """Raise InvalidPulse naming the first broken rule; used at emit and at receipt."""
+    """Raise InvalidPulse naming the first broken rule; used at emit and at receipt.
+
+    The convergence invariants first, then the bounds of the module docstring.
+    """
     if kind is PulseKind.FORGET:
         if max_hops != 0:
             raise InvalidPulse(f"forget pulses must have max_hops = 0, got {max_hops}")
@@ -195,6 +280,55 @@ def validate_parameters(
         )
     if not (math.isfinite(ttl_s) and ttl_s > 0):
         raise InvalidPulse(f"ttl must be > 0 seconds, got {ttl_s}")
+    if kind is not PulseKind.FORGET and strength > STRENGTH_MAX:
+        raise InvalidPulse(f"strength {strength:g} exceeds the limit of {STRENGTH_MAX:g}")
+    if k > K_MAX:
+        raise InvalidPulse(f"k {k} exceeds the limit of {K_MAX}")
+    if max_hops > MAX_HOPS_MAX:
+        raise InvalidPulse(f"max_hops {max_hops} exceeds the limit of {MAX_HOPS_MAX}")
+    if sigma > SIGMA_MAX:
+        raise InvalidPulse(f"sigma {sigma:g} exceeds the limit of {SIGMA_MAX:g}")
+    if ttl_s > TTL_MAX_S:
+        raise InvalidPulse(f"ttl {ttl_s:g} s exceeds the limit of {TTL_MAX_S:g} s")
+    moved = moved_salience_bound(
+        strength=strength, k=k, max_hops=max_hops, decay_per_hop=decay_per_hop
+    )
+    if moved > MOVED_SALIENCE_MAX:
+        raise InvalidPulse(
+            f"strength {strength:g}, k {k}, max_hops {max_hops} and decay_per_hop "
+            f"{decay_per_hop:g} may move {moved:.3g} salience in all, more than the limit of "
+            f"{MOVED_SALIENCE_MAX:g} (strength * sum over hops h of (k * decay_per_hop) ** h)"
+        )
+    check_length("reason", reason, REASON_MAX_CHARS)
+
+
+def moved_salience_bound(*, strength: float, k: int, max_hops: int, decay_per_hop: float) -> float:
+    """strength * sum over hops h = 1..max_hops of (k * decay_per_hop) ** h.
+
+    Propagation reaches at most k ** h chunks at hop h and changes each by at most
+    strength * decay_per_hop ** h, so this bounds the total |change| of one pulse; a pulse
+    with max_hops 0 (a Forget) moves nothing. The powers are built by multiplication, so
+    parameters that break the convergence invariant give infinity rather than an error.
+    """
+    total, term = 0.0, 1.0
+    fan_out = k * float(decay_per_hop)
+    for _ in range(max_hops):
+        term *= fan_out
+        total += term
+    return float(strength) * total if total else 0.0
+
+
+def check_length(name: str, value: str, limit: int, error: type[ValueError] = InvalidPulse) -> None:
+    """`error` naming `name` when `value` is longer than `limit` characters."""
+    if len(value) > limit:
+        raise error(f"{name} has {len(value)} characters, more than the limit of {limit}")
+
+
+def preview(value: object, chars: int = 80) -> str:
+    """repr of `value`, a string cut so that an oversized field does not flood a message."""
+    if isinstance(value, str) and len(value) > chars:
+        return repr(value[:chars] + "...")
+    return repr(value)
 
 
 def _as_int(value: Any, name: str) -> int:

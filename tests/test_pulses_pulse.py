@@ -84,7 +84,8 @@ def test_invariant_violations_are_named(overrides: dict[str, Any], message: str)
 def test_max_hops_limit_follows_sigma() -> None:
     assert max_hops_allowed(0.15) == 46
     assert max_hops_allowed(0.3) == 23
-    make_pulse(sigma=0.3, max_hops=23, k=1, decay_per_hop=0.5).validate()
+    assert max_hops_allowed(0.5) == 13
+    make_pulse(sigma=0.5, max_hops=13, k=1, decay_per_hop=0.5).validate()
 
 
 def test_forget_pulse_with_infinite_strength_is_valid() -> None:
