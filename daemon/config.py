@@ -19,6 +19,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from daemon import defaults
 from pulses.credit import CreditRule
+from pulses.pulse import InvalidPulse, PulseKind, validate_parameters
 from pulses.ranking import InvalidRanking, RankingWeights
 from pulses.sweep import SweepMix
 from store.database import CHUNK_KINDS
@@ -129,11 +130,28 @@ class PulsesConfig:
     decay_per_hop: float = defaults.PULSE_DECAY_PER_HOP
     ttl_s: float = defaults.PULSE_TTL_S
     outcome_wait_s: float = defaults.OUTCOME_WAIT_S
+    origin_budget: float = defaults.PULSE_ORIGIN_BUDGET
 
     def check(self) -> None:
         _one_of("pulses.update_rule", self.update_rule, ("bfs", "literal"))
         _positive("pulses.ttl_s", self.ttl_s)
         _positive("pulses.outcome_wait_s", self.outcome_wait_s)
+        _positive("pulses.origin_budget", self.origin_budget)
+        try:  # the defaults of `pulse-emit pulse` must make a pulse every peer accepts
+            validate_parameters(
+                kind=PulseKind.REWARD,
+                strength=self.strength,
+                sigma=self.sigma,
+                max_hops=self.max_hops,
+                k=self.k,
+                decay_per_hop=self.decay_per_hop,
+                ttl_s=self.ttl_s,
+            )
+        except InvalidPulse as exc:
+            # Every message starts with the field it is about; ttl is the key ttl_s.
+            about = str(exc).split(" ", 1)[0]
+            key = f"pulses.{'ttl_s' if about == 'ttl' else about}"
+            raise ConfigError(f"{key} makes pulses no peer accepts: {exc}") from None
 
 
 @dataclass

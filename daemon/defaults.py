@@ -50,6 +50,11 @@ PULSE_DECAY_PER_HOP: Final = 0.3
 PULSE_TTL_S: Final = 7 * 24 * 3600.0
 #: How long an outcome waits for its attribution before it is dropped.
 OUTCOME_WAIT_S: Final = 24 * 3600.0
+#: Salience the pulses of one other peer may move in one cycle, in the worst case
+#: (pulses/budget.py). An outcome pulse moves at most 1.71 (pulses/pulse.py), so this
+#: admits 18 at full strength per origin and cycle: a decision scored every 5 s of a
+#: 30 s cycle, citing three chunks at reward +-1, fits (6 * 3 * 1.71 = 30.8).
+PULSE_ORIGIN_BUDGET: Final = 32.0
 UPDATE_RULE: Final = "bfs"
 
 #: Half-life of salience by chunk kind, from seed 001's daily decay rates (ln 2 / lambda days).

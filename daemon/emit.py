@@ -19,8 +19,9 @@ from typing import Any, Final
 import blake3
 
 from daemon.runtime import Runtime, issue_hlc
+from pulses.constants import REASON_MAX_CHARS
 from pulses.outcome import Outcome
-from pulses.pulse import PulseKind, SalientPulse
+from pulses.pulse import PulseKind, SalientPulse, check_length, validate_parameters
 from store.hashing import content_hash
 from zeitgeist.entries import (
     ChangeValue,
@@ -102,6 +103,14 @@ def emit_outcome(
         decision_hash=decision, reward=reward, observer_peer=rt.peer_id, ts=0, reason=reason
     ).validate()
     chunks = resolve_cited(rt, decision, cited)
+    Outcome(
+        decision_hash=decision,
+        reward=reward,
+        observer_peer=rt.peer_id,
+        ts=0,
+        reason=reason,
+        cited=chunks,
+    ).validate()
     fields: dict[str, Any] = {"decision": decision, "reward": reward, "reason": reason}
     if chunks:  # requests without citations keep the key they always had
         fields["cited"] = list(chunks)
@@ -159,6 +168,17 @@ def resolve_cited(rt: Runtime, decision: str, cited: Sequence[str]) -> tuple[str
 def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
     if request.kind is PulseKind.FORGET:
         raise ValueError("forget pulses travel with a tombstone: use `pulse-emit tombstone HASH`")
+    # Refused before the text is embedded: the parameters alone decide.
+    validate_parameters(
+        kind=request.kind,
+        strength=request.strength,
+        sigma=request.sigma,
+        max_hops=request.max_hops,
+        k=request.k,
+        decay_per_hop=request.decay_per_hop,
+        ttl_s=request.ttl_s,
+        reason=request.reason,
+    )
     if request.seed_chunk is not None:
         stored = rt.db.embedding_of_hash(request.seed_chunk)
         if stored is None:
@@ -201,6 +221,7 @@ def emit_tombstone(rt: Runtime, *, digest: str, reason: str, ttl_s: float) -> Em
         raise ValueError(f"{digest!r} is not a chunk hash (64 lowercase hex digits)")
     if not reason.strip():
         raise ValueError("--reason is empty: say why the chunk is retracted")
+    check_length("reason", reason, REASON_MAX_CHARS)
     seed = rt.db.embedding_of_hash(digest)
 
     def build(hlc: int) -> TombstoneEntry:
@@ -221,6 +242,7 @@ def emit_tombstone(rt: Runtime, *, digest: str, reason: str, ttl_s: float) -> Em
                 index_version=rt.embedder.index_version,
                 seed_hash=digest,
             ).with_id()
+            forget.validate()
         return TombstoneEntry(
             hlc=hlc,
             origin=rt.peer_id,
@@ -230,6 +252,7 @@ def emit_tombstone(rt: Runtime, *, digest: str, reason: str, ttl_s: float) -> Em
             forget_pulse=forget,
         )
 
+    build(0)  # a bad ttl is refused before anything is written
     return _queue(rt, _request_key("tombstone", digest=digest), build)
 
 

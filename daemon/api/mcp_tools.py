@@ -33,6 +33,7 @@ from daemon import client, defaults
 from daemon.api import models
 from daemon.api.operations import Conflict, NotFound, NotReady, Operations
 from daemon.client import ApiError, Route, request_model
+from pulses.constants import STRENGTH_MAX
 from pulses.context import MIN_BUDGET
 from store.database import InvalidObservation
 
@@ -235,7 +236,7 @@ class MemoryTools:
         self,
         id: ChunkRef,
         reason: Annotated[str, Field(description="why it deserves more weight")],
-        strength: Annotated[float | None, Field(gt=0, le=1, description="0-1")] = None,
+        strength: Annotated[float | None, Field(gt=0, le=STRENGTH_MAX, description="0-1")] = None,
     ) -> models.ChunkQueued:
         """Raise a memory's salience (and a little its neighbours') with a Reward pulse; the
         reason is kept. A cold memory comes back."""
@@ -248,7 +249,7 @@ class MemoryTools:
         self,
         id: ChunkRef,
         reason: Annotated[str, Field(description="why it deserves less weight")],
-        strength: Annotated[float | None, Field(gt=0, le=1, description="0-1")] = None,
+        strength: Annotated[float | None, Field(gt=0, le=STRENGTH_MAX, description="0-1")] = None,
     ) -> models.ChunkQueued:
         """Lower a memory's salience (and a little its neighbours') with a Decay pulse; the
         reason is kept. To retract a wrong memory for good, use mem_delete."""

@@ -11,7 +11,16 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from daemon import defaults
+from pulses.constants import (
+    K_MAX,
+    MAX_HOPS_MAX,
+    REASON_MAX_CHARS,
+    SIGMA_MAX,
+    STRENGTH_MAX,
+    TTL_MAX_S,
+)
 from pulses.context import MIN_BUDGET
+from pulses.pulse import PulseKind, validate_parameters
 from store.database import CHUNK_KINDS, DELETION_POLICIES
 
 ChunkHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="blake3 content hash")]
@@ -165,27 +174,43 @@ class SaveResponse(BaseModel):
 class OutcomeRequest(Strict):
     decision_hash: ChunkHash
     reward: float = Field(ge=-1.0, le=1.0)
-    reason: str = Field(min_length=1, max_length=1000)
+    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
     cited: list[HashOrPrefix] = Field(default_factory=list, max_length=MAX_CITED)
 
 
 class PulseRequest(Strict):
     text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
     kind: Literal["reward", "decay"] = "reward"
-    strength: float = Field(default=defaults.PULSE_STRENGTH, gt=0.0, le=1.0)
-    sigma: float = Field(default=defaults.PULSE_SIGMA, gt=0.0, le=10.0)
-    k: int = Field(default=defaults.PULSE_K, ge=1, le=64)
-    max_hops: int = Field(default=defaults.PULSE_MAX_HOPS, ge=0, le=16)
+    strength: float = Field(default=defaults.PULSE_STRENGTH, gt=0.0, le=STRENGTH_MAX)
+    sigma: float = Field(default=defaults.PULSE_SIGMA, gt=0.0, le=SIGMA_MAX)
+    k: int = Field(default=defaults.PULSE_K, ge=1, le=K_MAX)
+    max_hops: int = Field(default=defaults.PULSE_MAX_HOPS, ge=0, le=MAX_HOPS_MAX)
     decay_per_hop: float = Field(default=defaults.PULSE_DECAY_PER_HOP, ge=0.0, le=1.0)
-    ttl_s: float = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=10 * 365 * 86_400.0)
-    reason: str = Field(default="", max_length=1000)
+    ttl_s: float = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=TTL_MAX_S)
+    reason: str = Field(default="", max_length=REASON_MAX_CHARS)
     nonce: str = Field(default="", max_length=200, description="makes a deliberate repeat")
+
+    @model_validator(mode="after")
+    def _a_pulse_every_peer_accepts(self) -> PulseRequest:
+        """The fields together: convergence, and the salience one pulse may move
+        (pulses/pulse.py)."""
+        validate_parameters(
+            kind=PulseKind(self.kind),
+            strength=self.strength,
+            sigma=self.sigma,
+            max_hops=self.max_hops,
+            k=self.k,
+            decay_per_hop=self.decay_per_hop,
+            ttl_s=self.ttl_s,
+            reason=self.reason,
+        )
+        return self
 
 
 class TombstoneRequest(Strict):
     content_hash: ChunkHash
-    reason: str = Field(min_length=1, max_length=1000)
-    ttl_s: float = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=10 * 365 * 86_400.0)
+    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
+    ttl_s: float = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=TTL_MAX_S)
 
 
 class Queued(BaseModel):
@@ -442,8 +467,10 @@ class PinRequest(PinBody, RefRequest):
 
 
 class FeedbackBody(Strict):
-    reason: str = Field(min_length=1, max_length=1000, description="why: kept with the pulse")
-    strength: float = Field(default=defaults.FEEDBACK_STRENGTH, gt=0.0, le=1.0)
+    reason: str = Field(
+        min_length=1, max_length=REASON_MAX_CHARS, description="why: kept with the pulse"
+    )
+    strength: float = Field(default=defaults.FEEDBACK_STRENGTH, gt=0.0, le=STRENGTH_MAX)
     nonce: str = Field(default="", max_length=200, description="makes a deliberate repeat")
 
     @model_validator(mode="after")

@@ -7,6 +7,8 @@ from typing import Any
 
 from daemon.cli.access import PulseSpec, memory_access
 from daemon.cli.common import access_options, config_options, load, run_guarded
+from pulses.constants import K_MAX, MAX_HOPS_MAX, MOVED_SALIENCE_MAX, SIGMA_MAX, STRENGTH_MAX
+from pulses.pulse import PulseKind, validate_parameters
 
 
 def register(verbs: Any) -> None:
@@ -16,8 +18,11 @@ def register(verbs: Any) -> None:
         help="reward or decay the neighbourhood of a text",
         description="Emit a salience pulse seeded at TEXT's embedding. Every peer propagates "
         "it by BFS over its own k-NN graph, so peers that never held TEXT still take part. "
-        "Invariants: decay_per_hop * k < 1, max_hops <= floor(-ln(1e-3) / sigma). Unset "
-        "parameters come from the [pulses] config section.",
+        "Invariants: decay_per_hop * k < 1, max_hops <= floor(-ln(1e-3) / sigma). Bounds: "
+        f"strength <= {STRENGTH_MAX:g}, k <= {K_MAX}, max_hops <= {MAX_HOPS_MAX}, sigma <= "
+        f"{SIGMA_MAX:g}, and strength * sum over hops h of (k * decay_per_hop) ** h <= "
+        f"{MOVED_SALIENCE_MAX:g} (the most salience one pulse may move). Unset parameters "
+        "come from the [pulses] config section.",
     )
     parser.add_argument("--text", required=True, help="text whose embedding seeds the pulse")
     parser.add_argument("--kind", required=True, choices=("reward", "decay", "forget"))
@@ -53,6 +58,19 @@ def _emit(args: argparse.Namespace) -> int:
         reason=args.reason,
         nonce=args.nonce,
     )
+    if spec.kind != PulseKind.FORGET:  # a Forget is refused with the command that makes one
+        # Refused here, before the daemon or the database is reached, so that the message
+        # is the same whichever way the pulse would have gone.
+        validate_parameters(
+            kind=PulseKind(spec.kind),
+            strength=spec.strength,
+            sigma=spec.sigma,
+            max_hops=spec.max_hops,
+            k=spec.k,
+            decay_per_hop=spec.decay_per_hop,
+            ttl_s=spec.ttl_s,
+            reason=spec.reason,
+        )
     with memory_access(config, direct=args.direct) as memory:
         emitted = memory.pulse(spec)
     print(f"{'queued' if emitted.new else 'already queued'} pulse {emitted.entry_id}")
