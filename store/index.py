@@ -5,9 +5,15 @@ corrupt, stale or foreign index file is rebuilt from it (`open_or_rebuild`).
 
 Files: `<path>` is hnswlib's own format; `<path>.meta.json` records what the file
 holds (dimension, index_version, element count, the database stamp it matches, build
-parameters, tombstoned labels). Both are replaced atomically, the meta last, so a
-crash between the two leaves a meta that does not describe the file, which `load`
-detects and reports as stale.
+parameters, tombstoned labels) and seals it: the file's size and blake3 checksum, and an
+identity drawn afresh at every save, which the database records too (so a copy of an
+older save, or another peer's index, is told apart from the one this database last
+saved). Both are replaced atomically, the meta last, so a crash between the two leaves
+a meta that does not describe the file, which `load` detects.
+
+hnswlib trusts its input: a damaged body loads and then crashes the process (SIGSEGV)
+in the first query. `load` therefore hands hnswlib only a file whose checksum it has
+verified.
 
 Determinism: elements are added on one thread and hnswlib's level generator has a
 fixed seed, so the same sequence of operations (adds, saves and loads at the same
@@ -17,16 +23,20 @@ points) yields the same graph and the same neighbours on every peer.
 from __future__ import annotations
 
 import json
+import mmap
 import os
+import secrets
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
+import blake3
 import hnswlib
 import numpy as np
 import numpy.typing as npt
@@ -40,8 +50,12 @@ INITIAL_CAPACITY: Final = 1024
 GROWTH_FACTOR: Final = 2
 #: Elements added per step of a rebuild, between progress reports.
 REBUILD_CHUNK_SIZE: Final = 10_000
-#: Version of the meta sidecar's layout.
-META_FORMAT: Final = 1
+#: Version of the meta sidecar's layout (2: sealed with size, checksum and identity).
+META_FORMAT: Final = 2
+#: The layout written before the seal: such a file is rebuilt once.
+UNSEALED_META_FORMAT: Final = 1
+#: Random bytes in a save's identity.
+IDENTITY_BYTES: Final = 16
 META_SUFFIX: Final = ".meta.json"
 TEMPORARY_SUFFIX: Final = ".tmp"
 
@@ -78,11 +92,33 @@ class VectorIndexError(Exception):
     """Base class for errors of the HNSW index."""
 
 
+class Unusable(StrEnum):
+    """Why a saved index is not used, in few enough words to label a metric."""
+
+    MISSING = "missing"
+    #: The sidecar or hnswlib's header cannot be read, or hnswlib refused the file.
+    CORRUPT = "corrupt"
+    #: The file is shorter (truncated) or longer than the one saved.
+    SIZE = "size"
+    CHECKSUM = "checksum"
+    #: Saved by a version that did not seal the file.
+    NO_CHECKSUM = "no_checksum"
+    #: Not the index this database last saved: an older save, or another peer's.
+    IDENTITY = "identity"
+    #: Another embedding model (dimension or index_version).
+    MODEL = "model"
+    #: The database changed after the save.
+    STALE = "stale"
+    #: Its live labels are not the database's live chunks.
+    LABELS = "labels"
+
+
 class IndexUnusable(VectorIndexError):
     """The saved index cannot be used as it is and must be rebuilt from the database."""
 
-    def __init__(self, reason: str, path: Path) -> None:
+    def __init__(self, kind: Unusable, reason: str, path: Path) -> None:
         super().__init__(f"index {path} is unusable: {reason}")
+        self.kind = kind
         self.reason = reason
         self.path = path
 
@@ -110,6 +146,9 @@ class _Meta:
     ef_construction: int
     max_elements: int
     deleted: list[int]
+    size: int
+    checksum: str
+    identity: str
 
 
 def meta_path(path: Path) -> Path:
@@ -175,27 +214,91 @@ def _as_vectors(vectors: Any, dim: int, what: str) -> Vectors:
 def _read_meta(path: Path) -> _Meta:
     sidecar = meta_path(path)
     if not path.exists():
-        raise IndexUnusable("missing", path)
+        raise IndexUnusable(Unusable.MISSING, "missing", path)
     if not sidecar.exists():
-        raise IndexUnusable(f"missing meta sidecar {sidecar.name}", path)
+        raise IndexUnusable(Unusable.MISSING, f"missing meta sidecar {sidecar.name}", path)
     try:
         fields = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise IndexUnusable(
+            Unusable.CORRUPT, f"corrupt: meta sidecar unreadable ({error})", path
+        ) from error
+    if isinstance(fields, dict) and fields.get("format") == UNSEALED_META_FORMAT:
+        raise IndexUnusable(Unusable.NO_CHECKSUM, "no checksum: saved by an older version", path)
+    try:
         meta = _Meta(**fields)
-    except (OSError, UnicodeDecodeError, ValueError, TypeError) as error:
-        raise IndexUnusable(f"corrupt: meta sidecar unreadable ({error})", path) from error
+    except TypeError as error:
+        raise IndexUnusable(
+            Unusable.CORRUPT, f"corrupt: meta sidecar unreadable ({error})", path
+        ) from error
     if meta.format != META_FORMAT:
-        raise IndexUnusable(f"meta format {meta.format!r} != {META_FORMAT}", path)
-    integers = (meta.dim, meta.count, meta.m, meta.ef_construction, meta.max_elements)
+        raise IndexUnusable(Unusable.CORRUPT, f"meta format {meta.format!r} != {META_FORMAT}", path)
+    integers = (meta.dim, meta.count, meta.m, meta.ef_construction, meta.max_elements, meta.size)
     well_typed = (
         all(isinstance(value, int) for value in integers)
         and isinstance(meta.index_version, str)
         and isinstance(meta.stamp, str)
+        and isinstance(meta.checksum, str)
+        and isinstance(meta.identity, str)
         and isinstance(meta.deleted, list)
         and all(isinstance(label, int) for label in meta.deleted)
     )
     if not well_typed:
-        raise IndexUnusable("corrupt: meta sidecar has fields of the wrong type", path)
+        raise IndexUnusable(
+            Unusable.CORRUPT, "corrupt: meta sidecar has fields of the wrong type", path
+        )
     return meta
+
+
+def _checksum(file: int) -> str:
+    """blake3 of the whole file open as descriptor `file` (non-empty)."""
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    with mmap.mmap(file, 0, access=mmap.ACCESS_READ) as mapped:
+        hasher.update(mapped)
+    return hasher.hexdigest()
+
+
+def _file_checksum(path: Path) -> str:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        return _checksum(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _load_verified(engine: Any, path: Path, meta: _Meta) -> None:
+    """Load `path` into `engine` only if it is, byte for byte, the file `meta` sealed.
+
+    The file is held open while hashed and loaded: its inode cannot be reused meanwhile,
+    so the same inode under `path` after loading proves hnswlib read the verified bytes
+    (a save by another process replaces the file with a new inode).
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError as error:
+        raise IndexUnusable(Unusable.MISSING, "missing", path) from error
+    except OSError as error:
+        raise IndexUnusable(Unusable.CORRUPT, f"corrupt: unreadable ({error})", path) from error
+    try:
+        held = os.fstat(descriptor)
+        if held.st_size != meta.size:
+            raise IndexUnusable(
+                Unusable.SIZE, f"corrupt: {held.st_size} bytes, saved with {meta.size}", path
+            )
+        if _checksum(descriptor) != meta.checksum:
+            raise IndexUnusable(Unusable.CHECKSUM, "corrupt: checksum mismatch", path)
+        try:
+            engine.load_index(str(path), max_elements=meta.max_elements)
+        except (RuntimeError, MemoryError, OSError) as error:
+            raise IndexUnusable(Unusable.CORRUPT, f"corrupt: {error}", path) from error
+        try:
+            current = os.stat(path)
+        except OSError:
+            current = None
+        if current is None or (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+            raise IndexUnusable(Unusable.STALE, "stale: replaced while it was read", path)
+    finally:
+        os.close(descriptor)
 
 
 def _check_header(path: Path, dim: int, meta: _Meta) -> None:
@@ -204,9 +307,11 @@ def _check_header(path: Path, dim: int, meta: _Meta) -> None:
         with path.open("rb") as file:
             header = file.read(_HEADER.size)
     except OSError as error:
-        raise IndexUnusable(f"corrupt: unreadable ({error})", path) from error
+        raise IndexUnusable(Unusable.CORRUPT, f"corrupt: unreadable ({error})", path) from error
     if len(header) < _HEADER.size:
-        raise IndexUnusable(f"corrupt: file of {len(header)} bytes has no full header", path)
+        raise IndexUnusable(
+            Unusable.CORRUPT, f"corrupt: file of {len(header)} bytes has no full header", path
+        )
     (
         level0_offset,
         max_elements,
@@ -231,11 +336,14 @@ def _check_header(path: Path, dim: int, meta: _Meta) -> None:
         and bytes_per_element == expected_label_offset + _LABEL_BYTES
     )
     if not layout_ok:
-        raise IndexUnusable(f"corrupt: header does not describe {dim}-d vectors", path)
+        raise IndexUnusable(
+            Unusable.CORRUPT, f"corrupt: header does not describe {dim}-d vectors", path
+        )
     built_as = (count, max_elements, m, ef_construction)
     described = (meta.count, meta.max_elements, meta.m, meta.ef_construction)
     if built_as != described:
         raise IndexUnusable(
+            Unusable.STALE,
             "stale: file holds (count, capacity, M, ef_construction) = "
             f"{built_as}, meta describes {described}",
             path,
@@ -315,6 +423,7 @@ class HnswIndex:
         live: set[int],
         deleted: set[int],
         stamp: str | None,
+        identity: str | None = None,
     ) -> None:
         """Use `create`, `load` or `open_or_rebuild` instead."""
         self._path = path
@@ -325,6 +434,7 @@ class HnswIndex:
         self._live = live
         self._deleted = deleted
         self._stamp = stamp
+        self._identity = identity
         self._lock = _ReadersWriterLock()
 
     @classmethod
@@ -360,30 +470,61 @@ class HnswIndex:
         )
 
     @classmethod
-    def load(cls, path: Path, dim: int, index_version: str, *, ef: int = DEFAULT_EF) -> HnswIndex:
-        """The index saved at `path`; IndexUnusable says why it cannot be used."""
+    def load(
+        cls,
+        path: Path,
+        dim: int,
+        index_version: str,
+        *,
+        ef: int = DEFAULT_EF,
+        expected_stamp: str | None = None,
+        expected_identity: str | None = None,
+        live_labels: Callable[[], Labels] | None = None,
+    ) -> HnswIndex:
+        """The index saved at `path`; IndexUnusable says why it cannot be used.
+
+        Given, `expected_stamp` (the database's stamp now) and `expected_identity` (the
+        identity the database recorded for its last save; "" when it recorded none) must
+        match the save's, and `live_labels` (the database's live chunks) the live labels
+        loaded. All but the last are checked before the file is read.
+        """
         _check_positive("dim", dim)
         _check_positive("ef", ef)
         path = Path(path)
         meta = _read_meta(path)
         if meta.dim != dim:
-            raise IndexUnusable(f"dim {meta.dim} != {dim}", path)
+            raise IndexUnusable(Unusable.MODEL, f"dim {meta.dim} != {dim}", path)
         if meta.index_version != index_version:
-            raise IndexUnusable(f"index_version {meta.index_version} != {index_version}", path)
+            raise IndexUnusable(
+                Unusable.MODEL, f"index_version {meta.index_version} != {index_version}", path
+            )
+        if expected_identity is not None and meta.identity != expected_identity:
+            raise IndexUnusable(
+                Unusable.IDENTITY,
+                f"identity {meta.identity} is not the database's "
+                f"{expected_identity or '(none recorded)'}",
+                path,
+            )
+        if expected_stamp is not None and meta.stamp != expected_stamp:
+            raise IndexUnusable(
+                Unusable.STALE,
+                f"stale stamp: index has {meta.stamp!r}, database has {expected_stamp!r}",
+                path,
+            )
         _check_header(path, dim, meta)
         engine = hnswlib.Index(space=_SPACE, dim=dim)
-        try:
-            engine.load_index(str(path), max_elements=meta.max_elements)
-        except (RuntimeError, MemoryError, OSError) as error:
-            raise IndexUnusable(f"corrupt: {error}", path) from error
+        _load_verified(engine, path, meta)
         if engine.element_count != meta.count:
             raise IndexUnusable(
+                Unusable.STALE,
                 f"stale: file holds {engine.element_count} elements, meta says {meta.count}",
                 path,
             )
         engine.set_ef(ef)
         deleted = set(meta.deleted)
         live = {int(label) for label in engine.get_ids_list()} - deleted
+        if live_labels is not None:
+            _check_labels(path, live, _as_labels(live_labels(), "live labels"))
         return cls(
             path,
             dim,
@@ -393,6 +534,7 @@ class HnswIndex:
             live=live,
             deleted=deleted,
             stamp=meta.stamp,
+            identity=meta.identity,
         )
 
     @property
@@ -412,6 +554,12 @@ class HnswIndex:
         """The database stamp this index was last saved or loaded with (None if never)."""
         with self._lock.reading():
             return self._stamp
+
+    @property
+    def identity(self) -> str | None:
+        """The identity of the save this index was last saved as or loaded from (None if never)."""
+        with self._lock.reading():
+            return self._identity
 
     @property
     def capacity(self) -> int:
@@ -556,14 +704,18 @@ class HnswIndex:
             found = self._engine.get_items(label_array, return_type="numpy")
         return np.ascontiguousarray(found, dtype=np.float32)
 
-    def save(self, stamp: str) -> None:
-        """Write the index, then its meta, each atomically; `stamp` names the database state."""
+    def save(self, stamp: str) -> str:
+        """Write the index, then its sealed meta, each atomically; `stamp` names the database
+        state. Returns the identity of this save, for the database to record."""
         if not isinstance(stamp, str):
             raise InvalidIndexInput(f"stamp must be a str, got {type(stamp).__name__}")
+        identity = secrets.token_hex(IDENTITY_BYTES)
         with self._lock.reading():
             self._path.parent.mkdir(parents=True, exist_ok=True)
             index_temporary = _temporary(self._path)
             self._engine.save_index(str(index_temporary))
+            size = index_temporary.stat().st_size
+            checksum = _file_checksum(index_temporary)
             _replace_durably(index_temporary, self._path)
             meta = _Meta(
                 format=META_FORMAT,
@@ -575,12 +727,17 @@ class HnswIndex:
                 ef_construction=int(self._engine.ef_construction),
                 max_elements=int(self._engine.get_max_elements()),
                 deleted=sorted(self._deleted),
+                size=size,
+                checksum=checksum,
+                identity=identity,
             )
             sidecar = meta_path(self._path)
             sidecar_temporary = _temporary(sidecar)
             sidecar_temporary.write_text(json.dumps(asdict(meta), sort_keys=True), encoding="utf-8")
             _replace_durably(sidecar_temporary, sidecar)
             self._stamp = stamp
+            self._identity = identity
+        return identity
 
     def _ensure_capacity(self, needed: int) -> None:
         capacity = int(self._engine.get_max_elements())
@@ -625,6 +782,9 @@ def open_or_rebuild(
     *,
     expected_stamp: str,
     load_all: LoadAll,
+    expected_identity: str | None = None,
+    live_labels: Callable[[], Labels] | None = None,
+    on_unusable: Callable[[IndexUnusable], None] | None = None,
     progress: ProgressCallback | None = None,
     m: int = DEFAULT_M,
     ef_construction: int = DEFAULT_EF_CONSTRUCTION,
@@ -635,17 +795,27 @@ def open_or_rebuild(
     `load_all` returns (live labels, their vectors, tombstoned labels) from the database;
     tombstoned labels are remembered but never inserted. The rebuild inserts in ascending
     label order, so every peer rebuilding the same state gets the same graph; `m` and
-    `ef_construction` apply to rebuilds only.
+    `ef_construction` apply to rebuilds only. `expected_identity` and `live_labels` are
+    checked as `HnswIndex.load` says; `on_unusable` hears why the saved index was not used
+    before the rebuild starts. The rebuilt index is saved; the caller records its identity.
     """
     path = Path(path)
     try:
-        index = HnswIndex.load(path, dim, index_version, ef=ef)
+        index = HnswIndex.load(
+            path,
+            dim,
+            index_version,
+            ef=ef,
+            expected_stamp=expected_stamp,
+            expected_identity=expected_identity,
+            live_labels=live_labels,
+        )
     except IndexUnusable as unusable:
+        if on_unusable is not None:
+            on_unusable(unusable)
         reason = unusable.reason
     else:
-        if index.stamp == expected_stamp:
-            return index, None
-        reason = f"stale stamp: index has {index.stamp!r}, database has {expected_stamp!r}"
+        return index, None
     index = _rebuild(
         path,
         dim,
@@ -658,6 +828,20 @@ def open_or_rebuild(
     )
     index.save(expected_stamp)
     return index, reason
+
+
+def _check_labels(path: Path, live: set[int], expected: Labels) -> None:
+    wanted = set(expected.tolist())
+    if live == wanted:
+        return
+    extra, lacking = live - wanted, wanted - live
+    raise IndexUnusable(
+        Unusable.LABELS,
+        f"labels: {len(live)} live in the index, {len(wanted)} in the database "
+        f"(not in the database: {_preview(extra) or 'none'}; "
+        f"not in the index: {_preview(lacking) or 'none'})",
+        path,
+    )
 
 
 def _rebuild(

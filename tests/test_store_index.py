@@ -6,6 +6,7 @@ import json
 import threading
 from pathlib import Path
 
+import blake3
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ from store.index import (
     DEFAULT_EF,
     GROWTH_FACTOR,
     INITIAL_CAPACITY,
+    META_FORMAT,
     REBUILD_CHUNK_SIZE,
     HnswIndex,
     IndexUnusable,
@@ -243,10 +245,10 @@ def test_meta_sidecar_describes_the_file(tmp_path: Path) -> None:
     path = tmp_path / "index.bin"
     index, _ = built_index(path, 30)
     index.mark_deleted(np.array([4, 2]))
-    index.save("s")
+    identity = index.save("s")
     meta = json.loads(meta_path(path).read_text())
     assert meta == {
-        "format": 1,
+        "format": META_FORMAT,
         "dim": DIM,
         "index_version": VERSION,
         "count": 30,
@@ -255,7 +257,11 @@ def test_meta_sidecar_describes_the_file(tmp_path: Path) -> None:
         "ef_construction": 100,
         "max_elements": INITIAL_CAPACITY,
         "deleted": [2, 4],
+        "size": path.stat().st_size,
+        "checksum": blake3.blake3(path.read_bytes()).hexdigest(),
+        "identity": identity,
     }
+    assert index.identity == identity
 
 
 @pytest.mark.parametrize(
@@ -287,7 +293,7 @@ def test_damaged_files_are_unusable_and_rebuilt(
     elif damage == "meta_garbage":
         sidecar.write_text("{not json")
     elif damage == "meta_fields":
-        sidecar.write_text(json.dumps({"format": 1, "dim": DIM}))
+        sidecar.write_text(json.dumps({"format": META_FORMAT, "dim": DIM}))
     elif damage == "meta_format":
         meta = json.loads(sidecar.read_text())
         sidecar.write_text(json.dumps({**meta, "format": 99}))
