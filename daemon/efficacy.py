@@ -34,7 +34,7 @@ from pulses.efficacy import (
 )
 from store import efficacy_rows
 from store.database import Database
-from store.index import HnswIndex, IndexUnusable
+from store.index import HnswIndex
 from store.salience import SalienceCache
 from store.timefmt import iso_from_ms
 
@@ -250,13 +250,9 @@ def read_only_peer(rt: Runtime) -> Peer:
 
 def _index_for_reading(rt: Runtime) -> HnswIndex:
     cfg, version, dim = rt.config, rt.embedder.index_version, rt.embedder.dim
-    try:
-        index = HnswIndex.load(cfg.index_path, dim, version, ef=cfg.index.ef)
-    except IndexUnusable:
-        pass
-    else:
-        if index.stamp == rt.db.change_stamp():
-            return index
+    saved = rt.saved_index(rt.db.change_stamp())
+    if saved is not None:
+        return saved
     index = HnswIndex.create(
         cfg.index_path,
         dim,

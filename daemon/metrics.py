@@ -46,6 +46,13 @@ CYCLE_ERRORS = Counter(
     namespace=NAMESPACE,
     registry=REGISTRY,
 )
+DERIVED_FILE_REBUILDS = Counter(
+    "derived_file_rebuilds",
+    "Derived files found unusable and rebuilt from the database, by file and reason",
+    ["file", "reason"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
 
 EFFICACY = Gauge(
     "efficacy",

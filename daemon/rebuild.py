@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from daemon.runtime import Runtime
+from daemon.runtime import Runtime, save_index
 from pulses.memory import InMemorySalience
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import SalientPulse
@@ -217,7 +217,7 @@ def rebuild(rt: Runtime, *, progress: Callable[[int], None] | None = None) -> Re
     }
     with db.transaction():
         db.write_salience({r: replayed[r] for r in differences})
-    index.save(db.change_stamp())
+    save_index(db, index)
     counts = db.journal_counts()
     return RebuildReport(
         steps=sum(counts.values()),

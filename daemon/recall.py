@@ -28,7 +28,7 @@ from pulses.ranking import Candidate, Ranked, lexical_ranks, rank_candidates
 from store import keys as key_store
 from store import tiers
 from store.database import Database
-from store.index import HnswIndex, IndexUnusable
+from store.index import HnswIndex
 from store.lexical import LEARNED_COLUMN, search_lexical
 from zeitgeist.entries import AttributionEntry, encode_entry
 
@@ -264,7 +264,7 @@ def _vector_candidates(
     stamp: str,
     allowed: frozenset[int] | None = None,
 ) -> list[int]:
-    index = index if index is not None else _saved_index(rt, stamp)
+    index = index if index is not None else rt.saved_index(stamp)
     if index is not None:
         labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
         found: list[int] = labels[0].tolist()
@@ -316,15 +316,6 @@ def _has_keys(rt: Runtime) -> bool:
     if cached is None:
         cached = rt.recall_cache.put("has_keys", stamp, key_store.key_count(rt.db) > 0)
     return bool(cached)
-
-
-def _saved_index(rt: Runtime, stamp: str) -> HnswIndex | None:
-    """The daemon's saved index, if it reflects the database as it is now (`stamp`)."""
-    try:
-        index = HnswIndex.load(rt.config.index_path, rt.embedder.dim, rt.embedder.index_version)
-    except IndexUnusable:
-        return None
-    return index if index.stamp == stamp else None
 
 
 def record_attribution(

@@ -10,12 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+from daemon import metrics
 from daemon.clock import Clock, clock_from_config
 from daemon.config import Config
 from daemon.memo import StampedCache
 from store.database import Database
 from store.embedder import Embedder
-from store.index import HnswIndex, open_or_rebuild
+from store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
 from store.salience import SalienceCache
 from zeitgeist.backend import LogBackend
 from zeitgeist.hlc import HybridLogicalClock
@@ -25,6 +26,14 @@ log = logging.getLogger("dreamcycle.runtime")
 
 #: meta key holding the highest HLC this peer has issued or read.
 HLC_META_KEY = "hlc_high"
+#: meta key holding the identity of the index save this database last recorded: a sound
+#: index file of another save (an older copy, another peer's) is then not taken for it.
+INDEX_IDENTITY_META_KEY = "index_identity"
+#: How warnings and `dreamcycle_derived_file_rebuilds_total` name the index files.
+INDEX_FILE_LABEL = "index"
+#: What a command reading the daemon's index warns about: damage. Lagging behind the
+#: database is normal while the daemon runs, and it saves again at the end of a cycle.
+_INDEX_DAMAGE = frozenset({Unusable.CORRUPT, Unusable.SIZE, Unusable.CHECKSUM})
 
 
 class AlreadyRunning(RuntimeError):
@@ -59,6 +68,31 @@ def persistent_clock(db: Database, wall_ms: Callable[[], int]) -> HybridLogicalC
     if high is not None:
         clock.observe(int(high))
     return clock
+
+
+def save_index(db: Database, index: HnswIndex) -> None:
+    """Save `index` as reflecting the database now, and record the save's identity.
+
+    The file is written first: a crash before the record leaves an identity the database
+    does not know, so the file is rebuilt rather than trusted.
+    """
+    identity = index.save(db.change_stamp())
+    with db.transaction():
+        db.set_meta(INDEX_IDENTITY_META_KEY, identity)
+
+
+def _warn_unusable_index(unusable: IndexUnusable, *, rebuilt: bool) -> None:
+    log.warning(
+        "derived file unusable; rebuilding it from the database"
+        if rebuilt
+        else "derived file unusable; searching stored vectors until the daemon rebuilds it",
+        extra={
+            "file": INDEX_FILE_LABEL,
+            "reason": unusable.kind.value,
+            "detail": unusable.reason,
+            "path": str(unusable.path),
+        },
+    )
 
 
 def issue_hlc(db: Database, wall_ms: Callable[[], int]) -> int:
@@ -127,23 +161,58 @@ class Runtime:
     ) -> tuple[HnswIndex, str | None]:
         """The saved index, or one rebuilt from stored embeddings when unusable or stale.
 
-        Returns the index and why it was rebuilt (None when loaded as saved).
+        Returns the index and why it was rebuilt (None when loaded as saved). A rebuild
+        other than the first (no save recorded, no file) is warned about and counted.
         """
         version = self.embedder.index_version
+        recorded = self.db.get_meta(INDEX_IDENTITY_META_KEY)
+
+        def rebuilding(unusable: IndexUnusable) -> None:
+            if recorded is None and unusable.kind is Unusable.MISSING:
+                return
+            _warn_unusable_index(unusable, rebuilt=True)
+            metrics.DERIVED_FILE_REBUILDS.labels(INDEX_FILE_LABEL, unusable.kind.value).inc()
+
         index, reason = open_or_rebuild(
             self.config.index_path,
             self.embedder.dim,
             version,
             expected_stamp=self.db.change_stamp(),
             load_all=lambda: self.db.embeddings(version, self.embedder.dim),
+            expected_identity=recorded or "",
+            live_labels=lambda: self.db.indexed_labels(version),
+            on_unusable=rebuilding,
             progress=progress,
             m=self.config.index.m,
             ef_construction=self.config.index.ef_construction,
             ef=self.config.index.ef,
         )
         if reason is not None:
+            identity = index.identity
+            assert identity is not None, "open_or_rebuild saves what it rebuilds"
+            with self.db.transaction():
+                self.db.set_meta(INDEX_IDENTITY_META_KEY, identity)
             log.info("index rebuilt", extra={"reason": reason, "live": index.live_count})
         return index, reason
+
+    def saved_index(self, stamp: str) -> HnswIndex | None:
+        """The daemon's saved index if it is sound and reflects the database at `stamp`;
+        None when it does not (search the stored vectors instead: the daemon owns the file)."""
+        version = self.embedder.index_version
+        try:
+            return HnswIndex.load(
+                self.config.index_path,
+                self.embedder.dim,
+                version,
+                ef=self.config.index.ef,
+                expected_stamp=stamp,
+                expected_identity=self.db.get_meta(INDEX_IDENTITY_META_KEY) or "",
+                live_labels=lambda: self.db.indexed_labels(version),
+            )
+        except IndexUnusable as unusable:
+            if unusable.kind in _INDEX_DAMAGE:
+                _warn_unusable_index(unusable, rebuilt=False)
+            return None
 
     def open_peer(self) -> Peer:
         """Everything a dream cycle needs: index, salience, clock, the shared log."""
@@ -214,7 +283,7 @@ class Peer:
 
     def save_index(self) -> None:
         with self.index_writes:
-            self.index.save(self.db.change_stamp())
+            save_index(self.db, self.index)
 
     def reload(self) -> None:
         """Drop in-memory state that a failed phase may have left ahead of the database."""

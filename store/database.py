@@ -409,6 +409,16 @@ class Database:
         )
         return np.array(live, dtype=np.int64), vectors, np.array(dead, dtype=np.int64)
 
+    def indexed_labels(self, index_version: str) -> npt.NDArray[np.int64]:
+        """The labels a live index of `index_version` holds: what `embeddings` lists live."""
+        rows = self._all(
+            "SELECT id FROM observations WHERE admitted_seq IS NOT NULL AND index_version = ? "
+            f"AND type != '{EFFICACY_TYPE}' AND deleted_at IS NULL AND cold_at IS NULL "
+            "ORDER BY id",
+            (index_version,),
+        )
+        return np.array([row[0] for row in rows], dtype=np.int64)
+
     def embedding_of_hash(self, digest: str) -> npt.NDArray[np.float32] | None:
         row = self._one("SELECT embedding FROM observations WHERE content_hash = ?", (digest,))
         return None if row is None or row[0] is None else blob_to_vector(bytes(row[0]))
