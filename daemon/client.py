@@ -276,6 +276,8 @@ class SaveFields(TypedDict, total=False):
     pin_floor: float
     importance: int
     deletion_policy: models.DeletionPolicy
+    confidence: float | None
+    stability: float | None
 
 
 class UpdateFields(TypedDict, total=False):
@@ -324,6 +326,7 @@ def _recall_request(
     decision: str | None,
     min_relevance: float,
     explain: bool,
+    min_confidence: float = 0.0,
 ) -> models.RecallRequest:
     by_text = isinstance(query, str)
     if isinstance(filters, Mapping):
@@ -337,6 +340,7 @@ def _recall_request(
         record=record,
         decision=decision,
         min_relevance=min_relevance,
+        min_confidence=min_confidence,
         explain=explain,
     )
 
@@ -450,11 +454,14 @@ class MemoryClient:
         decision: str | None = None,
         min_relevance: float = 0.0,
         explain: bool = False,
+        min_confidence: float = 0.0,
     ) -> models.RecallResponse:
         """Chunks for a text (or an embedding); `record` returns a decision hash for outcomes."""
         return self.send(
             RECALL,
-            _recall_request(query, filters, top_k, record, decision, min_relevance, explain),
+            _recall_request(
+                query, filters, top_k, record, decision, min_relevance, explain, min_confidence
+            ),
         )
 
     def save(self, content: str, **fields: Unpack[SaveFields]) -> models.SaveResponse:
@@ -592,10 +599,13 @@ class AsyncMemoryClient:
         decision: str | None = None,
         min_relevance: float = 0.0,
         explain: bool = False,
+        min_confidence: float = 0.0,
     ) -> models.RecallResponse:
         return await self.send(
             RECALL,
-            _recall_request(query, filters, top_k, record, decision, min_relevance, explain),
+            _recall_request(
+                query, filters, top_k, record, decision, min_relevance, explain, min_confidence
+            ),
         )
 
     async def save(self, content: str, **fields: Unpack[SaveFields]) -> models.SaveResponse:

@@ -162,10 +162,16 @@ class DownscaleConfig:
     insight_half_life_s: float = defaults.HALF_LIFE_S["insight"]
     summary_half_life_s: float = defaults.HALF_LIFE_S["summary"]
     note_half_life_s: float = defaults.HALF_LIFE_S["note"]
+    #: How much stability stretches a memory's half-life (0: stability changes nothing).
+    stability_gain: float = defaults.DOWNSCALE_STABILITY_GAIN
 
     def check(self) -> None:
         for kind in CHUNK_KINDS:
             _positive(f"downscale.{kind}_half_life_s", self.half_life(kind))
+        if not (math.isfinite(self.stability_gain) and self.stability_gain >= 0):
+            raise ConfigError(
+                f"downscale.stability_gain must be finite and >= 0, got {self.stability_gain}"
+            )
 
     def half_life(self, kind: str) -> float:
         return float(getattr(self, f"{kind}_half_life_s"))
@@ -214,6 +220,7 @@ class RecallConfig:
     candidates: int = defaults.RECALL_CANDIDATES
     rrf_k: float = defaults.RECALL_RRF_K
     salience_bound: float = defaults.RECALL_SALIENCE_BOUND
+    confidence_bound: float = defaults.RECALL_CONFIDENCE_BOUND
     key_weight: float = defaults.RECALL_KEY_WEIGHT
     cold_factor: float = defaults.RECALL_COLD_FACTOR
     key_min_similarity: float = defaults.RECALL_KEY_MIN_SIMILARITY
@@ -238,6 +245,7 @@ class RecallConfig:
         return RankingWeights(
             rrf_k=self.rrf_k,
             salience_bound=self.salience_bound,
+            confidence_bound=self.confidence_bound,
             key_weight=self.key_weight,
             cold_factor=self.cold_factor,
             lexical_weight=self.lexical_weight,

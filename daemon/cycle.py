@@ -23,6 +23,7 @@ import numpy as np
 
 from daemon import audit, efficacy, metrics
 from daemon.admission import admission_vectors, chunk_journal, persist_clock, record_admission
+from daemon.confidence import HalfLives
 from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
 from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
 from daemon.forgetting import sweep as run_sweep
@@ -33,7 +34,7 @@ from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
 from pulses.sweep import downscale
 from store import tiers
-from store.database import CHUNK_KINDS, Database, NewObservation
+from store.database import Database, NewObservation
 from store.hashing import content_hash
 from store.salience import SalienceCache
 from store.timefmt import ms_from_iso
@@ -640,9 +641,9 @@ def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
     db = peer.db
     changed = 0
     # Journaled with the half-lives used, so a replay decays alike whatever the config is then.
-    half_lives = {kind: peer.config.downscale.half_life(kind) for kind in CHUNK_KINDS}
+    half_lives = HalfLives.from_config(peer.config.downscale)
     with db.transaction():
-        body = {"now_ms": st.now_ms, "half_life_s": half_lives}
+        body = {"now_ms": st.now_ms, **half_lives.journal()}
         db.journal("downscale", str(st.now_ms), body, now_ms=st.now_ms)
         rows = sorted(db.decay_candidates())
         changed += _downscale_batch(peer, st, rows[:DOWNSCALE_ROWS_PER_TRANSACTION], half_lives)
@@ -654,20 +655,21 @@ def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
 
 
 def _downscale_batch(
-    peer: Peer, st: CycleState, rows: list[tuple[int, str, str]], half_lives: dict[str, float]
+    peer: Peer, st: CycleState, rows: list[tuple[int, str, str, float]], half_lives: HalfLives
 ) -> int:
     """Decay these chunks and record them decayed (inside the caller's transaction)."""
     cache = peer.salience
     changed = 0
-    for rowid, kind, decay_from in rows:
+    for rowid, kind, decay_from, stability in rows:
         elapsed_s = (st.now_ms - ms_from_iso(decay_from)) / 1000.0
         before = cache.salience(rowid)
-        after = downscale(before, cache.pin_floor(rowid), elapsed_s, half_lives[kind])
+        half_life = half_lives.of(kind, stability)
+        after = downscale(before, cache.pin_floor(rowid), elapsed_s, half_life)
         if after != before:
             cache.set_salience(rowid, after)
             changed += 1
     cache.flush()
-    peer.db.mark_decayed(st.now_ms, [rowid for rowid, _, _ in rows])
+    peer.db.mark_decayed(st.now_ms, [row[0] for row in rows])
     return changed
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from pulses import credit, keys, ranking
+from pulses import confidence, credit, keys, ranking
 from pulses import sweep as sweep_math
 
 #: Where a user's config is looked for when --config is not given.
@@ -67,6 +67,28 @@ HALF_LIFE_S: Final = {
     "note": math.log(2) / 0.05 * _DAY_S,
 }
 
+#: A memory's half-life is its kind's x (1 + gain x stability) / (1 + gain x the kind's
+#: usual stability): at the default gain a memory of stability 1 keeps its salience five
+#: times as long as one of stability 0 (seed 001: "stable memories decay much slower"),
+#: and one of its kind's usual stability decays at exactly the half-life above.
+DOWNSCALE_STABILITY_GAIN: Final = confidence.DEFAULT_STABILITY_GAIN
+#: Usual stability of each kind, given to a memory saved without one (and what its
+#: kind's half-life is meant for): facts rarely change, summaries describe a moment.
+STABILITY_BY_KIND: Final = confidence.STABILITY_BY_KIND
+
+#: Confidence of a memory saved without one, by its type: an explicit statement (a
+#: `manual` save) is worth more than a conclusion, and that more than a pattern or a
+#: summary inferred from other memories; other types get CONFIDENCE_OTHER_TYPE ...
+CONFIDENCE_BY_TYPE: Final = confidence.CONFIDENCE_BY_TYPE
+CONFIDENCE_OTHER_TYPE: Final = confidence.CONFIDENCE_OTHER_TYPE
+#: ... and a memory of an inferred kind (insight, summary) no more than this.
+CONFIDENCE_CAP_BY_KIND: Final = confidence.CONFIDENCE_CAP_BY_KIND
+#: The same content saved again, or a reinforce (a user's verification), closes this
+#: share of the distance to confidence 1; a penalize takes this share away. Bounded
+#: steps: five verifications take 0.5 to 0.84, and nothing reaches 0 or 1.
+CONFIDENCE_VERIFY_STEP: Final = confidence.DEFAULT_VERIFY_STEP
+CONFIDENCE_PENALTY_STEP: Final = confidence.DEFAULT_PENALTY_STEP
+
 #: The bottom 60 % by value (per kind, live and cold together) is kept in the cold tier.
 SWEEP_PERCENTILE: Final = 60.0
 #: No sweep on a cold database (seed section 5).
@@ -95,6 +117,9 @@ RECALL_TOP_K: Final = 5
 RECALL_CANDIDATES: Final = 100
 RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
 RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND
+#: Confidence multiplies relevance by at most 1 +- this; 0 (off) by the efficacy
+#: benchmark (docs/efficacy.md): its corpora carry no evidence that certainty helps.
+RECALL_CONFIDENCE_BOUND: Final = ranking.DEFAULT_CONFIDENCE_BOUND
 RECALL_KEY_WEIGHT: Final = ranking.DEFAULT_KEY_WEIGHT
 RECALL_COLD_FACTOR: Final = ranking.DEFAULT_COLD_FACTOR
 #: A learned key answers only queries at least this close to the question it was learned from.

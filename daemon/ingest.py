@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, get_args, get_type_hints
 
+from daemon.confidence import corroborate
 from daemon.runtime import Runtime
 from store.database import InvalidObservation, NewObservation
 
@@ -127,7 +128,10 @@ def ingest(
         for start in range(0, len(items), INGEST_BATCH):
             batch = items[start : start + INGEST_BATCH]
             with rt.db.transaction():
-                added = rt.db.add_observations(batch, now_ms=rt.clock.now_ms())
+                now = rt.clock.now_ms()
+                added = rt.db.add_observations(batch, now_ms=now)
+                # Content stored already is stated again: a verification of it.
+                corroborate(rt.db, added, now_ms=now)
             created += sum(a.created for a in added)
             duplicates += sum(not a.created for a in added)
             if progress:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from daemon.confidence import HalfLives
 from daemon.runtime import Runtime, save_index
 from pulses.memory import InMemorySalience
 from pulses.propagate import UpdateRule, propagate
@@ -114,6 +115,7 @@ def replay_steps(
         )
     rowid_of = db.rowids_by_hash()
     steps = 0
+    stabilities: dict[int, float] | None = None
     for seq, kind, ref, body, _at in checkpoints.journal_after(db, replayed.started_after):
         if until_seq is not None and seq > until_seq:
             break
@@ -161,12 +163,15 @@ def replay_steps(
         elif kind == "downscale":
             now_ms = int(body["now_ms"])
             # The half-lives that downscale used; the current config only for older journals.
-            half_lives = body.get("half_life_s", {})
+            half_lives = HalfLives.from_journal(body, cfg.downscale)
+            if stabilities is None:
+                # Set when a chunk is stored and never changed: today's value is the one then.
+                stabilities = db.stabilities()
             for label in state.labels():
                 if state.is_tombstoned(label):
                     continue
                 elapsed_s = (now_ms - decayed_at[label]) / 1000.0
-                half_life = half_lives.get(kinds[label]) or cfg.downscale.half_life(kinds[label])
+                half_life = half_lives.of(kinds[label], stabilities[label])
                 value = downscale(
                     state.salience(label), state.pin_floor(label), elapsed_s, float(half_life)
                 )

@@ -52,6 +52,9 @@ class Hit:
     lexical_rank: int | None = None
     learned_rank: int | None = None
     key_similarity: float | None = None
+    #: How sure the store is that the memory is accurate, and how resistant it is to change.
+    confidence: float = 1.0
+    stability: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -68,18 +71,20 @@ def recall(
     decision_text: str | None = None,
     record: bool = True,
     index: HnswIndex | None = None,
+    min_confidence: float = 0.0,
 ) -> RecallResult:
     """The top-k chunks for `query`; with `record`, the attribution is stored and queued.
 
     `index` is the live index when the caller holds one (the daemon); otherwise
-    the saved index is used if current, else an exact search.
+    the saved index is used if current, else an exact search. Chunks less certain than
+    `min_confidence` are never ranked.
     """
     cfg = rt.config.recall
     top_k = top_k or cfg.top_k
     if not query.strip():
         raise ValueError("the recall query is empty")
     vector = rt.embedder.embed_one(query)
-    hits = rank_query(rt, query, vector, top_k, index=index)
+    hits = rank_query(rt, query, vector, top_k, index=index, min_confidence=min_confidence)
     if not record or not hits:
         return RecallResult(None, hits)
     digest = record_attribution(rt, hits, decision_text or query, query, vector)
@@ -120,6 +125,7 @@ def rank_query(
     assume_cold: frozenset[int] = frozenset(),
     allowed: frozenset[int] | None = None,
     words: WordMatches | None = None,
+    min_confidence: float = 0.0,
 ) -> list[Hit]:
     """Rank every retriever's candidates for one query (no attribution).
 
@@ -128,6 +134,7 @@ def rank_query(
     `allowed` (a filter's matches) keeps only those chunks, and the vector retriever
     then searches among them alone. `words` is `search_words(rt, query)` when the
     caller ran it already (while the query was being embedded), in the same snapshot.
+    Candidates less certain than `min_confidence` are dropped before ranking.
     """
     cfg = rt.config.recall
     db = rt.db
@@ -150,7 +157,9 @@ def rank_query(
         labels &= allowed
     if not labels:
         return []
-    rows = _ranking_rows(db, sorted(labels))
+    rows = [row for row in _ranking_rows(db, sorted(labels)) if row.confidence >= min_confidence]
+    if not rows:
+        return []
     ranks = lexical_ranks([label for label in lexical if label not in exclude])
     learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
     candidates = {
@@ -162,9 +171,11 @@ def rank_query(
             key_similarity=key_scores.get(row.rowid),
             learned_rank=learned_ranks.get(row.rowid),
             cold=row.cold or row.rowid in assume_cold,
+            confidence=row.confidence,
         )
         for row in rows
     }
+    stability = {row.rowid: row.stability for row in rows}
     vector_weight, lexical_weight = fusion_weights(db, rt.config)
     weights = replace(cfg.weights(), vector_weight=vector_weight, lexical_weight=lexical_weight)
     ranked: list[Ranked] = rank_candidates(candidates.values(), weights, top_k)
@@ -184,6 +195,8 @@ def rank_query(
             lexical_rank=r.lexical_rank,
             learned_rank=candidates[r.label].learned_rank,
             key_similarity=candidates[r.label].key_similarity,
+            confidence=candidates[r.label].confidence,
+            stability=stability[r.label],
         )
         for r in ranked
     ]
@@ -197,6 +210,8 @@ class _RankingRow:
     salience: float
     cold: bool
     embedding: Vector | None
+    confidence: float
+    stability: float
 
 
 def _ranking_rows(db: Database, rowids: list[int]) -> list[_RankingRow]:
@@ -207,7 +222,8 @@ def _ranking_rows(db: Database, rowids: list[int]) -> list[_RankingRow]:
     """
     marks = ",".join("?" * len(rowids))
     found = db.fetch_all(
-        f"SELECT id, salience, cold_at IS NOT NULL, embedding FROM observations "
+        f"SELECT id, salience, cold_at IS NOT NULL, embedding, confidence, stability "
+        f"FROM observations "
         f"WHERE id IN ({marks}) AND deleted_at IS NULL ORDER BY id",
         tuple(rowids),
     )
@@ -219,12 +235,21 @@ def _ranking_rows(db: Database, rowids: list[int]) -> list[_RankingRow]:
     )
     rows: list[_RankingRow] = []
     position = 0
-    for rowid, salience, cold, blob in found:
+    for rowid, salience, cold, blob, confidence, stability in found:
         embedding = None
         if blob is not None and matrix is not None:
             embedding = matrix[position]
             position += 1
-        rows.append(_RankingRow(int(rowid), float(salience), bool(cold), embedding))
+        rows.append(
+            _RankingRow(
+                int(rowid),
+                float(salience),
+                bool(cold),
+                embedding,
+                float(confidence),
+                float(stability),
+            )
+        )
     return rows
 
 

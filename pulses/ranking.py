@@ -7,15 +7,17 @@ whose key is close enough to the query to be used. Every candidate of
 either list is re-scored on both, so a chunk that only one retriever found still
 gets the other's opinion.
 
-Salience then multiplies relevance by a factor in [1 - bound, 1 + bound], and a
-chunk in the cold tier (swept, not deleted) by `cold_factor` on top. Hence the
-two guarantees that tests check:
+Salience then multiplies relevance by a factor in [1 - bound, 1 + bound], confidence
+(how sure the store is that the memory is accurate) by one in [1 - confidence_bound,
+1 + confidence_bound], and a chunk in the cold tier (swept, not deleted) by
+`cold_factor` on top. Hence the two guarantees that tests check:
 
 * a chunk that neither retriever returned is never ranked at all, whatever its
   salience;
 * a chunk outranks another only if its relevance is at least
-  ``(1 - bound) / (1 + bound)`` of the other's, so a popular chunk cannot bury a
-  clearly more relevant one.
+  ``(1 - bound) / (1 + bound)`` of the other's (the product of that ratio for both
+  bounds when both are set), so a popular or a certain chunk cannot bury a clearly
+  more relevant one.
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ DEFAULT_KEY_WEIGHT: Final = 0.9
 DEFAULT_COLD_FACTOR: Final = 0.98
 #: Salience at which the multiplier is exactly 1 (new chunks of default importance).
 NEUTRAL_SALIENCE: Final = 0.5
+#: Confidence moves relevance by at most this fraction either way.
+DEFAULT_CONFIDENCE_BOUND: Final = 0.0
+#: Confidence at which its multiplier is exactly 1: as sure as unsure.
+NEUTRAL_CONFIDENCE: Final = 0.5
 
 
 class InvalidRanking(ValueError):
@@ -51,12 +57,15 @@ class RankingWeights:
     lexical_weight: float = 1.0
     vector_weight: float = 1.0
     learned_weight: float = 1.0
+    confidence_bound: float = DEFAULT_CONFIDENCE_BOUND
 
     def validate(self) -> None:
         if not (math.isfinite(self.rrf_k) and self.rrf_k >= 0):
             raise InvalidRanking(f"rrf_k must be finite and >= 0, got {self.rrf_k}")
         if not 0.0 <= self.salience_bound < 1.0:
             raise InvalidRanking(f"salience_bound must be in [0, 1), got {self.salience_bound}")
+        if not 0.0 <= self.confidence_bound < 1.0:
+            raise InvalidRanking(f"confidence_bound must be in [0, 1), got {self.confidence_bound}")
         if not 0.0 <= self.key_weight <= 1.0:
             raise InvalidRanking(f"key_weight must be in [0, 1], got {self.key_weight}")
         if not 0.0 < self.cold_factor <= 1.0:
@@ -68,8 +77,9 @@ class RankingWeights:
 
     @property
     def overtake_ratio(self) -> float:
-        """The least relevance ratio at which salience alone can reorder two chunks."""
-        return (1.0 - self.salience_bound) / (1.0 + self.salience_bound)
+        """The least relevance ratio at which salience and confidence can reorder two chunks."""
+        salience = (1.0 - self.salience_bound) / (1.0 + self.salience_bound)
+        return salience * (1.0 - self.confidence_bound) / (1.0 + self.confidence_bound)
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,7 @@ class Candidate:
     key_similarity: float | None = None
     cold: bool = False
     learned_rank: int | None = None
+    confidence: float = NEUTRAL_CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,12 @@ def salience_multiplier(salience: float, bound: float) -> float:
     return 1.0 + bound * (clamped - NEUTRAL_SALIENCE) / NEUTRAL_SALIENCE
 
 
+def confidence_multiplier(confidence: float, bound: float) -> float:
+    """1 at NEUTRAL_CONFIDENCE, 1 - bound at 0, 1 + bound at 1; linear in between."""
+    clamped = min(1.0, max(0.0, confidence))
+    return 1.0 + bound * (clamped - NEUTRAL_CONFIDENCE) / NEUTRAL_CONFIDENCE
+
+
 def reciprocal_rank(rank: int | None, k: float) -> float:
     return 0.0 if rank is None else 1.0 / (k + rank)
 
@@ -136,6 +153,7 @@ def rank_candidates(
             + weights.learned_weight * reciprocal_rank(candidate.learned_rank, weights.rrf_k)
         )
         score = relevance * salience_multiplier(candidate.salience, weights.salience_bound)
+        score *= confidence_multiplier(candidate.confidence, weights.confidence_bound)
         if candidate.cold:
             score *= weights.cold_factor
         ranked.append(
@@ -159,7 +177,7 @@ def _unique(candidates: Iterable[Candidate]) -> list[Candidate]:
     for candidate in candidates:
         if candidate.label in seen:
             raise InvalidRanking(f"candidate {candidate.label} appears twice")
-        for name in ("cosine", "salience"):
+        for name in ("cosine", "salience", "confidence"):
             if not math.isfinite(getattr(candidate, name)):
                 raise InvalidRanking(
                     f"candidate {candidate.label} has {name} {getattr(candidate, name)}"

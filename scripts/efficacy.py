@@ -124,6 +124,11 @@ VARIANTS: Final = (
         {"learning.fusion": False},
     ),
     Variant("salience-0.1", "defaults with salience bound 0.1", {"recall.salience_bound": 0.1}),
+    Variant(
+        "confidence-0.1",
+        "defaults with confidence bound 0.1",
+        {"recall.confidence_bound": 0.1},
+    ),
     Variant("cold-0.5", "defaults with cold chunks at half relevance", {"recall.cold_factor": 0.5}),
     Variant(
         "keys-0.9",

@@ -18,6 +18,12 @@ import apsw.bestpractice
 import numpy as np
 import numpy.typing as npt
 
+from pulses.confidence import (
+    InvalidConfidence,
+    check_unit,
+    default_confidence,
+    default_stability,
+)
 from store.hashing import content_hash, normalise_content
 from store.migrations import apply_migrations
 from store.timefmt import iso_from_ms
@@ -71,6 +77,10 @@ class NewObservation:
     deletion_policy: str = "auto_prune"
     origin_peer: str | None = None
     source_ref: str | None = None
+    #: None: the default of the memory's type and kind (pulses/confidence.py).
+    confidence: float | None = None
+    #: None: the usual stability of the memory's kind.
+    stability: float | None = None
 
     def validate(self) -> None:
         if not normalise_content(self.content):
@@ -85,6 +95,21 @@ class NewObservation:
             raise InvalidObservation(
                 f"deletion_policy {self.deletion_policy!r} is not one of {', '.join(DELETION_POLICIES)}"
             )
+        for name in ("confidence", "stability"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    check_unit(name, value)
+                except InvalidConfidence as exc:
+                    raise InvalidObservation(str(exc)) from None
+
+    def resolved_confidence(self) -> float:
+        if self.confidence is not None:
+            return self.confidence
+        return default_confidence(self.type, self.kind)
+
+    def resolved_stability(self) -> float:
+        return self.stability if self.stability is not None else default_stability(self.kind)
 
 
 @dataclass(frozen=True)
@@ -125,6 +150,8 @@ class Observation:
     cold_at: str | None = None
     cold_reason: str | None = None
     importance: int = 5
+    confidence: float = 1.0
+    stability: float = 0.5
 
     @property
     def live(self) -> bool:
@@ -133,7 +160,8 @@ class Observation:
 
 _OBSERVATION_COLUMNS: Final = (
     "id, content_hash, title, content, type, kind, topic_key, project, salience, pin_floor, "
-    "deleted_at, access_count, deletion_policy, created_at, cold_at, cold_reason, importance"
+    "deleted_at, access_count, deletion_policy, created_at, cold_at, cold_reason, importance, "
+    "confidence, stability"
 )
 
 
@@ -295,8 +323,8 @@ class Database:
                 "INSERT INTO observations (session_id, type, title, content, tool_name, project, "
                 "scope, topic_key, normalized_hash, created_at, updated_at, last_seen_at, "
                 "last_decay_ts, pin_floor, salience, content_hash, kind, importance, "
-                "deletion_policy, origin_peer, source_ref) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "deletion_policy, origin_peer, source_ref, confidence, stability) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     item.session_id,
                     item.type,
@@ -319,6 +347,8 @@ class Database:
                     item.deletion_policy,
                     item.origin_peer,
                     item.source_ref,
+                    item.resolved_confidence(),
+                    item.resolved_stability(),
                 ),
             )
             results.append(Added(self.conn.last_insert_rowid(), digest, created=True))
@@ -469,15 +499,19 @@ class Database:
             [(value, rowid) for rowid, value in sorted(values.items())],
         )
 
-    def decay_candidates(self) -> list[tuple[int, str, str]]:
-        """(rowid, kind, ISO time its decay counts from) of live indexed chunks."""
+    def decay_candidates(self) -> list[tuple[int, str, str, float]]:
+        """(rowid, kind, ISO time its decay counts from, stability) of live indexed chunks."""
         return [
-            (int(r[0]), str(r[1]), str(r[2]))
+            (int(r[0]), str(r[1]), str(r[2]), float(r[3]))
             for r in self._all(
-                "SELECT id, kind, coalesce(last_decay_ts, created_at) FROM observations "
+                "SELECT id, kind, coalesce(last_decay_ts, created_at), stability FROM observations "
                 f"WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'"
             )
         ]
+
+    def stabilities(self) -> dict[int, float]:
+        """Every chunk's stability, by rowid."""
+        return {int(r[0]): float(r[1]) for r in self._all("SELECT id, stability FROM observations")}
 
     def mark_decayed(self, now_ms: int, rowids: Sequence[int]) -> None:
         """Record that these chunks were decayed up to `now_ms`."""
@@ -997,4 +1031,6 @@ def _observation(row: Sequence[Any]) -> Observation:
         cold_at=row[14],
         cold_reason=row[15],
         importance=int(row[16]),
+        confidence=float(row[17]),
+        stability=float(row[18]),
     )

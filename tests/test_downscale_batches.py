@@ -17,6 +17,7 @@ import pytest
 
 from daemon import cycle
 from daemon.clock import ManualClock
+from daemon.confidence import HalfLives
 from daemon.config import Config, load_config
 from daemon.cycle import CycleState, downscale_phase, run_cycle_blocking
 from daemon.ingest import ingest
@@ -137,7 +138,7 @@ def test_each_transaction_decays_one_batch(
         return True
 
     def batch(
-        peer: Peer, st: CycleState, rows: list[tuple[int, str, str]], half_lives: dict[str, float]
+        peer: Peer, st: CycleState, rows: list[tuple[int, str, str, float]], half_lives: HalfLives
     ) -> int:
         assert peer.db.conn.in_transaction
         batch_sizes.append(len(rows))

@@ -139,6 +139,14 @@ class MemoryTools:
         topic_key: TopicKey = None,
         session_id: SessionId = None,
         importance: Annotated[int | None, Field(ge=0, le=10, description="0-10, default 5")] = None,
+        confidence: Annotated[
+            float | None,
+            Field(ge=0.0, le=1.0, description="how sure (0-1); default by type: manual 0.9"),
+        ] = None,
+        stability: Annotated[
+            float | None,
+            Field(ge=0.0, le=1.0, description="how unlikely to change (0-1); default by kind"),
+        ] = None,
     ) -> models.SaveResponse:
         """Store a memory. Recall finds it as soon as this returns; saving the same content
         again stores nothing new (created is false). Returns its content hash."""
@@ -151,6 +159,8 @@ class MemoryTools:
             topic_key=topic_key,
             session_id=session_id,
             importance=importance,
+            confidence=confidence,
+            stability=stability,
         )
         request = request_model(models.SaveRequest, content=content, **fields)
         return await self._transport.send(client.SAVE, request)
@@ -166,10 +176,16 @@ class MemoryTools:
             str | None, Field(description="only memories whose topic_key starts with this")
         ] = None,
         limit: Limit = None,
+        min_confidence: Annotated[
+            float | None,
+            Field(ge=0.0, le=1.0, description="only memories at least this certain (0-1)"),
+        ] = None,
     ) -> models.RecallResponse:
         """Search memory (full text, meaning, and what each memory learned to answer). Records
         what was returned: pass the decision_hash to mem_outcome once you know the result."""
-        return await self._recall(query, limit, project, scope, session_id, kind, topic_key_prefix)
+        return await self._recall(
+            query, limit, project, scope, session_id, kind, topic_key_prefix, min_confidence
+        )
 
     async def mem_context(
         self,
@@ -408,6 +424,7 @@ class MemoryTools:
         session_id: str | None,
         kind: str | None,
         topic_key_prefix: str | None,
+        min_confidence: float | None,
     ) -> models.RecallResponse:
         filters = _given(
             project=project,
@@ -422,6 +439,7 @@ class MemoryTools:
             top_k=limit,
             filters=request_model(models.RecallFilters, **filters),
             record=True,
+            **_given(min_confidence=min_confidence),
         )
         return await self._transport.send(client.RECALL, request)
 

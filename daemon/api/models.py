@@ -94,6 +94,12 @@ class RecallRequest(Strict):
     min_relevance: float = Field(
         default=0.0, ge=0.0, description="drop results whose fused relevance is below this"
     )
+    min_confidence: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="rank only memories at least this certain (confidence 0-1)",
+    )
     explain: bool = Field(default=False, description="return each result's ranking factors")
     record: bool = Field(
         default=True,
@@ -124,6 +130,7 @@ class RankingFactors(BaseModel):
     lexical_rank: int | None
     learned_rank: int | None
     key_similarity: float | None
+    confidence: float
 
 
 class RecallHit(BaseModel):
@@ -134,6 +141,8 @@ class RecallHit(BaseModel):
     similarity: float
     salience: float
     cold: bool
+    confidence: float = Field(description="how sure the store is that it is accurate (0-1)")
+    stability: float = Field(description="how resistant it is to change (0-1): slows decay")
     factors: RankingFactors | None = None
 
 
@@ -160,12 +169,25 @@ class SaveRequest(Strict):
     pin_floor: float = Field(default=0.0, ge=0.0, le=1.0)
     importance: int = Field(default=5, ge=0, le=10)
     deletion_policy: DeletionPolicy = "auto_prune"
+    confidence: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="how sure it is (0-1); default by type and kind, e.g. 0.9 for manual",
+    )
+    stability: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="how resistant to change (0-1, slows decay); default by kind",
+    )
 
 
 class SaveResponse(BaseModel):
     content_hash: str
     created: bool = Field(description="false: this content was already stored")
     indexed: bool = Field(description="true: recall finds it from now on")
+    confidence: float = Field(description="after this save: saving again raises it")
 
 
 # ---- outcome, pulse, tombstone ----------------------------------------------------------------
@@ -247,6 +269,8 @@ class Memory(BaseModel):
     pin_floor: float
     deletion_policy: str
     salience: float
+    confidence: float
+    stability: float
     created_at: str
     state: Literal["live", "cold", "tombstoned"] = Field(
         description="cold: swept out of the live index, still recalled as a fallback"
@@ -380,7 +404,9 @@ class SalienceStep(BaseModel):
 
     seq: int
     at_ms: int
-    step: Literal["chunk", "pulse", "tombstone", "supersede", "reconsolidate", "sweep", "revive"]
+    step: Literal[
+        "chunk", "pulse", "tombstone", "supersede", "reconsolidate", "sweep", "revive", "confidence"
+    ]
     cause: str
     pulse_id: str | None = None
     pulse_kind: str | None = None
@@ -395,12 +421,17 @@ class SalienceStep(BaseModel):
         default=None, description="the salience the step set, where the journal says"
     )
     pin_floor: float | None = None
+    confidence: float | None = Field(
+        default=None, description="the confidence a confidence step set"
+    )
 
 
 class DownscaleSummary(BaseModel):
     steps: int = Field(description="time-decay steps since the memory was admitted")
     last_at_ms: int | None
-    half_life_s: float | None = Field(description="of the memory's kind, at the last step")
+    half_life_s: float | None = Field(
+        description="of the memory, at the last step: its kind's, scaled by its stability"
+    )
 
 
 class OutcomeSummary(BaseModel):
@@ -486,6 +517,9 @@ class FeedbackRequest(FeedbackBody, RefRequest):
 
 class ChunkQueued(Queued):
     content_hash: str
+    confidence: float | None = Field(
+        default=None, description="after a reinforce or penalize: its confidence now"
+    )
 
 
 class Revival(BaseModel):

@@ -33,6 +33,7 @@ import numpy as np
 from daemon import defaults
 from daemon.admission import record_admission
 from daemon.api import models, views
+from daemon.confidence import Cause, change_confidence, corroborate
 from daemon.emit import (
     PulseRequest,
     emit_outcome,
@@ -173,7 +174,14 @@ class Operations:
             vector, words = self._embed_while_searching(view, request)
             allowed = _allowed(view, request.filters) if request.filters.active() else None
             hits = rank_query(
-                view, text, vector, top_k, index=peer.index, allowed=allowed, words=words
+                view,
+                text,
+                vector,
+                top_k,
+                index=peer.index,
+                allowed=allowed,
+                words=words,
+                min_confidence=request.min_confidence,
             )
         hits = [h for h in hits if h.relevance >= request.min_relevance]
         digest = None
@@ -200,6 +208,8 @@ class Operations:
             pin_floor=request.pin_floor,
             importance=request.importance,
             deletion_policy=request.deletion_policy,
+            confidence=request.confidence,
+            stability=request.stability,
         )
         item.validate()
         if item.type == EFFICACY_TYPE:
@@ -213,6 +223,12 @@ class Operations:
                 if db.is_tombstoned_hash(digest):
                     raise Conflict(f"chunk {digest} was retracted (tombstoned) and stays so")
                 added = db.add_observations([item], now_ms=now)[0]
+                corroborate(db, [added], now_ms=now)
+                confidence = float(
+                    db.fetch_one(
+                        "SELECT confidence FROM observations WHERE id = ?", (added.rowid,)
+                    )[0]
+                )
                 if added.created:
                     pending = [db.pending_admission_of(added.rowid)]
                     vectors = vector[None, :]
@@ -221,7 +237,9 @@ class Operations:
             if added.created:
                 peer.index.add(np.array([added.rowid], dtype=np.int64), vectors)
         indexed = peer.index.is_live(added.rowid)
-        return models.SaveResponse(content_hash=digest, created=added.created, indexed=indexed)
+        return models.SaveResponse(
+            content_hash=digest, created=added.created, indexed=indexed, confidence=confidence
+        )
 
     def outcome(self, request: models.OutcomeRequest) -> models.Queued:
         self._require_peer()
@@ -375,11 +393,13 @@ class Operations:
         return self._revise(request.ref, {"pin_floor": 0.0})
 
     def reinforce(self, request: models.FeedbackRequest) -> models.ChunkQueued:
-        """A Reward pulse seeded at the chunk (a cold chunk comes back when it applies)."""
-        return self._feedback(request, PulseKind.REWARD)
+        """A Reward pulse seeded at the chunk (a cold chunk comes back when it applies); a
+        user's verification, so its confidence rises at once."""
+        return self._feedback(request, PulseKind.REWARD, Cause.REINFORCED)
 
     def penalize(self, request: models.FeedbackRequest) -> models.ChunkQueued:
-        return self._feedback(request, PulseKind.DECAY)
+        """A Decay pulse seeded at the chunk; its confidence falls at once."""
+        return self._feedback(request, PulseKind.DECAY, Cause.PENALIZED)
 
     def update(self, request: models.UpdateRequest) -> models.UpdateResponse:
         """New content supersedes the memory (unset fields kept); a change of title, topic
@@ -451,9 +471,12 @@ class Operations:
             content_hash=memory.content_hash, entry_id=emitted.entry_id, new=emitted.new
         )
 
-    def _feedback(self, request: models.FeedbackRequest, kind: PulseKind) -> models.ChunkQueued:
+    def _feedback(
+        self, request: models.FeedbackRequest, kind: PulseKind, cause: Cause
+    ) -> models.ChunkQueued:
         self._require_peer()
-        with self._writing() as writer:
+        now = self._rt.clock.now_ms()
+        with self._writing() as writer, writer.db.transaction():
             memory = _memory_row(writer.db, request.ref)
             if memory.state == "tombstoned":
                 raise Conflict(f"chunk {memory.content_hash} was retracted (tombstoned)")
@@ -472,8 +495,18 @@ class Operations:
                 seed_chunk=memory.content_hash,
             )
             emitted = emit_pulse(writer, pulse)
+            # A repeated request (same nonce) queues nothing, and verifies nothing again.
+            confidence = memory.confidence
+            if emitted.new:
+                changed = change_confidence(
+                    writer.db, memory.content_hash, cause, reason=request.reason, now_ms=now
+                )
+                confidence = memory.confidence if changed is None else changed
         return models.ChunkQueued(
-            content_hash=memory.content_hash, entry_id=emitted.entry_id, new=emitted.new
+            content_hash=memory.content_hash,
+            entry_id=emitted.entry_id,
+            new=emitted.new,
+            confidence=confidence,
         )
 
     def status(self) -> models.StatusResponse:
@@ -538,7 +571,7 @@ def _memory_row(db: Database, ref: str) -> models.Memory:
     rows = db.fetch_all(
         "SELECT content_hash, title, content, type, kind, project, scope, topic_key, session_id, "
         "importance, pin_floor, deletion_policy, salience, created_at, deleted_at IS NOT NULL, "
-        "cold_at IS NOT NULL, cold_reason FROM observations "
+        "cold_at IS NOT NULL, cold_reason, confidence, stability FROM observations "
         f"WHERE content_hash >= ? AND content_hash < ? AND type != '{EFFICACY_TYPE}' "
         "ORDER BY content_hash LIMIT 2",
         (ref, ref + "g"),
@@ -548,7 +581,8 @@ def _memory_row(db: Database, ref: str) -> models.Memory:
     if len(rows) > 1:
         raise ValueError(f"{ref} is the start of more than one chunk hash: give more digits")
     (digest, title, content, type_, kind, project, scope, topic, session, importance, floor,
-     policy, salience, created, tombstoned, cold, cold_reason) = rows[0]  # fmt: skip
+     policy, salience, created, tombstoned, cold, cold_reason, confidence,
+     stability) = rows[0]  # fmt: skip
     return models.Memory(
         content_hash=digest,
         title=title,
@@ -563,6 +597,8 @@ def _memory_row(db: Database, ref: str) -> models.Memory:
         pin_floor=floor,
         deletion_policy=policy,
         salience=salience,
+        confidence=confidence,
+        stability=stability,
         created_at=created,
         state="tombstoned" if tombstoned else "cold" if cold else "live",
         cold_reason=cold_reason,
@@ -581,6 +617,7 @@ def _hit(hit: Hit, explain: bool) -> models.RecallHit:
             lexical_rank=hit.lexical_rank,
             learned_rank=hit.learned_rank,
             key_similarity=hit.key_similarity,
+            confidence=hit.confidence,
         )
     return models.RecallHit(
         content_hash=hit.content_hash,
@@ -590,6 +627,8 @@ def _hit(hit: Hit, explain: bool) -> models.RecallHit:
         similarity=hit.similarity,
         salience=hit.salience,
         cold=hit.cold,
+        confidence=hit.confidence,
+        stability=hit.stability,
         factors=factors,
     )
 

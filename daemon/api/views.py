@@ -14,6 +14,8 @@ import numpy as np
 
 from daemon import defaults
 from daemon.api import models
+from daemon.confidence import HalfLives
+from daemon.config import DownscaleConfig
 from pulses.context import Candidate
 from store import checkpoints
 from store import keys as key_store
@@ -23,7 +25,7 @@ from store.timefmt import iso_from_ms
 Vector = np.ndarray[Any, np.dtype[np.float32]]
 
 #: Journal steps that name the chunk itself (pulses name it by their seed hash).
-_OWN_STEPS = ("chunk", "tombstone", "supersede", "reconsolidate", "sweep", "revive")
+_OWN_STEPS = ("chunk", "tombstone", "supersede", "reconsolidate", "sweep", "revive", "confidence")
 
 
 def filter_clauses(filters: models.RecallFilters) -> tuple[list[str], list[Any]]:
@@ -144,7 +146,7 @@ def explain(db: Database, memory: models.Memory) -> models.ExplainResponse:
         history=history,
         history_total=total,
         history_since_ms=checkpoints.history_since_ms(db),
-        downscale=_downscale(db, obs.rowid, memory.kind),
+        downscale=_downscale(db, obs.rowid, memory.kind, memory.stability),
         decisions=_decisions(db, digest),
         decisions_total=int(
             db.fetch_one(
@@ -197,10 +199,15 @@ def _step(
         step.cause = "swept to the cold tier"
     elif kind == "revive":
         step.cause = "revived from the cold tier"
+    elif kind == "confidence":
+        step.confidence = body.get("after")
+        step.reason = body.get("reason") or None
+        direction = "lowered" if body.get("after", 0.0) < body.get("before", 0.0) else "raised"
+        step.cause = f"confidence {direction} from {body.get('before'):.3f}: {body.get('cause')}"
     return step
 
 
-def _downscale(db: Database, rowid: int, kind: str) -> models.DownscaleSummary:
+def _downscale(db: Database, rowid: int, kind: str, stability: float) -> models.DownscaleSummary:
     row = db.fetch_one(
         "SELECT count(*), max(seq) FROM journal WHERE kind = 'downscale' AND seq > "
         "coalesce((SELECT admitted_seq FROM observations WHERE id = ?), 9e18)",
@@ -210,11 +217,12 @@ def _downscale(db: Database, rowid: int, kind: str) -> models.DownscaleSummary:
     if last is None:
         return models.DownscaleSummary(steps=0, last_at_ms=None, half_life_s=None)
     at_ms, body = db.fetch_one("SELECT at_ms, body FROM journal WHERE seq = ?", (last,))
-    half_life = json.loads(body).get("half_life_s", {}).get(kind)
+    step = json.loads(body)
+    if kind not in step.get("half_life_s", {}):
+        return models.DownscaleSummary(steps=steps, last_at_ms=int(at_ms), half_life_s=None)
+    half_lives = HalfLives.from_journal(step, DownscaleConfig())
     return models.DownscaleSummary(
-        steps=steps,
-        last_at_ms=int(at_ms),
-        half_life_s=None if half_life is None else float(half_life),
+        steps=steps, last_at_ms=int(at_ms), half_life_s=half_lives.of(kind, stability)
     )
 
 

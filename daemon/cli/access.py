@@ -64,6 +64,8 @@ class RecalledChunk:
     lexical_rank: int | None
     learned_rank: int | None
     key_similarity: float | None
+    confidence: float
+    stability: float
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,13 @@ class MemoryAccess(Protocol):
     via: Via
 
     def recall(
-        self, query: str, *, top_k: int | None, decision: str | None, record: bool
+        self,
+        query: str,
+        *,
+        top_k: int | None,
+        decision: str | None,
+        record: bool,
+        min_confidence: float = 0.0,
     ) -> Recalled: ...
 
     def status(self) -> dict[str, Any]: ...
@@ -177,14 +185,27 @@ class DirectAccess:
         self.config = config
 
     def recall(
-        self, query: str, *, top_k: int | None, decision: str | None, record: bool
+        self,
+        query: str,
+        *,
+        top_k: int | None,
+        decision: str | None,
+        record: bool,
+        min_confidence: float = 0.0,
     ) -> Recalled:
         from daemon.recall import recall
         from daemon.runtime import Runtime
 
         rt = Runtime.open(self.config)
         try:
-            result = recall(rt, query, top_k=top_k, decision_text=decision, record=record)
+            result = recall(
+                rt,
+                query,
+                top_k=top_k,
+                decision_text=decision,
+                record=record,
+                min_confidence=min_confidence,
+            )
         finally:
             rt.close()
         names = [f.name for f in fields(RecalledChunk)]
@@ -334,7 +355,13 @@ class ApiAccess:
         self._gone = True
 
     def recall(
-        self, query: str, *, top_k: int | None, decision: str | None, record: bool
+        self,
+        query: str,
+        *,
+        top_k: int | None,
+        decision: str | None,
+        record: bool,
+        min_confidence: float = 0.0,
     ) -> Recalled:
         from daemon.api import models
         from daemon.client import RECALL, request_model
@@ -351,10 +378,17 @@ class ApiAccess:
                 top_k=top_k or self._direct.config.recall.top_k,
                 decision=decision,
                 record=record,
+                min_confidence=min_confidence,
                 explain=True,
             ),
             send,
-            lambda: self._direct.recall(query, top_k=top_k, decision=decision, record=record),
+            lambda: self._direct.recall(
+                query,
+                top_k=top_k,
+                decision=decision,
+                record=record,
+                min_confidence=min_confidence,
+            ),
         )
 
     def status(self) -> dict[str, Any]:
@@ -524,6 +558,8 @@ def _recalled(hit: models.RecallHit) -> RecalledChunk:
         lexical_rank=factors.lexical_rank,
         learned_rank=factors.learned_rank,
         key_similarity=factors.key_similarity,
+        confidence=hit.confidence,
+        stability=hit.stability,
     )
 
 

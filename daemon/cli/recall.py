@@ -25,6 +25,13 @@ def register(verbs: Any) -> None:
     parser.add_argument(
         "--decision", metavar="TEXT", help="the decision these chunks informed (default: the query)"
     )
+    parser.add_argument(
+        "--min-confidence",
+        type=float,
+        default=0.0,
+        metavar="C",
+        help="rank only memories at least this certain (0-1; default 0: all)",
+    )
     parser.add_argument("--no-record", action="store_true", help="read only: no attribution")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _recall(args)))
@@ -33,9 +40,15 @@ def register(verbs: Any) -> None:
 def _recall(args: argparse.Namespace) -> int:
     if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
+    if not 0.0 <= args.min_confidence <= 1.0:
+        raise ValueError(f"--min-confidence must be in [0, 1], got {args.min_confidence}")
     with memory_access(load(args), direct=args.direct) as memory:
         result = memory.recall(
-            args.query, top_k=args.top_k, decision=args.decision, record=not args.no_record
+            args.query,
+            top_k=args.top_k,
+            decision=args.decision,
+            record=not args.no_record,
+            min_confidence=args.min_confidence,
         )
     if args.json:
         print(
@@ -50,12 +63,13 @@ def _recall(args: argparse.Namespace) -> int:
             "score": h.score,
             "similarity": h.similarity,
             "salience": h.salience,
+            "confidence": h.confidence,
             "hash": h.content_hash[:12],
             "text": (h.title or h.content)[:70].replace("\n", " "),
         }
         for h in result.hits
     ]
-    print_table(rows, ["score", "similarity", "salience", "hash", "text"])
+    print_table(rows, ["score", "similarity", "salience", "confidence", "hash", "text"])
     if result.decision_hash:
         print(f"decision {result.decision_hash}")
     return 0
