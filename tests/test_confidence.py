@@ -6,6 +6,7 @@ filters on it, explain lists every change.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import uuid
@@ -39,7 +40,7 @@ from pulses.ranking import (
 from pulses.sweep import SweepCandidate, SweepMix, downscale, plan_sweep
 from store.database import CHUNK_KINDS, InvalidObservation, NewObservation
 from tests.api_helpers import ApiDaemon, running_api
-from tests.daemon_helpers import Peer
+from tests.daemon_helpers import Peer, write_jsonl
 
 MIGRATION = Path(__file__).parent.parent / "migrations" / "0008_confidence_stability.sql"
 
@@ -287,4 +288,45 @@ def test_confidence_is_saved_verified_doubted_filtered_and_explained(served: Api
             (sure.content_hash,),
         )
         == 2
+    )
+
+
+# ---- through the CLI, the database opened directly ------------------------------------------
+
+
+def test_ingest_takes_confidence_and_recall_filters_on_it(tmp_path: Path) -> None:
+    peer = Peer(tmp_path / "data", "cli_peer", tmp_path / "zeitgeist")
+    notes = write_jsonl(
+        tmp_path / "notes.jsonl",
+        [
+            {"content": "The backup runs nightly at 02:00 UTC.", "confidence": 0.95},
+            {"content": "The backup probably also runs at noon.", "type": "pattern"},
+            {"content": "Backups are kept for thirty days.", "kind": "fact", "stability": 1.0},
+        ],
+    )
+    peer.dreamcycle("ingest", str(notes))
+    peer.dreamcycle("ingest", str(notes))  # every line again: each verified once
+    stored = dict(peer.query("SELECT content, confidence FROM observations"))
+    assert stored == pytest.approx(
+        {
+            "The backup runs nightly at 02:00 UTC.": 0.96,
+            "The backup probably also runs at noon.": 0.68,
+            "Backups are kept for thirty days.": 0.92,
+        }
+    )
+    assert peer.scalar("SELECT stability FROM observations WHERE kind = 'fact'") == 1.0
+    assert peer.scalar("SELECT count(*) FROM journal WHERE kind = 'confidence'") == 3
+    peer.dreamcycle("run", "--once")
+    query = "when does the backup run"
+    found = json.loads(peer.dreamcycle("recall", query, "--json", "--min-confidence", "0.9").stdout)
+    assert {hit["content"] for hit in found["hits"]} == {
+        "The backup runs nightly at 02:00 UTC.",
+        "Backups are kept for thirty days.",
+    }
+    assert all(hit["confidence"] >= 0.9 for hit in found["hits"])
+    refused = peer.dreamcycle("recall", query, "--min-confidence", "2", expect=2)
+    assert "--min-confidence must be in [0, 1]" in refused.stderr
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"content": "x", "confidence": 1.5}])
+    assert (
+        "confidence 1.5 is outside [0, 1]" in peer.dreamcycle("ingest", str(bad), expect=2).stderr
     )
