@@ -330,3 +330,26 @@ def test_ingest_takes_confidence_and_recall_filters_on_it(tmp_path: Path) -> Non
     assert (
         "confidence 1.5 is outside [0, 1]" in peer.dreamcycle("ingest", str(bad), expect=2).stderr
     )
+
+
+def test_stable_notes_decay_slower_and_rebuild_replays_them_bit_for_bit(tmp_path: Path) -> None:
+    peer = Peer(tmp_path / "data", "stable_peer", tmp_path / "zeitgeist")
+    stability = {f"Note {n}: the build cache lives in /var/cache/b{n}.": n / 5 for n in range(6)}
+    peer.dreamcycle(
+        "ingest",
+        str(write_jsonl(tmp_path / "notes.jsonl", [
+            {"content": text, "stability": value} for text, value in stability.items()
+        ])),
+    )  # fmt: skip
+    fast = {"DREAMCYCLE_DOWNSCALE_NOTE_HALF_LIFE_S": "2"}
+    peer.dreamcycle("run", "--once", settings=fast)
+    # Another gain than the first cycle's: replay must use the one each downscale used.
+    peer.dreamcycle("run", "--once", settings={**fast, "DREAMCYCLE_DOWNSCALE_STABILITY_GAIN": "9"})
+    before = peer.salience()
+    salience = dict(peer.query("SELECT content, salience FROM observations"))
+    # Listed from the least stable to the most: the more stable, the more salience is left.
+    left = [salience[text] for text in stability]
+    assert left == sorted(left) and left[0] < left[-1], left
+    result = peer.dreamcycle("rebuild")
+    assert "0 salience values corrected" in result.stdout, result.stdout
+    assert peer.salience() == before
