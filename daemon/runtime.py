@@ -82,7 +82,11 @@ def save_index(db: Database, index: HnswIndex) -> None:
 
 
 def _warn_unusable_index(unusable: IndexUnusable, *, rebuilt: bool) -> None:
-    log.warning(
+    # A stale index is routine (commands wrote the database while the daemon was
+    # stopped); only damage, a foreign file or a lost save deserves a warning.
+    level = logging.INFO if unusable.kind is Unusable.STALE else logging.WARNING
+    log.log(
+        level,
         "derived file unusable; rebuilding it from the database"
         if rebuilt
         else "derived file unusable; searching stored vectors until the daemon rebuilds it",

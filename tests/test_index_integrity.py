@@ -1,4 +1,4 @@
-"""The index is derived: damaged, foreign, missing or stale, it is rebuilt with a warning.
+"""The index is derived: damaged, foreign, missing or stale, it is rebuilt (and counted).
 
 hnswlib trusts its input, so a damaged body that reached it would crash the process
 (SIGSEGV) in the first query, or answer from the wrong neighbours. The daemon and
