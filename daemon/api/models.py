@@ -42,6 +42,8 @@ MAX_CITED = 100
 MAX_VECTOR_LENGTH = 4096
 #: The last millisecond of year 9999: times past it cannot be written as ISO dates.
 MAX_TIME_MS = 253_402_300_799_999
+#: SQLite's integers are 64-bit: a page offset beyond that cannot be asked of it.
+MAX_OFFSET = (1 << 63) - 1
 
 assert Kind.__args__ == CHUNK_KINDS  # type: ignore[attr-defined]
 assert DeletionPolicy.__args__ == DELETION_POLICIES  # type: ignore[attr-defined]
@@ -280,8 +282,7 @@ class Memory(BaseModel):
 
 class ForgottenRequest(Strict):
     limit: int = Field(default=FORGOTTEN_PAGE, ge=1, le=MAX_FORGOTTEN_PAGE)
-    # SQLite's integers are 64-bit: a larger offset would be a 500, not an empty page.
-    offset: int = Field(default=0, ge=0, le=(1 << 63) - 1)
+    offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
 
 
 class ColdMemory(BaseModel):
@@ -571,7 +572,7 @@ class TimelineRequest(RecallFilters):
     )
     span_s: float = Field(default=defaults.TIMELINE_SPAN_S, gt=0.0, le=10 * 365 * 86_400.0)
     limit: int = Field(default=defaults.TIMELINE_PAGE, ge=1, le=defaults.TIMELINE_MAX_PAGE)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
 
     def filters(self) -> RecallFilters:
         return RecallFilters(**self.model_dump(include=set(RecallFilters.model_fields)))
