@@ -72,6 +72,7 @@ def reference_rank_query(
             key_similarity=key_scores.get(rowid),
             learned_rank=learned_ranks.get(rowid),
             cold=obs.cold_at is not None or rowid in assume_cold,
+            confidence=obs.confidence,
         )
         for rowid, obs in observations.items()
         if obs.deleted_at is None
@@ -93,6 +94,8 @@ def reference_rank_query(
             lexical_rank=r.lexical_rank,
             learned_rank=candidates[r.label].learned_rank,
             key_similarity=candidates[r.label].key_similarity,
+            confidence=observations[r.label].confidence,
+            stability=observations[r.label].stability,
         )
         for r in rank_candidates(candidates.values(), weights, top_k)
     ]

@@ -118,7 +118,9 @@ def test_a_saved_memory_is_recalled_at_once_and_a_repeat_is_a_duplicate(api: Api
     assert _hashes(found)[0] == saved["content_hash"]
     assert found["decision_hash"] is None
     again = api.post("/v1/memories", {"content": content, "project": project})
-    assert again == {**saved, "created": False}
+    # Saved again: a verification, so only its confidence changes (up).
+    assert again == {**saved, "created": False, "confidence": again["confidence"]}
+    assert again["confidence"] > saved["confidence"]
 
 
 def test_recall_filters_by_project_kind_topic_and_time(api: Api) -> None:
