@@ -53,15 +53,15 @@ def test_save_recall_and_an_outcome_citing_a_prefix_over_the_socket(memory: Memo
         title="ledger close",
     )
     assert saved.created and saved.indexed and len(saved.content_hash) == 64
-    again = memory.save(
+    resaved = memory.save(
         f"The {project} ledger service closes the books at 02:00 UTC and locks late entries.",
         project=project,
         kind="fact",
         title="ledger close",
     )
     # The same content saved again verifies it: only its confidence changes.
-    assert again == saved.model_copy(update={"created": False, "confidence": again.confidence})
-    assert again.confidence > saved.confidence
+    assert resaved == saved.model_copy(update={"created": False, "confidence": resaved.confidence})
+    assert resaved.confidence > saved.confidence
 
     found = memory.recall("when are the books closed", filters={"project": project})
     assert [hit.content_hash for hit in found.hits] == [saved.content_hash]
