@@ -44,7 +44,8 @@ def test_a_tie_counts_against_the_target() -> None:
 
 def test_observe_moves_every_split_towards_the_reciprocal_rank_it_would_have_given() -> None:
     state = observe(SplitScores(), [4], [1, 2, 3], [3, 4], rrf_k=K)
-    expected = [ALPHA / fused_rank(4, [1, 2, 3], [3, 4], s, K) for s in SHARES]  # type: ignore[operator]
+    expected = [1 / fused_rank(4, [1, 2, 3], [3, 4], s, K) for s in SHARES]  # type: ignore[operator]
+    # The first chunk is the whole mean so far.
     assert state.scores == pytest.approx(tuple(expected))
     assert state.evidence == 1
     # Chunk 4 is found by words only: low shares rank it higher, so they score higher.
@@ -118,3 +119,23 @@ def test_any_evidence_leaves_scores_in_range_and_a_share_on_the_grid(
 def test_bad_parameters_are_named(call: Callable[[], object], message: str) -> None:
     with pytest.raises(InvalidFusion, match=message):
         call()
+
+
+def test_the_average_is_the_plain_mean_then_a_moving_average_of_step_alpha() -> None:
+    # Chunk 2 is first in the vector list and second in the words (rank r under each split),
+    # chunk 7 is found by words alone: alternating them, the mean is known exactly.
+    state = SplitScores()
+    ranks_2 = [fused_rank(2, [2, 1], [1, 2], s, K) for s in SHARES]
+    ranks_7 = [fused_rank(7, [2, 1], [7, 1], s, K) for s in SHARES]
+    n = round(1 / ALPHA)
+    for i in range(n):
+        if i % 2 == 0:
+            state = observe(state, [2], [2, 1], [1, 2], rrf_k=K)
+        else:
+            state = observe(state, [7], [2, 1], [7, 1], rrf_k=K)
+    mean = [(1 / a + 1 / b) / 2 for a, b in zip(ranks_2, ranks_7, strict=True)]  # type: ignore[operator]
+    assert state.scores == pytest.approx(tuple(mean))
+    # Past 1/ALPHA chunks, each new one moves the average by ALPHA of the difference.
+    after = observe(state, [2], [2, 1], [1, 2], rrf_k=K)
+    moved = [(1 - ALPHA) * m + ALPHA / r for m, r in zip(mean, ranks_2, strict=True)]  # type: ignore[operator]
+    assert after.scores == pytest.approx(tuple(moved))
