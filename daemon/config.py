@@ -231,6 +231,10 @@ class RecallConfig:
 
     def check(self) -> None:
         _positive("recall.top_k", self.top_k)
+        if self.top_k > defaults.RECALL_MAX_TOP_K:
+            raise ConfigError(
+                f"recall.top_k must be <= {defaults.RECALL_MAX_TOP_K}, got {self.top_k}"
+            )
         _positive("recall.candidates", self.candidates)
         if not -1.0 <= self.key_min_similarity <= 1.0:
             raise ConfigError(

@@ -112,6 +112,9 @@ SWEEP_GATE_DECISIONS: Final = 200
 SWEEP_GATE_WINDOW_S: Final = 30 * _DAY_S
 
 RECALL_TOP_K: Final = 5
+#: Most chunks one recall may return: an answer is an attribution, and outcomes credit at
+#: most a bounded number of chunks per decision.
+RECALL_MAX_TOP_K: Final = 100
 #: Candidates taken from each retriever (vector, learned keys, full text, cold tier).
 #: 100 with a search breadth of 100 returned the exact top 10 in every benchmark query.
 RECALL_CANDIDATES: Final = 100

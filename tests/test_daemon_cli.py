@@ -328,6 +328,13 @@ def test_recall_refuses_an_empty_query(peer: Peer) -> None:
     assert "empty" in result.stderr
 
 
+def test_recall_refuses_more_results_than_a_decision_may_credit(peer: Peer) -> None:
+    for top_k in ("0", "101"):
+        result = peer.dreamcycle("recall", QUERY, "--top-k", top_k, "--direct", expect=EXIT_USAGE)
+        assert "--top-k must be in [1, 100]" in result.stderr
+    assert peer.scalar("SELECT count(*) FROM attributions") == 0
+
+
 # ---- status -------------------------------------------------------------------------------
 
 

@@ -262,3 +262,8 @@ def test_the_example_config_loads_and_states_every_default() -> None:
             continue
         assert value_of(loaded, dotted) == pytest.approx(value_of(defaults, dotted)), dotted
     assert dataclasses.asdict(loaded.recall) == dataclasses.asdict(defaults.recall)
+
+
+def test_recall_top_k_is_bounded(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"recall\.top_k must be <= 100"):
+        load_config(write_toml(tmp_path, "[recall]\ntop_k = 101\n"), environ={})

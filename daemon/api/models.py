@@ -36,7 +36,7 @@ Kind = Literal["fact", "preference", "insight", "summary", "note"]
 DeletionPolicy = Literal["auto_prune", "manual_only", "never"]
 # Bounded so that nothing a client sends can make one request unreasonably expensive.
 MAX_TEXT_CHARS = 100_000
-MAX_TOP_K = 100
+MAX_TOP_K = defaults.RECALL_MAX_TOP_K
 MAX_CITED = 100
 #: An embedding is given as this many floats (the model's width is checked at run time).
 MAX_VECTOR_LENGTH = 4096

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from daemon import defaults
 from daemon.cli.access import memory_access
 from daemon.cli.common import access_options, config_options, load, print_table, run_guarded
 
@@ -38,8 +39,8 @@ def register(verbs: Any) -> None:
 
 
 def _recall(args: argparse.Namespace) -> int:
-    if args.top_k is not None and args.top_k < 1:
-        raise ValueError(f"--top-k must be >= 1, got {args.top_k}")
+    if args.top_k is not None and not 1 <= args.top_k <= defaults.RECALL_MAX_TOP_K:
+        raise ValueError(f"--top-k must be in [1, {defaults.RECALL_MAX_TOP_K}], got {args.top_k}")
     if not 0.0 <= args.min_confidence <= 1.0:
         raise ValueError(f"--min-confidence must be in [0, 1], got {args.min_confidence}")
     with memory_access(load(args), direct=args.direct) as memory:
