@@ -216,3 +216,25 @@ PIN_FLOOR: Final = 0.5
 METRICS_LISTEN: Final = "127.0.0.1:9464"
 LOG_LEVEL: Final = "info"
 LOG_FORMAT: Final = "json"
+
+#: /readyz calls the daemon unready when no cycle has finished for this many intervals ...
+HEALTH_CYCLE_AGE_INTERVALS: Final = 3.0
+#: ... or for this long, whichever is longer (a short interval must not flap on one slow cycle).
+HEALTH_MIN_CYCLE_AGE_S: Final = 300.0
+#: How long /readyz waits for a lock on the database before calling it unusable.
+HEALTH_DATABASE_TIMEOUT_MS: Final = 1_000
+
+#: `dreamcycle doctor` gives the backend this long to answer (the daemon's retries wait 20 s).
+DOCTOR_BACKEND_DEADLINE_S: Final = 5.0
+#: A clock further than this from the backend's: HLCs and expiries drift (pulse TTLs, windows).
+DOCTOR_MAX_CLOCK_SKEW_S: Final = 5.0
+
+#: Where `dreamcycle install-unit` puts things (below --root), and the system user the unit
+#: runs as (systemd creates it: DynamicUser). The data directory is the unit's
+#: StateDirectory; the example TOML and the environment file name the same one.
+UNIT_DIR: Final = "/etc/systemd/system"
+UNIT_NAME: Final = "dreamcycle.service"
+CONFIG_DIR: Final = "/etc/dreamcycle"
+CONFIG_FILE_NAME: Final = "dreamcycle.toml"
+ENVIRONMENT_FILE_NAME: Final = "dreamcycle.env"
+SERVICE_DATA_DIR: Final = "/var/lib/dreamcycle"

@@ -1,11 +1,23 @@
-"""Prometheus metrics of the daemon, exposed over HTTP when metrics.listen is set."""
+"""Prometheus metrics of the daemon, exposed over HTTP when metrics.listen is set.
+
+Names follow Prometheus' conventions: counters end in `_total` (the client library adds
+it), durations are in seconds and say so, timestamps are seconds since the epoch. The
+same listener answers `/healthz` and `/readyz` with small JSON documents (daemon/health.py).
+"""
 
 from __future__ import annotations
 
+import json
 import math
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
 from typing import Any, Final
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 REGISTRY: Final = CollectorRegistry()
 NAMESPACE: Final = "dreamcycle"
@@ -14,7 +26,7 @@ CYCLES = Counter(
     "cycles", "Dream cycles finished, by result", ["result"], namespace=NAMESPACE, registry=REGISTRY
 )
 PHASE_SECONDS = Histogram(
-    "phase_seconds",
+    "phase_duration_seconds",
     "Wall time of each dream-cycle phase",
     ["phase"],
     namespace=NAMESPACE,
@@ -23,7 +35,7 @@ PHASE_SECONDS = Histogram(
 )
 PHASE_EVENTS = Counter(
     "phase_events",
-    "Counts reported by phases (entries applied, pulses rejected, ...)",
+    "Events counted by phases (entries applied, pulses rejected, chunks admitted, ...)",
     ["phase", "event"],
     namespace=NAMESPACE,
     registry=REGISTRY,
@@ -37,7 +49,10 @@ LAST_CYCLE = Gauge(
     registry=REGISTRY,
 )
 PUBLISH_SECONDS = Histogram(
-    "publish_seconds", "Time to write one segment", namespace=NAMESPACE, registry=REGISTRY
+    "publish_duration_seconds",
+    "Time to write one segment to the zeitgeist",
+    namespace=NAMESPACE,
+    registry=REGISTRY,
 )
 CYCLE_ERRORS = Counter(
     "cycle_errors",
@@ -54,6 +69,38 @@ DERIVED_FILE_REBUILDS = Counter(
     registry=REGISTRY,
 )
 
+OUTBOX_ENTRIES = Gauge(
+    "outbox_entries",
+    "This peer's entries waiting to be published (queued, or in a segment not yet written)",
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+BACKEND_UP = Gauge(
+    "backend_up",
+    "1 when the last call to the zeitgeist backend succeeded, 0 when it failed",
+    ["backend"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+LAST_POLL = Gauge(
+    "last_poll_success_timestamp_seconds",
+    "When the zeitgeist was last listed for new segments successfully",
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+LAST_PUBLISH = Gauge(
+    "last_publish_success_timestamp_seconds",
+    "When this peer last wrote a segment to the zeitgeist",
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+READY = Gauge(
+    "ready",
+    "1 when /readyz answers ready (database, index, backend usable, a recent cycle)",
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+
 EFFICACY = Gauge(
     "efficacy",
     "Efficacy of the learning loop over a look-back window (NaN: nothing to measure yet)",
@@ -63,24 +110,62 @@ EFFICACY = Gauge(
 )
 
 
+#: Phase stats that describe a level (how many chunks are live, the sweep's threshold),
+#: not events: adding them up cycle after cycle would count nothing real.
+LEVEL_STATS: Final = frozenset({"live", "population", "threshold"})
+
+#: A probe answers an HTTP status and a JSON document.
+Probe = Callable[[], tuple[int, dict[str, Any]]]
+
+
 class MetricsUnavailable(RuntimeError):
     """The metrics address cannot be bound."""
 
 
-def serve(address: tuple[str, int]) -> None:
+class _QuietHandler(WSGIRequestHandler):
+    # Scrapes every few seconds would fill the journal with access lines.
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve(address: tuple[str, int], probes: Mapping[str, Probe] | None = None) -> None:
+    """Serve the metrics (at any path but the probes') from a daemon thread."""
+    host, port = address
+    metrics_app = make_wsgi_app(REGISTRY)
+    routes = dict(probes or {})
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        probe = routes.get(environ.get("PATH_INFO", ""))
+        if probe is None:
+            answer: Iterable[bytes] = metrics_app(environ, start_response)
+            return answer
+        status, document = probe()
+        body = json.dumps(document).encode()
+        start_response(
+            f"{status} {HTTPStatus(status).phrase}",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
     try:
-        start_http_server(address[1], addr=address[0], registry=REGISTRY)
+        server = make_server(host, port, app, Server, handler_class=_QuietHandler)
     except OSError as exc:
         raise MetricsUnavailable(
-            f"cannot serve metrics on {address[0]}:{address[1]}: {exc.strerror}; "
+            f"cannot serve metrics on {host}:{port}: {exc.strerror}; "
             "set metrics.listen (DREAMCYCLE_METRICS_LISTEN) to a free HOST:PORT, or empty to disable"
         ) from None
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
 
 
 def record_phase(phase: str, seconds: float, stats: dict[str, Any]) -> None:
     PHASE_SECONDS.labels(phase).observe(seconds)
     for event, value in stats.items():
-        if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        if event in LEVEL_STATS or isinstance(value, bool) or not isinstance(value, int):
+            continue
+        if value > 0:
             PHASE_EVENTS.labels(phase, event).inc(value)
 
 

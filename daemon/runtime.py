@@ -13,6 +13,7 @@ from typing import IO
 from daemon import metrics
 from daemon.clock import Clock, clock_from_config
 from daemon.config import Config
+from daemon.health import BackendHealth, ObservedBackend
 from daemon.memo import StampedCache
 from store.database import Database
 from store.embedder import Embedder
@@ -21,6 +22,7 @@ from store.salience import SalienceCache
 from zeitgeist.backend import LogBackend
 from zeitgeist.hlc import HybridLogicalClock
 from zeitgeist.log import Zeitgeist
+from zeitgeist.retry import RetryPolicy
 
 log = logging.getLogger("dreamcycle.runtime")
 
@@ -40,8 +42,11 @@ class AlreadyRunning(RuntimeError):
     """Another daemon holds this data directory."""
 
 
-def open_backend(config: Config) -> LogBackend:
-    """The configured zeitgeist backend (imported lazily: each pulls its own client library)."""
+def open_backend(config: Config, retry: RetryPolicy | None = None) -> LogBackend:
+    """The configured zeitgeist backend (imported lazily: each pulls its own client library).
+
+    `retry` replaces the networked backends' default retry policy (a shorter deadline for
+    a diagnosis that should not wait out an outage)."""
     zg = config.zeitgeist
     if zg.backend == "dir":
         from zeitgeist.directory import DirectoryBackend
@@ -55,10 +60,11 @@ def open_backend(config: Config) -> LogBackend:
             prefix=zg.s3.prefix,
             endpoint_url=zg.s3.endpoint_url or None,
             region=zg.s3.region,
+            retry=retry,
         )
     from zeitgeist.redis_streams import RedisStreamsBackend
 
-    return RedisStreamsBackend(url=zg.redis.url, prefix=zg.redis.prefix)
+    return RedisStreamsBackend(url=zg.redis.url, prefix=zg.redis.prefix, retry=retry)
 
 
 def persistent_clock(db: Database, wall_ms: Callable[[], int]) -> HybridLogicalClock:
@@ -221,7 +227,9 @@ class Runtime:
     def open_peer(self) -> Peer:
         """Everything a dream cycle needs: index, salience, clock, the shared log."""
         index, reason = self.open_index(progress=_log_rebuild_progress)
-        backend = open_backend(self.config)
+        inner = open_backend(self.config)
+        backend_health = BackendHealth(inner.name)
+        backend = ObservedBackend(inner, backend_health, self.clock.now_ms)
         # Refuse a store that would silently overwrite log entries before writing any.
         backend.probe()
         hlc = persistent_clock(self.db, self.clock.now_ms)
@@ -233,7 +241,7 @@ class Runtime:
             liveness_timeout_ms=int(self.config.zeitgeist.liveness_timeout_s * 1000),
             wall_ms=self.clock.now_ms,
         )
-        return Peer(self, index, SalienceCache(self.db), zeitgeist, hlc, reason)
+        return Peer(self, index, SalienceCache(self.db), zeitgeist, hlc, reason, backend_health)
 
     def close(self) -> None:
         self.db.close()
@@ -258,6 +266,8 @@ class Peer:
     #: The hybrid logical clock stamping log entries (wall time is `now_ms()`).
     clock: HybridLogicalClock
     index_rebuild_reason: str | None = None
+    #: What the zeitgeist backend's last calls said (reachable, last poll and publish).
+    backend_health: BackendHealth | None = None
     #: Read the newest snapshot before polling: at start-up and after the log was unreachable.
     snapshot_check_due: bool = True
     #: Held by whoever commits chunks and then adds them to the index (the API's `save`),

@@ -2,9 +2,11 @@
 
 Phases are blocking (apsw, hnswlib, fastembed, boto3) and run one at a time in
 a worker thread behind a limiter, so the Trio loop stays free to answer
-signals and keep the systemd watchdog fed. A stop request lets the running
-phase finish, skips the rest (the next start redoes them), saves the index
-and returns 0.
+signals and check progress. Each step of a cycle is marked in `Health`; the
+systemd watchdog is fed only while the step under way is younger than the
+watchdog's timeout, so a stuck cycle gets the daemon restarted. A stop request
+lets the running phase finish, skips the rest (the next start redoes them),
+saves the index and returns 0.
 
 With `[api] enabled`, the same nursery serves the local API (daemon/api/http.py):
 it listens from the start (/healthz), answers operations once the index is
@@ -33,6 +35,7 @@ from daemon.cycle import (
     record_cycle_end,
     record_cycle_start,
 )
+from daemon.health import Health, outbox_depth
 from daemon.runtime import Peer, Runtime
 
 log = logging.getLogger("dreamcycle.service")
@@ -43,9 +46,12 @@ EXIT_FATAL: Final = 3
 
 
 class Service:
-    def __init__(self, rt: Runtime, *, max_cycles: int | None = None) -> None:
+    def __init__(
+        self, rt: Runtime, *, max_cycles: int | None = None, health: Health | None = None
+    ) -> None:
         self.rt = rt
         self.max_cycles = max_cycles
+        self.health = health if health is not None else service_health(rt)
         self.stop = trio.Event()
         self.cycles_done = 0
         # Phases share one database connection and the salience cache: one at a time.
@@ -77,12 +83,16 @@ class Service:
         if self.api is not None:
             # Listening before the index loads: /healthz answers, operations say "not ready".
             await nursery.start(
-                functools.partial(http.serve, self.api, self.rt.config, shutdown=self.stop)
+                functools.partial(
+                    http.serve, self.api, self.rt.config, shutdown=self.stop, health=self.health
+                )
             )
         peer = await self._blocking(self.rt.open_peer)
+        self.health.backend = peer.backend_health
         await self._blocking(self._abandon_interrupted_cycles)
         if self.api is not None:
             await trio.to_thread.run_sync(self.api.attach, peer)
+        self.health.index_loaded = True
         interval = systemd.watchdog_interval_s()
         if interval is not None:
             nursery.start_soon(self._feed_watchdog, interval)
@@ -99,6 +109,7 @@ class Service:
             return await self._loop(peer)
         finally:
             systemd.notify("STOPPING=1")
+            self.health.index_loaded = False
             if self.api is not None:
                 self.api.detach()
             await self._blocking(functools.partial(_save_and_close, peer))
@@ -127,6 +138,7 @@ class Service:
 
     async def run_cycle(self, peer: Peer) -> CycleState:
         st = CycleState(now_ms=self.rt.clock.now_ms())
+        self.health.step("starting the cycle")
         cycle_id = await self._blocking(lambda: record_cycle_start(self.rt, st.now_ms))
         status = "done"
         try:
@@ -134,6 +146,7 @@ class Service:
                 if self.stop.is_set():
                     status = "interrupted"
                     break
+                self.health.step(name)
                 started = time.monotonic()
                 phase = PHASE_FUNCTIONS[name]
                 stats = await self._blocking(functools.partial(phase, peer, st))
@@ -147,6 +160,7 @@ class Service:
             status = "failed"
             metrics.CYCLE_ERRORS.labels(type(exc).__name__).inc()
             log.exception("cycle failed; state reloaded, retrying next cycle")
+            self.health.step("reloading state after a failed phase")
             try:
                 await self._blocking(peer.reload)
             except Exception as reload_error:
@@ -154,7 +168,12 @@ class Service:
                     f"cannot reload state after a failed cycle: {reload_error}"
                 ) from reload_error
         finally:
+            self.health.step("recording the cycle")
             await self._blocking(lambda: record_cycle_end(self.rt, cycle_id, status, st))
+            depth = await self._blocking(lambda: outbox_depth(self.rt.db))
+            metrics.OUTBOX_ENTRIES.set(depth)
+            self.health.cycle_finished(status)
+            self.health.idle()
         log.info("cycle %s", status, extra={"phases": st.stats})
         return st
 
@@ -168,8 +187,24 @@ class Service:
                 self.stop.set()
 
     async def _feed_watchdog(self, interval_s: float) -> None:
+        """Every `interval_s` (half the watchdog's timeout): feed it unless a step of the
+        cycle has been under way for longer than the whole timeout."""
+        timeout_s = 2 * interval_s
+        starved = False
         while True:
-            systemd.notify("WATCHDOG=1")
+            stalled = self.health.stalled()
+            if stalled is None or stalled[1] <= timeout_s:
+                systemd.notify("WATCHDOG=1")
+                if starved:
+                    log.info("cycle moving again; watchdog fed")
+                starved = False
+            elif not starved:
+                starved = True
+                step, seconds = stalled
+                log.error(
+                    "cycle stuck; watchdog no longer fed",
+                    extra={"step": step, "seconds": round(seconds, 1), "timeout_s": timeout_s},
+                )
             await trio.sleep(interval_s)
 
 
@@ -181,5 +216,9 @@ def _save_and_close(peer: Peer) -> None:
     peer.close()
 
 
-def serve(rt: Runtime, *, max_cycles: int | None = None) -> int:
-    return trio.run(Service(rt, max_cycles=max_cycles).run)
+def service_health(rt: Runtime) -> Health:
+    return Health(rt.config.database_path, rt.config.cycle.interval_s, rt.clock.now_ms)
+
+
+def serve(rt: Runtime, *, max_cycles: int | None = None, health: Health | None = None) -> int:
+    return trio.run(Service(rt, max_cycles=max_cycles, health=health).run)

@@ -209,19 +209,24 @@ def blob_to_vector(blob: bytes) -> npt.NDArray[np.float32]:
 
 
 class Database:
-    def __init__(self, path: Path, *, prepare: bool = True) -> None:
+    def __init__(self, path: Path, *, prepare: bool = True, read_only: bool = False) -> None:
         """`prepare=False` opens another connection to a file this process has already
         checked and migrated (a server's per-thread readers): no integrity scan, no
-        migrations."""
+        migrations. `read_only` opens an existing file for diagnosis: nothing is created,
+        checked or migrated."""
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
         #: (data_version, total_changes) -> change_stamp: valid until anyone commits.
         self._stamp_memo: tuple[tuple[int, int], str] | None = None
         try:
-            self.conn = apsw.Connection(str(path))
+            if read_only:
+                self.conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+            else:
+                self.conn = apsw.Connection(str(path))
             self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             self.conn.execute("PRAGMA synchronous = FULL")
-            if prepare:
+            if prepare and not read_only:
                 self._check_integrity_quick()
                 apply_migrations(self.conn)
         except apsw.NotADBError as exc:

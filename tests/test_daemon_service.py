@@ -86,7 +86,7 @@ def test_metrics_endpoint_reports_phases_and_chunks(peer: Peer) -> None:
         line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#")
     )
     for phase in ("scan", "classify", "salience_pulse_propagate", "promote"):
-        assert float(samples[f'dreamcycle_phase_seconds_count{{phase="{phase}"}}']) >= 1
+        assert float(samples[f'dreamcycle_phase_duration_seconds_count{{phase="{phase}"}}']) >= 1
     assert float(samples['dreamcycle_cycles_total{result="done"}']) >= 1
     assert float(samples["dreamcycle_live_chunks"]) == peer.scalar(
         "SELECT count(*) FROM observations WHERE deleted_at IS NULL"

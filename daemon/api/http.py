@@ -2,7 +2,8 @@
 
 Routes live under /v1; /openapi.json and /docs describe them; /mcp serves them as MCP
 tools (daemon/api/mcp_tools.py); /healthz answers while the process lives, /readyz
-once the index is loaded. Each operation runs in a worker thread behind the API's own
+once the index is loaded and, in the daemon, while its database, backend and cycles are
+sound (daemon/health.py). Each operation runs in a worker thread behind the API's own
 limiter, never the dream cycle's. The Unix socket's file mode (0600) is its access
 control; TCP requests (/mcp too) carry the configured bearer token. A bad request gets
 a 4xx with the reason; anything unexpected a 500 with a short message, logged, and the
@@ -31,6 +32,7 @@ from daemon.api import models
 from daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
 from daemon.api.operations import Conflict, NotFound, NotReady, Operations
 from daemon.config import ApiConfig, Config
+from daemon.health import Health
 from store.database import InvalidObservation
 
 log = logging.getLogger("dreamcycle.api")
@@ -59,7 +61,13 @@ class ApiUnavailable(RuntimeError):
     """The API cannot listen where it is configured to (port taken, socket path unusable)."""
 
 
-def create_app(ops: Operations, *, workers: int, host: str = defaults.API_HOST) -> FastAPI:
+def create_app(
+    ops: Operations,
+    *,
+    workers: int,
+    host: str = defaults.API_HOST,
+    health: Health | None = None,
+) -> FastAPI:
     limiter = trio.CapacityLimiter(workers)
     mcp = StreamableHttp(InProcess(ops, limiter), host=host)
     app = FastAPI(
@@ -210,11 +218,22 @@ def create_app(ops: Operations, *, workers: int, host: str = defaults.API_HOST) 
     async def healthz() -> dict[str, str]:
         return {"status": "alive"}
 
-    @app.get("/readyz", summary="index loaded and database open", responses=_ERRORS)
+    @app.get(
+        "/readyz",
+        summary="index loaded; in the daemon also database, backend and a recent cycle",
+        responses={503: {"description": "not ready: the failing checks are named"}},
+    )
     async def readyz() -> JSONResponse:
-        if ops.ready:
-            return JSONResponse({"status": "ready"})
-        return JSONResponse({"detail": "loading the index"}, status_code=503)
+        if not ops.ready:
+            loading = {"ok": False, "error": "loading the index"}
+            return JSONResponse(
+                {"status": "not ready", "checks": {"index": loading}}, status_code=503
+            )
+        if health is None:
+            return JSONResponse({"status": "ready", "checks": {"index": {"ok": True}}})
+        # It opens the database: off the event loop.
+        status, document = await trio.to_thread.run_sync(health.readiness)
+        return JSONResponse(document, status_code=status)
 
     return app
 
@@ -272,6 +291,7 @@ async def serve(
     config: Config,
     *,
     shutdown: trio.Event,
+    health: Health | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until `shutdown` is set (or cancelled); reports the addresses once listening."""
@@ -286,7 +306,7 @@ async def serve(
     if socket_path is not None:
         Path(socket_path).parent.mkdir(parents=True, exist_ok=True)
     app = guard(
-        create_app(ops, workers=api.workers, host=api.host),
+        create_app(ops, workers=api.workers, host=api.host, health=health),
         api.bearer_token(),
         defaults.API_MAX_BODY_BYTES,
     )

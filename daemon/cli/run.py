@@ -31,7 +31,7 @@ def register(verbs: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from daemon import metrics
     from daemon.runtime import Runtime
-    from daemon.service import serve
+    from daemon.service import serve, service_health
 
     config = load(args)
     if args.interval is not None:
@@ -43,9 +43,10 @@ def _run(args: argparse.Namespace) -> int:
     rt = Runtime.open(config)
     try:
         rt.lock_data_dir()
+        health = service_health(rt)
         address = config.metrics.address()
         if address is not None:
-            metrics.serve(address)
-        return serve(rt, max_cycles=1 if args.once else args.cycles)
+            metrics.serve(address, {"/healthz": health.liveness, "/readyz": health.readiness})
+        return serve(rt, max_cycles=1 if args.once else args.cycles, health=health)
     finally:
         rt.close()
