@@ -106,6 +106,9 @@ def test_every_command_and_subcommand_has_help() -> None:
             "rebuild",
             "efficacy",
             "mcp",
+            "doctor",
+            "backup",
+            "install-unit",
         ]
     )
     assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]

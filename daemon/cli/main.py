@@ -7,10 +7,13 @@ import sys
 from collections.abc import Sequence
 
 from daemon.cli import (
+    backup,
+    doctor,
     efficacy,
     forgotten,
     imports,
     ingest,
+    install_unit,
     mcp,
     rebuild,
     recall,
@@ -22,15 +25,40 @@ from daemon.cli.common import command_parser, dispatch
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return command_parser(
+    parser = command_parser(
         "dreamcycle",
         "Peer-to-peer dream-cycle daemon: memory that learns from outcomes "
         "and forgets what does not help.",
         "Exit codes: 0 ok, 1 unexpected failure, 2 bad arguments/config/input, "
         "3 cannot run here (data directory in use, peer id owned elsewhere, unusable database).",
         "COMMAND",
-        [run, ingest, imports, recall, status, sweep, forgotten, rebuild, efficacy, mcp],
+        [
+            run,
+            ingest,
+            imports,
+            recall,
+            status,
+            sweep,
+            forgotten,
+            rebuild,
+            efficacy,
+            mcp,
+            doctor,
+            backup,
+            install_unit,
+        ],
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dreamcycle")
+    except PackageNotFoundError:
+        return "(not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,88 @@
+"""`dreamcycle install-unit`: the unit, its environment file and the config land where the
+unit expects them, and the unit passes systemd's own checks."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from daemon import defaults
+from tests.daemon_helpers import DREAMCYCLE
+
+ANALYZE = shutil.which("systemd-analyze")
+needs_systemd = pytest.mark.skipif(
+    ANALYZE is None, reason="systemd-analyze is not installed (apt-get install systemd)"
+)
+#: `systemd-analyze security` rates exposure from 0 (locked down) to 10.
+MAX_EXPOSURE = 3.0
+
+
+def install(root: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [DREAMCYCLE, "install-unit", "--root", str(root), *extra],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("root")
+    result = install(root)
+    assert result.returncode == 0, result.stderr
+    return root
+
+
+def test_files_land_where_the_unit_expects_them_naming_one_data_directory(installed: Path) -> None:
+    unit = (installed / defaults.UNIT_DIR.lstrip("/") / defaults.UNIT_NAME).read_text()
+    config_dir = installed / defaults.CONFIG_DIR.lstrip("/")
+    environment = (config_dir / defaults.ENVIRONMENT_FILE_NAME).read_text()
+    config = tomllib.loads((config_dir / defaults.CONFIG_FILE_NAME).read_text())
+    assert f"ExecStart={Path(sys.prefix).resolve()}/bin/dreamcycle run" in unit
+    assert f"DREAMCYCLE_CONFIG={defaults.CONFIG_DIR}/{defaults.CONFIG_FILE_NAME}" in unit
+    assert f"EnvironmentFile={defaults.CONFIG_DIR}/{defaults.ENVIRONMENT_FILE_NAME}" in unit
+    state = re.search(r"^StateDirectory=(\S+)$", unit, re.MULTILINE)
+    assert state is not None and f"/var/lib/{state[1]}" == defaults.SERVICE_DATA_DIR
+    assert f"DREAMCYCLE_PEER_DATA_DIR={defaults.SERVICE_DATA_DIR}\n" in environment
+    assert config["peer"]["data_dir"] == defaults.SERVICE_DATA_DIR
+    assert (config_dir / defaults.ENVIRONMENT_FILE_NAME).stat().st_mode & 0o077 == 0
+    # Exit 3 (an outage at boot) is restarted; only a bad configuration (2) is not.
+    assert re.search(r"^RestartPreventExitStatus=2$", unit, re.MULTILINE)
+    assert "Restart=on-failure" in unit
+
+
+def test_settings_are_kept_the_unit_replaced_and_dry_run_writes_nothing(
+    installed: Path, tmp_path: Path
+) -> None:
+    environment = installed / defaults.CONFIG_DIR.lstrip("/") / defaults.ENVIRONMENT_FILE_NAME
+    environment.write_text("DREAMCYCLE_PEER_ID=kept\n")
+    again = install(installed)
+    assert again.returncode == 0 and "kept" in again.stdout
+    assert environment.read_text() == "DREAMCYCLE_PEER_ID=kept\n"
+    dry = install(tmp_path / "dry", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.count("would write") == 3
+    assert not (tmp_path / "dry").exists()
+    bad = install(tmp_path / "bad", "--prefix", str(tmp_path))
+    assert bad.returncode == 2 and "is not an executable" in bad.stderr
+
+
+@needs_systemd
+def test_systemd_verifies_the_unit_and_rates_it_hardened(installed: Path) -> None:
+    assert ANALYZE is not None
+    unit = installed / defaults.UNIT_DIR.lstrip("/") / defaults.UNIT_NAME
+    verify = subprocess.run(
+        [ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert verify.returncode == 0 and not verify.stderr.strip(), verify.stderr
+    security = subprocess.run(
+        [ANALYZE, "security", "--offline=true", str(unit)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security.stdout)
+    assert found is not None, security.stdout + security.stderr
+    assert float(found[1]) <= MAX_EXPOSURE, security.stdout
