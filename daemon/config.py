@@ -19,7 +19,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from daemon import defaults
 from pulses.credit import CreditRule
-from pulses.pulse import InvalidPulse, PulseKind, validate_parameters
+from pulses.pulse import InvalidPulse, PulseKind, preview, validate_parameters
 from pulses.ranking import InvalidRanking, RankingWeights
 from pulses.sweep import SweepMix
 from store.database import CHUNK_KINDS
@@ -305,7 +305,8 @@ class MetricsConfig:
     def check(self) -> None:
         if self.listen:
             host, _, port = self.listen.rpartition(":")
-            if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            # isdigit() alone would let through digits int() refuses, such as '²'.
+            if not host or not (port.isascii() and port.isdigit()) or not 0 <= int(port) <= 65535:
                 raise ConfigError(f"metrics.listen {self.listen!r} must be HOST:PORT (or empty)")
 
     def address(self) -> tuple[str, int] | None:
@@ -344,7 +345,8 @@ class ApiConfig:
             return self.token
         try:
             token = Path(os.path.expanduser(self.token_file)).read_text(encoding="utf-8").strip()
-        except OSError as exc:
+        # ValueError: a NUL in the path, or a file that is not UTF-8 text.
+        except (OSError, ValueError) as exc:
             raise ConfigError(f"api.token_file {self.token_file!r} cannot be read: {exc}") from None
         if not token:
             raise ConfigError(f"api.token_file {self.token_file!r} is empty")
@@ -447,11 +449,14 @@ def load_config(
     if path is None and env.get(defaults.CONFIG_ENV):
         path = Path(env[defaults.CONFIG_ENV])
     if path is not None:
+        if "\0" in str(path):
+            raise ConfigError(f"config file {str(path)!r} is not a usable path: it holds a NUL")
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
+        # tomllib raises a plain ValueError for an integer of more than 4300 digits.
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
         except OSError as exc:
             raise ConfigError(f"config file {path} cannot be read: {exc}") from None
@@ -559,7 +564,7 @@ def _coerce(owner: type, key: str, value: Any, *, dotted: str, source: str) -> A
         if expected is float:
             if isinstance(value, bool):
                 raise ValueError("expected a number")
-            number = float(value)
+            number = float(value)  # OverflowError for an integer beyond 1e308
             if math.isnan(number):
                 raise ValueError("NaN is not a valid value")
             return number
@@ -567,8 +572,8 @@ def _coerce(owner: type, key: str, value: Any, *, dotted: str, source: str) -> A
             if not isinstance(value, str):
                 raise ValueError("expected a string")
             return value
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {dotted} = {value!r}: {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ConfigError(f"{source}: {dotted} = {preview(value)}: {exc}") from None
     raise ConfigError(f"{source}: {dotted} has an unsupported type")
 
 

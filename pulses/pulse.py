@@ -48,8 +48,9 @@ import enum
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import blake3
 import numpy as np
@@ -73,6 +74,8 @@ from pulses.constants import (
 
 #: A seed hash is a blake3 content hash: 64 lowercase hex digits.
 _SEED_HASH: Final = re.compile(r"[0-9a-f]{64}")
+
+T = TypeVar("T")
 
 
 class PulseKind(enum.StrEnum):
@@ -150,40 +153,39 @@ class SalientPulse:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SalientPulse:
-        """Decode and verify a received pulse. Raises InvalidPulse with the reason."""
-        try:
-            raw = base64.b64decode(obj["seed_embedding"], validate=True)
-            if len(raw) % 4:
-                raise InvalidPulse("seed_embedding: length is not a multiple of 4 bytes")
-            emb = np.frombuffer(raw, dtype="<f4").astype(np.float32)
-            if int(obj["dim"]) != emb.shape[0]:
-                raise InvalidPulse(
-                    f"dim {obj['dim']} does not match seed_embedding ({emb.shape[0]})"
-                )
-            strength_raw = obj["strength"]
-            strength = math.inf if strength_raw == "inf" else float(strength_raw)
-            pulse = cls(
-                seed_embedding=emb,
-                kind=PulseKind(obj["kind"]),
-                strength=strength,
-                sigma=float(obj["sigma"]),
-                max_hops=_as_int(obj["max_hops"], "max_hops"),
-                k=_as_int(obj["k"], "k"),
-                decay_per_hop=float(obj["decay_per_hop"]),
-                ts=_as_int(obj["ts"], "ts"),
-                origin_peer=str(obj["origin_peer"]),
-                reason=str(obj["reason"]),
-                ttl_s=float(obj["ttl_s"]),
-                index_version=str(obj["index_version"]),
-                seed_hash=None if obj.get("seed_hash") is None else str(obj["seed_hash"]),
-                pulse_id=str(obj["pulse_id"]),
-            )
-        except InvalidPulse:
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidPulse(f"malformed pulse: {type(exc).__name__}: {exc}") from None
+        """Decode and verify a received pulse. Raises InvalidPulse naming the field at fault.
+
+        Every conversion is guarded: a hostile value (a number too large for a float, an
+        infinite dim, a list where text belongs) is an InvalidPulse, never another error.
+        """
+        if not isinstance(obj, dict):
+            raise InvalidPulse(f"a pulse is a JSON object, got {type(obj).__name__}")
+        raw = _field(obj, "seed_embedding", lambda text: base64.b64decode(text, validate=True))
+        if len(raw) % 4:
+            raise InvalidPulse("seed_embedding: length is not a multiple of 4 bytes")
+        emb = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+        dim = _field(obj, "dim", int)
+        if dim != emb.shape[0]:
+            raise InvalidPulse(f"dim {dim} does not match seed_embedding ({emb.shape[0]})")
+        seed_hash = None if obj.get("seed_hash") is None else _field(obj, "seed_hash", str)
+        pulse = cls(
+            seed_embedding=emb,
+            kind=_field(obj, "kind", PulseKind),
+            strength=_field(obj, "strength", _strength),
+            sigma=_field(obj, "sigma", float),
+            max_hops=_as_int(_field(obj, "max_hops", _identity), "max_hops"),
+            k=_as_int(_field(obj, "k", _identity), "k"),
+            decay_per_hop=_field(obj, "decay_per_hop", float),
+            ts=_as_int(_field(obj, "ts", _identity), "ts"),
+            origin_peer=_field(obj, "origin_peer", str),
+            reason=_field(obj, "reason", str),
+            ttl_s=_field(obj, "ttl_s", float),
+            index_version=_field(obj, "index_version", str),
+            seed_hash=seed_hash,
+            pulse_id=_field(obj, "pulse_id", str),
+        )
         if pulse.pulse_id != pulse.computed_id():
-            raise InvalidPulse(f"pulse_id {pulse.pulse_id} does not match its content")
+            raise InvalidPulse(f"pulse_id {preview(pulse.pulse_id)} does not match its content")
         return pulse
 
     # ---- invariants ---------------------------------------------------------
@@ -329,6 +331,26 @@ def preview(value: object, chars: int = 80) -> str:
     if isinstance(value, str) and len(value) > chars:
         return repr(value[:chars] + "...")
     return repr(value)
+
+
+def _field(obj: dict[str, Any], name: str, convert: Callable[[Any], T]) -> T:
+    """`convert(obj[name])`; InvalidPulse naming `name` when it is missing or will not convert."""
+    if name not in obj:
+        raise InvalidPulse(f"{name} is missing")
+    try:
+        return convert(obj[name])
+    # OverflowError: float() of an integer beyond 1e308, int() of an infinite float.
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidPulse(f"{name} {preview(obj[name])} is malformed: {exc}") from None
+
+
+def _identity(value: T) -> T:
+    return value
+
+
+def _strength(value: Any) -> float:
+    """A tombstone's Forget pulse has infinite strength, written as the string "inf"."""
+    return math.inf if value == "inf" else float(value)
 
 
 def _as_int(value: Any, name: str) -> int:

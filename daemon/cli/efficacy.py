@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -58,8 +59,8 @@ def _efficacy(args: argparse.Namespace) -> int:
 
     config = load(args)
     window_s = config.efficacy.window_s if args.window_s is None else args.window_s
-    if not window_s > 0:
-        raise ValueError(f"--window-s must be > 0, got {window_s}")
+    if not (window_s > 0 and math.isfinite(window_s)):
+        raise ValueError(f"--window-s must be > 0 and finite, got {window_s}")
     if not config.database_path.exists():
         raise ValueError(f"no database at {config.database_path}: nothing ingested or run yet")
     configured = config.pulses.update_rule
@@ -68,6 +69,9 @@ def _efficacy(args: argparse.Namespace) -> int:
     rt = Runtime.open(config)
     try:
         now_ms = rt.clock.now_ms()
+        # A window reaching before 1970 already holds everything; longer ones would
+        # overflow the timestamps it is turned into.
+        window_s = min(window_s, now_ms / 1000)
         peer = read_only_peer(rt)
         inputs = gather(rt.db, now_ms - int(window_s * 1000))
         counterfactual = replayed(peer, now_ms, window_s)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
-from typing import Any
+from typing import Any, Final
 
 from daemon.cli.access import memory_access
 from daemon.cli.common import access_options, config_options, load, print_table, run_guarded
+
+#: SQLite binds integers as signed 64-bit: a larger LIMIT or OFFSET cannot even be sent.
+SQLITE_INTEGER_MAX: Final = (1 << 63) - 1
 
 
 def register(verbs: Any) -> None:
@@ -34,8 +37,10 @@ def register(verbs: Any) -> None:
 
 
 def _forgotten(args: argparse.Namespace) -> int:
-    if args.limit < 1 or args.offset < 0:
-        raise ValueError("--limit must be >= 1 and --offset >= 0")
+    if not (1 <= args.limit <= SQLITE_INTEGER_MAX and 0 <= args.offset <= SQLITE_INTEGER_MAX):
+        raise ValueError(
+            f"--limit must be in 1..{SQLITE_INTEGER_MAX} and --offset in 0..{SQLITE_INTEGER_MAX}"
+        )
     with memory_access(load(args), direct=args.direct) as memory:
         if args.revive is not None:
             memory.revive(args.revive)

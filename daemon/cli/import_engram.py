@@ -37,7 +37,11 @@ def _import(args: argparse.Namespace) -> int:
 
     config = load(args)
     # Read and checked whole before the database is opened: a bad source writes nothing.
-    engram = read_engram(args.path)
+    try:
+        engram = read_engram(args.path)
+    except OSError as exc:
+        # A path the file system refuses (too long, unreadable) is bad input, not a failure.
+        raise ValueError(f"{args.path}: cannot be read: {exc.strerror or exc}") from None
     rt = Runtime.open(config)
     bars: dict[str, Any] = {}
 

@@ -1,0 +1,288 @@
+"""Hostile input, a few thousand cases: the targets of scripts/fuzz.py, and what they found.
+
+The open findings in zeitgeist/ (owned by the codec's signing work) are strict xfails
+that reproduce each one; the fuzz runs below tolerate exactly those signatures, so any
+other crash, hang, memory blow-up or state change fails here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from daemon.config import ConfigError, load_config
+from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
+from scripts.fuzz import (
+    TARGETS,
+    CommandLine,
+    _reset_peak_rss,
+    _status_kib,
+    pulse_wire_id,
+    run_target,
+    valid_entry,
+    valid_pulse,
+)
+from zeitgeist.entries import (
+    ENTRY_TYPES,
+    InvalidEntry,
+    canonical_json,
+    decode_entry,
+    decode_segment,
+    encode_entry,
+    encode_segment,
+)
+from zeitgeist.log import Heartbeat, InvalidHeartbeat
+
+#: Cases per target here; the CLI's cost a process start's worth of work each.
+CASES = {
+    "entry_codec": 1500,
+    "segment": 400,
+    "snapshot": 300,
+    "pulse": 1500,
+    "config": 300,
+    "cli": 120,
+}
+#: Crashes found in zeitgeist/, reproduced by the xfails below until the codec handles them.
+OPEN_IN_ZEITGEIST = {
+    "OverflowError in entries.py:_number",
+    "RecursionError in decoder.py:raw_decode",
+    "ValueError in encoder.py:iterencode",
+}
+DEEP = 100_000
+
+
+def digest_id(obj: dict[str, Any]) -> dict[str, Any]:
+    import blake3
+
+    body = {k: v for k, v in obj.items() if k != "id"}
+    return {**body, "id": blake3.blake3(canonical_json(body)).digest(16).hex()}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fuzz_target_finds_nothing_new(name: str, tmp_path: Path) -> None:
+    report = run_target(TARGETS[name], CASES[name], seed=1, workdir=tmp_path, heavy=False)
+    new = [f for f in report.findings if f.signature not in OPEN_IN_ZEITGEIST]
+    assert not new, "\n\n".join(f"{f.kind}: {f.input}\n{f.detail}" for f in new[:3])
+    assert report.cases == CASES[name]
+    # Both ways out are exercised, or the target tests nothing.
+    assert report.rejected > report.cases // 10
+    assert report.accepted > 0
+
+
+# ---- round trips, by hypothesis --------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(sorted(ENTRY_TYPES)), st.randoms(use_true_random=False))
+def test_every_valid_entry_round_trips_exactly(kind: str, rng: Any) -> None:
+    entry = valid_entry(rng, kind)
+    assert decode_entry(encode_entry(entry)) == entry
+    assert decode_segment(encode_segment([entry])).entries == [entry]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["strength", "sigma", "decay_per_hop", "ttl_s", "dim", "k", "max_hops", "ts"]),
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.integers(min_value=-(10**400), max_value=10**400),
+        st.text(max_size=20),
+        st.none(),
+        st.lists(st.integers(), max_size=2),
+    ),
+)
+def test_a_received_pulse_is_a_pulse_or_invalid_pulse_naming_the_field(
+    field: str, value: Any
+) -> None:
+    import random
+
+    wire = valid_pulse(random.Random(field)).to_json()
+    wire[field] = value
+    try:
+        SalientPulse.from_json(wire).validate()
+    except InvalidPulse as exc:
+        assert field.removesuffix("_s") in str(exc) or "pulse_id" in str(exc)
+
+
+# ---- regressions of what the fuzzing found and this change fixed -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("sigma", 10**400), ("ttl_s", -(10**400)), ("dim", math.inf), ("decay_per_hop", [1])],
+)
+def test_from_json_refuses_numbers_no_float_holds_naming_the_field(field: str, value: Any) -> None:
+    import random
+
+    wire = valid_pulse(random.Random(0)).to_json()
+    wire[field] = value
+    with pytest.raises(InvalidPulse, match=field):
+        SalientPulse.from_json(wire)
+
+
+def test_a_tombstone_with_a_huge_forget_pulse_field_is_an_invalid_entry() -> None:
+    import random
+
+    seed = 0
+    while (
+        json.loads(valid_entry(random.Random(seed), "tombstone").wire_bytes)["forget_pulse"] is None
+    ):
+        seed += 1
+    obj = json.loads(valid_entry(random.Random(seed), "tombstone").wire_bytes)
+    obj["forget_pulse"]["sigma"] = 10**400
+    with pytest.raises(InvalidEntry, match="sigma"):
+        decode_entry(digest_id(obj))
+
+
+@pytest.mark.parametrize(
+    ("toml", "environ", "named"),
+    [
+        ("[cycle]\ninterval_s = 1" + "0" * 400 + "\n", {}, "cycle.interval_s"),
+        ("[index]\nm = 1" + "0" * 5000 + "\n", {}, "not valid TOML"),
+        (None, {"DREAMCYCLE_METRICS_LISTEN": "host:²"}, "metrics.listen"),
+        (None, {"DREAMCYCLE_API_TOKEN_FILE": "a\0b"}, "api.token_file"),
+        (None, {"DREAMCYCLE_CONFIG": "a\0b"}, "config file"),
+    ],
+)
+def test_config_refuses_what_used_to_crash_naming_the_key(
+    tmp_path: Path, toml: str | None, environ: dict[str, str], named: str
+) -> None:
+    path = None
+    if toml is not None:
+        path = tmp_path / "bad.toml"
+        path.write_text(toml, encoding="utf-8")
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config(path, environ=environ)
+
+
+def test_config_that_is_not_utf8_is_refused_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'[peer]\nid = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match=r"latin1\.toml"):
+        load_config(path, environ={})
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory: pytest.TempPathFactory) -> CommandLine:
+    return CommandLine(tmp_path_factory.mktemp("cli"), heavy=False)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["forgotten", "--limit", str(2**64)],
+        ["forgotten", "--offset", str(2**63)],
+        ["import", "engram", "x" * 5000],
+        ["efficacy", "--window-s", "inf"],
+    ],
+)
+def test_commands_refuse_what_used_to_fail_with_exit_2(cli: CommandLine, argv: list[str]) -> None:
+    before = cli.state()
+    code, _out, err = cli.invoke("dreamcycle", [*argv, "--config", str(cli.config)])
+    assert code == 2, err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert cli.state() == before
+
+
+def test_efficacy_over_a_window_longer_than_the_epoch_answers(cli: CommandLine) -> None:
+    code, out, err = cli.invoke(
+        "dreamcycle", ["efficacy", "--window-s", "1e15", "--json", "--config", str(cli.config)]
+    )
+    assert code == 0, err
+    assert json.loads(out)
+
+
+# ---- open findings in zeitgeist/ (not this change's to fix) -------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=OverflowError,
+    reason="zeitgeist/entries.py _number: float() of an integer beyond 1e308 (e.g. reward 10**400 "
+    "in an outcome line) raises OverflowError out of decode_entry and decode_segment",
+)
+def test_an_outcome_with_a_reward_no_float_holds_is_an_invalid_entry() -> None:
+    import random
+
+    obj = json.loads(valid_entry(random.Random(0), "outcome").wire_bytes)
+    obj["reward"] = 10**400
+    line = json.dumps(digest_id(obj)).encode() + b"\n"
+    assert decode_segment(gzip.compress(line)).rejected
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="zeitgeist/entries.py _decode_line catches ValueError from json.loads, but a line "
+    "nested 100,000 deep raises RecursionError: one such line fails the whole segment",
+)
+def test_a_deeply_nested_line_is_rejected_and_the_rest_decodes() -> None:
+    import random
+
+    entry = valid_entry(random.Random(0))
+    payload = b"[" * DEEP + b"]" * DEEP + b"\n" + entry.wire_bytes + b"\n"
+    decoded = decode_segment(gzip.compress(payload))
+    assert decoded.entries == [entry] and len(decoded.rejected) == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RecursionError,
+    reason="zeitgeist/log.py Heartbeat.from_bytes catches ValueError from json.loads, not the "
+    "RecursionError of a deeply nested object, so Zeitgeist.heartbeats() fails on one bad peer",
+)
+def test_a_deeply_nested_heartbeat_is_an_invalid_heartbeat() -> None:
+    with pytest.raises(InvalidHeartbeat):
+        Heartbeat.from_bytes(b"[" * DEEP + b"]" * DEEP)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="zeitgeist/entries.py decode_segment splits the whole text into a list: a payload of "
+    "newlines costs 8 bytes of list per byte of input (MAX_SEGMENT_BYTES of newlines: about 2.5 "
+    "GiB and 25 s), well beyond the input it was bounded by",
+)
+def test_a_segment_of_newlines_costs_memory_in_proportion_to_its_size() -> None:
+    size = 16 * 1024 * 1024
+    data = gzip.compress(b"\n" * size)
+    before = _reset_peak_rss()
+    decoded = decode_segment(data)
+    growth = (_status_kib("VmHWM:") - before) * 1024
+    assert not decoded.entries
+    assert growth <= 4 * size, f"peak RSS grew {growth / size:.1f} times the payload"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="zeitgeist/entries.py: a tombstone's forget pulse with a non-finite field "
+    "(decay_per_hop -Infinity, which json.loads reads) decodes, then computing the entry id "
+    "(canonical_json, allow_nan=False) raises a plain ValueError that decode_segment does not catch",
+)
+def test_a_forget_pulse_with_an_infinite_field_is_a_rejected_line() -> None:
+    import random
+
+    seed = 0
+    while (
+        json.loads(valid_entry(random.Random(seed), "tombstone").wire_bytes)["forget_pulse"] is None
+    ):
+        seed += 1
+    obj = json.loads(valid_entry(random.Random(seed), "tombstone").wire_bytes)
+    obj["forget_pulse"]["decay_per_hop"] = -math.inf
+    obj["forget_pulse"]["pulse_id"] = pulse_wire_id(obj["forget_pulse"])
+    line = json.dumps(obj).encode() + b"\n"  # json writes -Infinity, as a hostile peer may
+    assert len(decode_segment(gzip.compress(line)).rejected) == 1
+
+
+def test_each_pulse_kind_validates_its_own_defaults() -> None:
+    import random
+
+    for kind in PulseKind:
+        valid_pulse(random.Random(kind.value), kind, "0" * 64).validate()
