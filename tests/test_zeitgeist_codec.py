@@ -360,14 +360,14 @@ def test_tampered_pulse_is_rejected() -> None:
 
 def test_unknown_versions_and_kinds_are_counted_not_fatal() -> None:
     good = one_of_each_kind()
-    future = {**encode_entry(good[0]), "v": 2, "new_field": [1, 2]}
+    future = {**encode_entry(good[0]), "v": 3, "new_field": [1, 2]}
     strange = {**encode_entry(good[1]), "kind": "dream_fragment"}
     segment = ndjson_segment(
         [future, encode_entry(good[0]), strange, future, encode_entry(good[6])]
     )
     decoded = decode_segment(segment)
     assert decoded.entries == [good[0], good[6]]
-    assert decoded.skipped == {"unknown_version:2": 2, "unknown_kind:dream_fragment": 1}
+    assert decoded.skipped == {"unknown_version:3": 2, "unknown_kind:dream_fragment": 1}
     assert decoded.rejected == []
     assert decoded.unknown == [future, strange, future]
 

@@ -3,8 +3,16 @@
 Every entry carries the envelope fields "v" (format version), "kind", "id", "hlc"
 and "origin" next to its own fields. The id of a salience_pulse entry is its
 pulse's pulse_id; every other id is the first 128 bits of blake3 over the
-canonical JSON (sorted keys, compact separators) of the entry without "id". A
-receiver recomputes the id and rejects a line whose id does not match.
+canonical JSON (sorted keys, compact separators) of the entry's version-1 form
+without "id". A receiver recomputes the id and rejects a line whose id does not match.
+
+Version 2 is version 1 plus a signature: "key_id" names the origin peer's
+Ed25519 key and "sig" signs the canonical JSON of the line without "sig". The id
+stays a content hash (signing an entry does not change it), and readers decode
+both versions; whether an unsigned entry is accepted is the receiver's policy
+(zeitgeist/signing.py). A segment may begin with a seal line (kind "segment",
+version 2): the writer's signature over the segment's object key and the
+blake3 digest of the lines after it.
 
 Decoding is forgiving per line and strict per field: entries of an unknown
 version or kind are skipped and counted (a newer peer may write them), malformed
@@ -38,6 +46,16 @@ from zeitgeist.hlc import InvalidHlc, check_hlc
 from zeitgeist.keys import InvalidPeerId, validate_peer_id
 
 FORMAT_VERSION: Final = 1
+#: The version of a signed line: FORMAT_VERSION plus "key_id" and "sig".
+SIGNED_VERSION: Final = 2
+READABLE_VERSIONS: Final = frozenset({FORMAT_VERSION, SIGNED_VERSION})
+SIGNATURE_FIELDS: Final = ("key_id", "sig")
+#: The kind of a segment's seal line; never an entry.
+SEAL_KIND: Final = "segment"
+#: Hex digits of a key id (the first 64 bits of blake3 over the raw public key).
+KEY_ID_HEX_LEN: Final = 16
+#: Base64 characters of an Ed25519 signature (64 bytes).
+SIGNATURE_B64_LEN: Final = 88
 #: Bytes of blake3 kept for an entry id (128 bits), the same width as a pulse_id.
 ENTRY_ID_BYTES: Final = 16
 ENTRY_ID_HEX_LEN: Final = 2 * ENTRY_ID_BYTES
@@ -54,6 +72,8 @@ MAX_KIND_LABEL: Final = 64
 
 _HASH_RE: Final = re.compile(rf"[0-9a-f]{{{HASH_HEX_LEN}}}")
 _ID_RE: Final = re.compile(rf"[0-9a-f]{{{ENTRY_ID_HEX_LEN}}}")
+_KEY_ID_RE: Final = re.compile(rf"[0-9a-f]{{{KEY_ID_HEX_LEN}}}")
+_SIG_RE: Final = re.compile(rf"[A-Za-z0-9+/]{{{SIGNATURE_B64_LEN - 2}}}==")
 
 Embedding = npt.NDArray[np.float32]
 ChangeValue: TypeAlias = str | float | None
@@ -257,11 +277,16 @@ class EntryBase:
 
     hlc: int
     origin: str
+    #: The signing key's id and the signature (both None on an unsigned entry); neither
+    #: is part of the id.
+    key_id: str | None = None
+    sig: str | None = None
 
     def __post_init__(self) -> None:
         try:
             check_hlc(self.hlc, "hlc")
-        except InvalidHlc as exc:
+            check_signature_fields(self.key_id, self.sig)
+        except (InvalidHlc, InvalidEntry) as exc:
             raise InvalidEntry(f"{self.KIND} entry: {exc}") from None
         for name, rule in (("origin", _peer), *self.RULES.items()):
             try:
@@ -290,10 +315,27 @@ class EntryBase:
     def id(self) -> str:
         return self.computed_id()
 
+    @property
+    def signed(self) -> bool:
+        return self.sig is not None
+
+    def signing_bytes(self, key_id: str) -> bytes:
+        """What the signature covers: the signed line without "sig"."""
+        return canonical_json(
+            {**self.unsigned_wire(), "v": SIGNED_VERSION, "id": self.id, "key_id": key_id}
+        )
+
+    def wire(self) -> dict[str, Any]:
+        """The wire object: version 1 when unsigned, version 2 with key_id and sig."""
+        wire = {**self.unsigned_wire(), "id": self.id}
+        if self.key_id is not None and self.sig is not None:
+            wire.update(v=SIGNED_VERSION, key_id=self.key_id, sig=self.sig)
+        return wire
+
     @cached_property
     def wire_bytes(self) -> bytes:
         """The entry's canonical line, without the newline."""
-        return canonical_json({**self.unsigned_wire(), "id": self.id})
+        return canonical_json(self.wire())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EntryBase):
@@ -307,6 +349,8 @@ class EntryBase:
     def from_wire(cls, obj: Mapping[str, Any]) -> Self:
         """Build the entry from its wire object; InvalidEntry names the bad field."""
         expected = {*ENVELOPE_FIELDS, *cls.RULES}
+        if obj.get("v") == SIGNED_VERSION:
+            expected.update(SIGNATURE_FIELDS)
         missing = sorted(expected - obj.keys() - cls.OPTIONAL.keys())
         if missing:
             raise InvalidEntry(f"{cls.KIND} entry: missing field(s) {', '.join(missing)}")
@@ -323,7 +367,23 @@ class EntryBase:
                 values[name] = obj[name] if decode is None else decode(name, obj[name])
             except InvalidEntry as exc:
                 raise InvalidEntry(f"{cls.KIND} entry: {exc}") from None
-        return cls(hlc=obj["hlc"], origin=obj["origin"], **values)
+        return cls(
+            hlc=obj["hlc"],
+            origin=obj["origin"],
+            key_id=obj.get("key_id"),
+            sig=obj.get("sig"),
+            **values,
+        )
+
+
+def check_signature_fields(key_id: Any, sig: Any) -> None:
+    """Both absent, or a key id and a base64 Ed25519 signature; InvalidEntry otherwise."""
+    if key_id is None and sig is None:
+        return
+    if not isinstance(key_id, str) or _KEY_ID_RE.fullmatch(key_id) is None:
+        raise _fail("key_id", f"expected {KEY_ID_HEX_LEN} lowercase hex digits, got {key_id!r}")
+    if not isinstance(sig, str) or _SIG_RE.fullmatch(sig) is None:
+        raise _fail("sig", f"expected {SIGNATURE_B64_LEN} characters of base64, got {sig!r}")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -537,15 +597,17 @@ ENTRY_TYPES: Final[Mapping[str, type[Entry]]] = MappingProxyType(
 
 
 def encode_entry(entry: Entry) -> dict[str, Any]:
-    """The wire object of `entry`, envelope included."""
-    return {**entry.unsigned_wire(), "id": entry.id}
+    """The wire object of `entry`, envelope (and signature, if any) included."""
+    return entry.wire()
 
 
 def decode_entry(obj: Mapping[str, Any]) -> Entry:
-    """One wire object of the current version and a known kind; InvalidEntry otherwise."""
+    """One wire object of a readable version and a known kind; InvalidEntry otherwise."""
     version = obj.get("v")
-    if version != FORMAT_VERSION or isinstance(version, bool):
-        raise InvalidEntry(f"format version {version!r} is not {FORMAT_VERSION}")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise InvalidEntry(f"format version {version!r} is not one of {sorted(READABLE_VERSIONS)}")
+    if obj.get("kind") == SEAL_KIND:
+        raise InvalidEntry("a segment seal is not an entry")
     kind = obj.get("kind")
     entry_type = ENTRY_TYPES.get(kind) if isinstance(kind, str) else None
     if entry_type is None:
@@ -587,20 +649,87 @@ class DecodedSegment:
     skipped: Counter[str] = field(default_factory=Counter)
     rejected: list[RejectedLine] = field(default_factory=list)
     unknown: list[dict[str, Any]] = field(default_factory=list)
+    #: The writer's seal, if the segment has one, and the digest of the lines it covers.
+    seal: SegmentSeal | None = None
+    body_digest: str = ""
 
 
-def encode_segment(entries: Iterable[Entry], unknown: Iterable[Mapping[str, Any]] = ()) -> bytes:
+@dataclass(frozen=True)
+class SegmentSeal:
+    """A segment's first line: who wrote it, under which object key, over which lines."""
+
+    signer: str
+    key_id: str
+    object_key: str
+    #: blake3 (hex) of every byte after the seal line.
+    digest: str
+    sig: str
+
+    def signing_bytes(self) -> bytes:
+        return canonical_json(self.unsigned_wire())
+
+    def unsigned_wire(self) -> dict[str, Any]:
+        return {
+            "v": SIGNED_VERSION,
+            "kind": SEAL_KIND,
+            "signer": self.signer,
+            "key_id": self.key_id,
+            "object": self.object_key,
+            "digest": self.digest,
+        }
+
+    def wire_bytes(self) -> bytes:
+        return canonical_json({**self.unsigned_wire(), "sig": self.sig})
+
+    @classmethod
+    def from_wire(cls, obj: Mapping[str, Any]) -> SegmentSeal:
+        expected = {"v", "kind", "signer", "key_id", "object", "digest", "sig"}
+        if obj.keys() != expected:
+            raise InvalidEntry(
+                f"segment seal: fields must be exactly {', '.join(sorted(expected))}"
+            )
+        check_signature_fields(obj["key_id"], obj["sig"])
+        if not all(isinstance(obj[name], str) for name in ("object", "digest")):
+            raise InvalidEntry("segment seal: object and digest must be strings")
+        return cls(
+            signer=_peer("signer", obj["signer"]),
+            key_id=obj["key_id"],
+            object_key=obj["object"],
+            digest=obj["digest"],
+            sig=obj["sig"],
+        )
+
+
+#: Seals a segment: given the digest of its lines, the seal to put before them.
+Sealer: TypeAlias = Callable[[str], SegmentSeal]
+
+
+def payload_digest(payload: bytes) -> str:
+    return blake3.blake3(payload).hexdigest()
+
+
+def encode_segment(
+    entries: Iterable[Entry],
+    unknown: Iterable[Mapping[str, Any]] = (),
+    *,
+    seal: Sealer | None = None,
+) -> bytes:
     """Gzip'd ndjson; the same entries always give the same bytes (gzip mtime 0)."""
     lines = [entry.wire_bytes for entry in entries]
     lines.extend(canonical_json(obj) for obj in unknown)
     payload = b"".join(line + b"\n" for line in lines)
+    if seal is not None:
+        payload = seal(payload_digest(payload)).wire_bytes() + b"\n" + payload
     return gzip.compress(payload, mtime=0)
 
 
 def _skip_reason(obj: Mapping[str, Any]) -> str | None:
     """Why a structurally sound object is not for this version to decode, if so."""
     version = obj["v"]
-    if version != FORMAT_VERSION:
+    if version == SIGNED_VERSION and obj.get("kind") == SEAL_KIND:
+        # A seal anywhere but the first line (copied along by an older compactor).
+        return "misplaced_seal"
+    if version not in READABLE_VERSIONS:
         return f"unknown_version:{version}"
     kind = obj.get("kind")
     if isinstance(kind, str) and kind not in ENTRY_TYPES:
@@ -625,7 +754,8 @@ def _decode_line(line: str, line_no: int, into: DecodedSegment) -> None:
     skip = _skip_reason(obj)
     if skip is not None:
         into.skipped[skip] += 1
-        into.unknown.append(obj)
+        if skip != "misplaced_seal":
+            into.unknown.append(obj)
         return
     try:
         into.entries.append(decode_entry(obj))
@@ -652,7 +782,30 @@ def decode_segment(data: bytes) -> DecodedSegment:
     except UnicodeDecodeError as exc:
         raise CorruptSegment(f"segment is not UTF-8 text: {exc}") from None
     decoded = DecodedSegment()
-    for line_no, line in enumerate(text.split("\n"), start=1):
+    lines = text.split("\n")
+    first_line = 1
+    if lines and lines[0].startswith("{"):
+        seal = _seal_or_none(lines[0])
+        if seal is not None:
+            decoded.seal = seal
+            decoded.body_digest = payload_digest(payload[len(lines[0].encode("utf-8")) + 1 :])
+            first_line = 2
+    for line_no, line in enumerate(lines[first_line - 1 :], start=first_line):
         if line.strip():
             _decode_line(line, line_no, decoded)
     return decoded
+
+
+def _seal_or_none(line: str) -> SegmentSeal | None:
+    """The seal a first line holds; None when it is an ordinary line (or a broken seal,
+    which then counts as no seal: the receiver's policy decides about unsealed segments)."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get("kind") != SEAL_KIND or obj.get("v") != SIGNED_VERSION:
+        return None
+    try:
+        return SegmentSeal.from_wire(obj)
+    except InvalidEntry:
+        return None

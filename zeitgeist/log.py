@@ -66,6 +66,7 @@ from zeitgeist.keys import (
     snapshot_key,
     validate_peer_id,
 )
+from zeitgeist.signing import Signer, Verdict, Verifier
 from zeitgeist.snapshot import Snapshot, fold_entries
 
 #: How far behind its cursor a reader lists; must exceed clock skew plus the slowest write.
@@ -246,9 +247,15 @@ class Zeitgeist:
         liveness_timeout_ms: int = DEFAULT_LIVENESS_TIMEOUT_MS,
         lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
         max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
+        signer: Signer | None = None,
+        verifier: Verifier | None = None,
     ) -> None:
         """`wall_ms` is the caller's clock (ms since the epoch): lateness of a write and the
-        horizon of deferred keys are measured against it, so tests can simulate time."""
+        horizon of deferred keys are measured against it, so tests can simulate time.
+
+        With a `signer`, this peer's own entries are signed and every segment and snapshot
+        it writes is sealed; with a `verifier`, snapshots whose seal fails are passed over.
+        """
         self.backend = backend
         self.peer_id = validate_peer_id(peer_id)
         self.clock = clock
@@ -257,6 +264,8 @@ class Zeitgeist:
         self.lease_ttl_ms = _positive(lease_ttl_ms, "lease_ttl_ms")
         self.max_future_ms = _positive(max_future_ms, "max_future_ms")
         self._wall_ms = wall_ms
+        self.signer = signer
+        self.verifier = verifier
         #: Things skipped rather than failed on, by reason (for metrics).
         self.counters: Counter[str] = Counter()
 
@@ -274,7 +283,31 @@ class Zeitgeist:
             self.clock.observe(entry.hlc)
         hlc = self.clock.now()
         key = segment_key(hlc, self.peer_id, seq)
-        return PreparedSegment(key=key, data=encode_segment(entries), hlc=hlc, seq=seq)
+        return PreparedSegment(key=key, data=self._encode(key, entries), hlc=hlc, seq=seq)
+
+    def _encode(
+        self, key: str, entries: Sequence[Entry], unknown: Sequence[dict[str, Any]] = ()
+    ) -> bytes:
+        signer = self.signer
+        if signer is None:
+            return encode_segment(entries, unknown)
+        signed = [signer.sign_entry(entry) for entry in entries]
+        return encode_segment(signed, unknown, seal=lambda digest: signer.seal(key, digest))
+
+    def seal_problem(self, key: str, decoded: DecodedSegment) -> Verdict | None:
+        """Why segment or snapshot `key` is not to be read (its seal fails), if so."""
+        if self.verifier is None:
+            return None
+        self.verifier.refresh()
+        if key.startswith(SNAPSHOT_PREFIX):
+            parsed_snapshot = parse_snapshot_key(key)
+            writer, hlc = parsed_snapshot.peer_id, parsed_snapshot.hlc
+        else:
+            parsed = parse_segment_key(key)
+            writer, hlc = parsed.peer_id, parsed.hlc
+        return self.verifier.check_seal(
+            decoded.seal, key, writer, decoded.body_digest, HybridLogicalClock.physical_ms(hlc)
+        )
 
     def publish(self, prepared: PreparedSegment) -> PublishResult:
         """Claim the sequence number, then create the segment; idempotent for a retry."""
@@ -412,6 +445,11 @@ class Zeitgeist:
                 self.counters["snapshot_corrupt"] += 1
                 logger.error("snapshot %s is unreadable, trying an older one: %s", key, exc)
                 continue
+            problem = self.seal_problem(key, decoded)
+            if problem is not None:
+                self.counters[f"snapshot_rejected:{problem.reason.value}"] += 1
+                logger.error("snapshot %s is not trusted, trying an older one: %s", key, problem)
+                continue
             self.counters["snapshot_rejected_lines"] += len(decoded.rejected)
             return Snapshot(
                 key=key, hlc=parsed.hlc, entries=decoded.entries, unknown=decoded.unknown
@@ -449,13 +487,17 @@ class Zeitgeist:
                 horizon_hlc=horizon,
                 corrupt_segments=tuple(gathered.corrupt),
             )
+        if self.verifier is not None:
+            self.verifier.refresh()
+            # Not carried forward: a snapshot holds only what its readers would accept.
+            gathered.entries = [e for e in gathered.entries if self.verifier.check_entry(e) is None]
         base_entries = previous.entries if previous is not None else []
         base_unknown = previous.unknown if previous is not None else []
         fold = fold_entries(
             [*base_entries, *gathered.entries], [*base_unknown, *gathered.unknown], now_ms
         )
         new_key = snapshot_key(horizon, self.peer_id)
-        self._create_once(new_key, encode_segment(fold.entries, fold.unknown))
+        self._create_once(new_key, self._encode(new_key, fold.entries, fold.unknown))
         report = CompactionReport(
             CompactionOutcome.COMPACTED,
             horizon_hlc=horizon,

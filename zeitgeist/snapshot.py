@@ -2,7 +2,7 @@
 
 A snapshot holds entries in the same ndjson.gz form as a segment. Folding
 (seed section 11.2) orders entries deterministically, keeps one copy of each id,
-drops pulses that have expired and strips expired Forget pulses from their
+drops pulses that have expired and strips expired Forget pulses from unsigned
 tombstones; every other entry is kept, so replaying a snapshot and then the
 segments after it applies the same entries as replaying everything.
 """
@@ -86,9 +86,12 @@ def fold_entries(
             continue
         if (
             isinstance(entry, TombstoneEntry)
+            and not entry.signed
             and entry.forget_pulse is not None
             and entry.forget_pulse.is_expired(now_ms)
         ):
+            # A signed tombstone is kept whole: its signature covers the pulse, and the
+            # folding peer cannot sign for the origin (an expired pulse is not applied).
             # The stripped tombstone gets a new id; applying a tombstone is
             # idempotent by content hash, so a peer that saw the original loses nothing.
             entry = replace(entry, forget_pulse=None)
