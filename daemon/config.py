@@ -375,6 +375,23 @@ class ClockConfig:
 
 
 @dataclass
+class KeysConfig:
+    #: Relative paths are inside the data directory.
+    key_file: str = defaults.KEYS_KEY_FILE
+    keyring_file: str = defaults.KEYS_KEYRING_FILE
+    mode: str = defaults.KEYS_MODE
+
+    def check(self) -> None:
+        _one_of("keys.mode", self.mode, defaults.KEYS_MODES)
+        if not self.key_file or not self.keyring_file:
+            raise ConfigError("keys.key_file and keys.keyring_file must not be empty")
+
+    @property
+    def strict(self) -> bool:
+        return self.mode == "strict"
+
+
+@dataclass
 class Config:
     peer: PeerConfig = field(default_factory=PeerConfig)
     cycle: CycleConfig = field(default_factory=CycleConfig)
@@ -390,6 +407,7 @@ class Config:
     audit: AuditConfig = field(default_factory=AuditConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
+    keys: KeysConfig = field(default_factory=KeysConfig)
     log: LogConfig = field(default_factory=LogConfig)
     clock: ClockConfig = field(default_factory=ClockConfig)
 
@@ -416,6 +434,14 @@ class Config:
         if not self.api.unix_socket:
             return None
         return self.data_dir / os.path.expanduser(self.api.unix_socket)
+
+    @property
+    def key_path(self) -> Path:
+        return self.data_dir / os.path.expanduser(self.keys.key_file)
+
+    @property
+    def keyring_path(self) -> Path:
+        return self.data_dir / os.path.expanduser(self.keys.keyring_file)
 
     @property
     def zeitgeist_dir(self) -> Path:

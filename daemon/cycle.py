@@ -21,12 +21,13 @@ from typing import Any, Final
 
 import numpy as np
 
-from daemon import audit, efficacy, metrics
+from daemon import audit, authority, efficacy, metrics
 from daemon.admission import admission_vectors, chunk_journal, persist_clock, record_admission
 from daemon.confidence import HalfLives
 from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
 from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
 from daemon.forgetting import sweep as run_sweep
+from daemon.keys import count_rejection
 from daemon.learning import convert_outcomes, teach_key
 from daemon.runtime import Peer, Runtime
 from pulses.outcome import Outcome
@@ -57,6 +58,7 @@ from zeitgeist.entries import (
 from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from zeitgeist.keys import parse_segment_key, parse_snapshot_key
 from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment
+from zeitgeist.signing import Rejection, Verdict
 
 log = logging.getLogger("dreamcycle.cycle")
 
@@ -104,6 +106,7 @@ class CycleState:
     ordered: list[Entry] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # entry id -> reason
     own_keys: list[str] = field(default_factory=list)  # this peer's segments, listed
+    seal_problems: dict[str, Verdict] = field(default_factory=dict)  # segment key -> why
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -128,6 +131,12 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
         keys = []
     own = [k for k in keys if parse_segment_key(k).peer_id == peer.peer_id]
     own_set = set(own)
+    for key in own:
+        if not db.segment_written(key):
+            # Never read (no peer applies its own segments from the log), but someone who
+            # can write the bucket is publishing under this peer's name.
+            count_rejection(Rejection.NOT_WRITTEN_HERE)
+            log.warning("segment under this peer's name not written here", extra={"key": key})
     if own:
         with db.transaction():
             for key in own:
@@ -155,6 +164,9 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
             log.warning(
                 "entry rejected", extra={"key": key, "line": bad.line_no, "reason": bad.reason}
             )
+        seal_problem = zg.seal_problem(key, decoded)
+        if seal_problem is not None:
+            st.seal_problems[key] = seal_problem
         st.segments.append(
             FetchedSegment(
                 key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values())
@@ -194,8 +206,13 @@ def _read_snapshot(peer: Peer, st: CycleState) -> None:
 
 
 def classify(peer: Peer, st: CycleState) -> dict[str, Any]:
-    """Validate pulses, embed new local chunks in batches, queue their assert entries."""
+    """Check signatures and pulses, embed new local chunks in batches, queue their asserts."""
+    st.rejected.update(
+        peer.entry_gate.screen(st.segments, st.seal_problems, (e.id for e in st.local))
+    )
     for entry in _all_entries(st):
+        if entry.id in st.rejected:
+            continue
         if isinstance(entry, PulseEntry):
             reason = _pulse_problem(peer, entry.pulse)
             if reason is not None:
@@ -265,6 +282,7 @@ def reconsolidate(peer: Peer, st: CycleState) -> dict[str, Any]:
     counts: dict[str, int] = {}
     hidden: list[int] = []
     adopted: list[tuple[int, np.ndarray[Any, Any]]] = []
+    local_ids = {e.id for e in st.local}
     with db.transaction():
         for entry in st.ordered:
             if isinstance(entry, PulseEntry):
@@ -272,7 +290,9 @@ def reconsolidate(peer: Peer, st: CycleState) -> dict[str, Any]:
             status, reason = _isolated(
                 peer,
                 entry,
-                st.rejected.get(entry.id),
+                # Judged against the store as the entries before it left it.
+                st.rejected.get(entry.id)
+                or authority.refusal(peer, entry, local=entry.id in local_ids),
                 functools.partial(_apply_structural, peer, st, entry, hidden, adopted),
                 (hidden, adopted),
             )
@@ -549,7 +569,7 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
         batch = pulses[start : start + PULSES_PER_TRANSACTION]
         with db.transaction():
             for entry in batch:
-                _apply_pulse_entry(peer, st, entry, stats)
+                _apply_pulse_entry(peer, st, entry, stats, local=entry.id in queued_here)
             peer.salience.flush()
             db.outbox_mark_applied([e.id for e in batch if e.id in queued_here])
     with db.transaction():
@@ -572,7 +592,7 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
 
 
 def _apply_pulse_entry(
-    peer: Peer, st: CycleState, entry: PulseEntry, stats: dict[str, int]
+    peer: Peer, st: CycleState, entry: PulseEntry, stats: dict[str, int], *, local: bool
 ) -> None:
     db, pulse = peer.db, entry.pulse
     if db.pulse_seen(pulse.pulse_id):
@@ -608,7 +628,8 @@ def _apply_pulse_entry(
         stats["knn_queries"] += result.knn_queries
         return "applied", None
 
-    status, reason = _isolated(peer, entry, st.rejected.get(entry.id), apply)
+    rejected = st.rejected.get(entry.id) or authority.refusal(peer, entry, local=local)
+    status, reason = _isolated(peer, entry, rejected, apply)
     if status != "applied":
         db.record_pulse(
             pulse.pulse_id,
@@ -821,7 +842,7 @@ def _heartbeat(peer: Peer) -> None:
             cursor_hlc=_cursor(peer),
             last_seen_ms=peer.now_ms(),
             index_version=peer.embedder.index_version,
-            public_key=None,
+            public_key=None if peer.zeitgeist.signer is None else peer.zeitgeist.signer.public_key,
             seq=int(peer.db.get_meta(PUBLISH_SEQ_META_KEY) or "0"),
         )
     )

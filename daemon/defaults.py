@@ -212,6 +212,20 @@ FEEDBACK_STRENGTH: Final = 0.5
 #: The pin floor a pin sets when none is given.
 PIN_FLOOR: Final = 0.5
 
+#: This peer's Ed25519 private key and the keyring of trusted public keys; relative paths
+#: are inside the data directory.
+KEYS_KEY_FILE: Final = "peer.key"
+KEYS_KEYRING_FILE: Final = "keyring.json"
+#: "strict": only entries signed by a trusted key of their origin peer are applied, and
+#: the daemon does not start without a key. "permissive" (migration only): unsigned
+#: entries and unknown keys are accepted too, and the daemon warns at every start.
+KEYS_MODE: Final = "strict"
+KEYS_MODES: Final = ("strict", "permissive")
+#: Mode of the private key file; a key that group or others may read is refused.
+KEY_FILE_MODE: Final = 0o600
+#: Rejected objects remembered so each is logged once (the counter counts them all).
+REJECTION_LOG_MEMORY: Final = 4_096
+
 #: Prometheus exposition address; empty disables it.
 METRICS_LISTEN: Final = "127.0.0.1:9464"
 LOG_LEVEL: Final = "info"

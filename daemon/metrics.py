@@ -54,6 +54,14 @@ PUBLISH_SECONDS = Histogram(
     namespace=NAMESPACE,
     registry=REGISTRY,
 )
+ENTRIES_REJECTED = Counter(
+    "entries_rejected",
+    "Remote entries refused before applying (unsigned, unknown or revoked key, bad "
+    "signature, signer not the origin, ...), by reason",
+    ["reason"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
 CYCLE_ERRORS = Counter(
     "cycle_errors",
     "Cycles that failed, by exception type",

@@ -14,6 +14,7 @@ from daemon import metrics
 from daemon.clock import Clock, clock_from_config
 from daemon.config import Config
 from daemon.health import BackendHealth, ObservedBackend
+from daemon.keys import EntryGate, open_keys
 from daemon.memo import StampedCache
 from store.database import Database
 from store.embedder import Embedder
@@ -233,6 +234,7 @@ class Runtime:
         # Refuse a store that would silently overwrite log entries before writing any.
         backend.probe()
         hlc = persistent_clock(self.db, self.clock.now_ms)
+        signer, verifier = open_keys(self.config)
         zeitgeist = Zeitgeist(
             backend,
             self.peer_id,
@@ -240,8 +242,19 @@ class Runtime:
             window_ms=int(self.config.zeitgeist.window_s * 1000),
             liveness_timeout_ms=int(self.config.zeitgeist.liveness_timeout_s * 1000),
             wall_ms=self.clock.now_ms,
+            signer=signer,
+            verifier=verifier,
         )
-        return Peer(self, index, SalienceCache(self.db), zeitgeist, hlc, reason, backend_health)
+        return Peer(
+            self,
+            index,
+            SalienceCache(self.db),
+            zeitgeist,
+            hlc,
+            EntryGate(verifier),
+            reason,
+            backend_health,
+        )
 
     def close(self) -> None:
         self.db.close()
@@ -265,6 +278,8 @@ class Peer:
     zeitgeist: Zeitgeist
     #: The hybrid logical clock stamping log entries (wall time is `now_ms()`).
     clock: HybridLogicalClock
+    #: Checks the signatures of remote entries before they are applied.
+    entry_gate: EntryGate
     index_rebuild_reason: str | None = None
     #: What the zeitgeist backend's last calls said (reachable, last poll and publish).
     backend_health: BackendHealth | None = None

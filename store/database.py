@@ -877,6 +877,10 @@ class Database:
         )
         return [(int(r[0]), str(r[1]), bytes(r[2]), int(r[3])) for r in rows]
 
+    def segment_written(self, key: str) -> bool:
+        """Whether this store prepared the segment `key` (for publishing under its name)."""
+        return self._one("SELECT 1 FROM segments_out WHERE key = ?", (key,)) is not None
+
     def finish_segment(self, seq: int, status: str) -> None:
         self.conn.execute("UPDATE segments_out SET status = ? WHERE seq = ?", (status, seq))
 

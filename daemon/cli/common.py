@@ -123,6 +123,8 @@ CANNOT_RUN_HERE: Final = (
     ("store.migrations", "MigrationError"),
     ("store.embedder", "EmbedderUnavailable"),
     ("daemon.client", "Unavailable"),
+    ("daemon.keys", "KeyUnavailable"),
+    ("daemon.keys", "KeyExists"),
 )
 BAD_INPUT: Final = (
     ("daemon.config", "ConfigError"),

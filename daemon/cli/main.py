@@ -14,6 +14,7 @@ from daemon.cli import (
     imports,
     ingest,
     install_unit,
+    keys,
     mcp,
     rebuild,
     recall,
@@ -46,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
             doctor,
             backup,
             install_unit,
+            keys,
         ],
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")

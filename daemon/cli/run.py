@@ -30,6 +30,7 @@ def register(verbs: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from daemon import metrics
+    from daemon.keys import check_can_run
     from daemon.runtime import Runtime
     from daemon.service import serve, service_health
 
@@ -40,6 +41,7 @@ def _run(args: argparse.Namespace) -> int:
         config.cycle.interval_s = args.interval
     if args.cycles is not None and args.cycles < 1:
         raise ValueError(f"--cycles must be >= 1, got {args.cycles}")
+    check_can_run(config)
     rt = Runtime.open(config)
     try:
         rt.lock_data_dir()

@@ -1,0 +1,280 @@
+"""This peer's signing key and the keyring on disk, and the gate remote entries pass.
+
+The private key is a PKCS#8 PEM file created 0600 in the data directory and
+refused when group or others may read it. The keyring is a JSON file of trusted
+public keys (zeitgeist/signing.py) that the operator distributes or that
+`dreamcycle keys trust` fills; nothing adds a key to it implicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    load_pem_private_key,
+)
+
+from daemon import defaults, metrics
+from daemon.config import Config
+from zeitgeist.entries import Entry
+from zeitgeist.signing import (
+    InvalidKeyring,
+    Keyring,
+    Rejection,
+    Signer,
+    Verdict,
+    Verifier,
+    generate_key,
+)
+
+log = logging.getLogger("dreamcycle.keys")
+
+
+class KeyUnavailable(RuntimeError):
+    """No usable private key here (missing in strict mode, or readable by others)."""
+
+
+class KeyExists(RuntimeError):
+    """`keys init` would overwrite a key."""
+
+
+def key_permission_problem(path: Path) -> str | None:
+    """Why the key file must not be used, if group or others can read or write it."""
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        return (
+            f"private key {path} has mode {mode:04o}: group or others can access it; "
+            f"run `chmod 600 {path}` (or make a new key with `dreamcycle keys init --rotate`)"
+        )
+    return None
+
+
+def write_private_key(path: Path, key: Ed25519PrivateKey) -> None:
+    """Create `path` 0600 and write the key; never replaces an existing file."""
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, defaults.KEY_FILE_MODE)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def read_signer(config: Config) -> Signer | None:
+    """This peer's signer; None when there is no key file. KeyUnavailable when it is unsafe
+    or unreadable."""
+    path = config.key_path
+    if not path.exists():
+        return None
+    problem = key_permission_problem(path)
+    if problem is not None:
+        raise KeyUnavailable(problem)
+    try:
+        key = load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise KeyUnavailable(f"private key {path} cannot be read: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyUnavailable(f"private key {path} is not an Ed25519 key")
+    return Signer(config.peer.id, key)
+
+
+def init_key(config: Config, *, rotate: bool = False) -> tuple[Signer, Path | None]:
+    """A new key for this peer. With `rotate`, the current key is kept beside it (renamed
+    with its key id) and replaced; without, an existing key is refused."""
+    path = config.key_path
+    retired: Path | None = None
+    if path.exists():
+        if not rotate:
+            raise KeyExists(
+                f"{path} already holds this peer's key; `dreamcycle keys show` prints it, "
+                "`dreamcycle keys init --rotate` replaces it"
+            )
+        old = read_signer(config)
+        assert old is not None
+        retired = path.with_name(f"{path.name}.{old.key_id}.retired")
+        os.replace(path, retired)
+    key = generate_key()
+    write_private_key(path, key)
+    return Signer(config.peer.id, key), retired
+
+
+def read_keyring(path: Path) -> Keyring:
+    """The keyring at `path` (empty when there is none); InvalidKeyring names the problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return Keyring()
+    except OSError as exc:
+        raise InvalidKeyring(f"keyring {path} cannot be read: {exc}") from None
+    try:
+        return Keyring.from_json(json.loads(text))
+    except ValueError as exc:
+        raise InvalidKeyring(f"keyring {path}: {exc}") from None
+
+
+def write_keyring(path: Path, keyring: Keyring) -> None:
+    """Replace the keyring atomically: a reader sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(keyring.to_json(), indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+class KeyringFile:
+    """The keyring file, read again when it changes (`keys trust` and `keys revoke` take
+    effect in the running daemon's next cycle). A file that becomes unreadable keeps the
+    keyring read last, with an error logged once per change.
+
+    This peer's own key verifies its own entries (met again in snapshots) without being
+    listed in the file.
+    """
+
+    def __init__(self, path: Path, own: Signer | None) -> None:
+        self.path = path
+        self.own = own
+        self._stamp: tuple[int, int, int] | None = None
+        self.keyring = self._with_own(read_keyring(path))
+        self._stamp = self._stat()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (info.st_ino, info.st_mtime_ns, info.st_size)
+
+    def _with_own(self, keyring: Keyring) -> Keyring:
+        own = self.own
+        if own is None or own.key_id in keyring.keys:
+            return keyring
+        return keyring.with_key(own.trusted_key())
+
+    def current(self) -> Keyring:
+        stamp = self._stat()
+        if stamp == self._stamp:
+            return self.keyring
+        self._stamp = stamp
+        try:
+            self.keyring = self._with_own(read_keyring(self.path))
+        except InvalidKeyring as exc:
+            log.error("keyring unchanged: the new file is refused", extra={"error": str(exc)})
+        else:
+            log.info("keyring reloaded", extra={"keys": len(self.keyring.keys)})
+        return self.keyring
+
+
+def open_keys(config: Config) -> tuple[Signer | None, Verifier]:
+    """The signer (if this peer has a key) and the verifier of remote objects."""
+    signer = read_signer(config)
+    keyring = KeyringFile(config.keyring_path, signer)
+    verifier = Verifier(keyring.keyring, strict=config.keys.strict, source=keyring.current)
+    return signer, verifier
+
+
+def check_can_run(config: Config) -> None:
+    """Before the daemon starts: refuse strict mode without a key; warn in permissive mode."""
+    signer = read_signer(config)
+    if config.keys.strict and signer is None:
+        raise KeyUnavailable(
+            f"no private key at {config.key_path}: run `dreamcycle keys init`, give the "
+            "other peers its public key (`dreamcycle keys show`), and trust theirs "
+            '(`dreamcycle keys trust PEER`); or set keys.mode = "permissive" while migrating'
+        )
+    read_keyring(config.keyring_path)  # a broken keyring is refused now, not mid-cycle
+    if not config.keys.strict:
+        log.warning(
+            "keys.mode is permissive: unsigned entries and entries signed by unknown keys "
+            "are APPLIED; any writer of the zeitgeist can change this peer's memory",
+            extra={"signing": "on" if signer is not None else "off (no key)"},
+        )
+
+
+def count_rejection(reason: Rejection) -> None:
+    metrics.ENTRIES_REJECTED.labels(reason.value).inc()
+
+
+class _Fetched(Protocol):
+    key: str
+    entries: list[Entry]
+
+
+class EntryGate:
+    """Screens remote entries before they are applied: each verdict is counted, and each
+    rejected object is logged once (a segment read again after a crash is not logged
+    again, and a flood of forgeries cannot flood the log)."""
+
+    def __init__(self, verifier: Verifier) -> None:
+        self.verifier = verifier
+        self._logged: OrderedDict[str, None] = OrderedDict()
+
+    def screen(
+        self,
+        segments: Sequence[_Fetched],
+        seal_problems: dict[str, Verdict],
+        trusted_ids: Iterable[str] = (),
+    ) -> dict[str, str]:
+        """Entry id -> reason, for every entry that must not be applied.
+
+        An id that one segment carries with a valid signature (or that this peer queued
+        itself, `trusted_ids`) is not rejected because another segment carries a copy
+        that fails: a forged copy cannot silence the real one.
+        """
+        self.verifier.refresh()
+        failing: list[tuple[str, Verdict]] = []
+        accepted: set[str] = set(trusted_ids)
+        for segment in segments:
+            sealed = seal_problems.get(segment.key)
+            for entry in segment.entries:
+                verdict = sealed if sealed is not None else self.verifier.check_entry(entry)
+                if verdict is None:
+                    accepted.add(entry.id)
+                else:
+                    failing.append((entry.id, verdict))
+        rejected: dict[str, Verdict] = {}
+        # Every forged copy is counted, though one reason per id is recorded.
+        for entry_id, verdict in failing:
+            if entry_id not in accepted:
+                count_rejection(verdict.reason)
+                rejected.setdefault(entry_id, verdict)
+        self._log_once(segments, seal_problems, rejected)
+        return {entry_id: f"signature: {verdict}" for entry_id, verdict in rejected.items()}
+
+    def _log_once(
+        self,
+        segments: Iterable[_Fetched],
+        seal_problems: dict[str, Verdict],
+        rejected: dict[str, Verdict],
+    ) -> None:
+        for segment in segments:
+            ids = [e.id for e in segment.entries if e.id in rejected]
+            if not ids or not self._first_time(segment.key):
+                continue
+            reasons = sorted({rejected[i].reason.value for i in ids})
+            log.warning(
+                "entries rejected",
+                extra={
+                    "key": segment.key,
+                    "rejected": len(ids),
+                    "reasons": ",".join(reasons),
+                    "first": str(seal_problems.get(segment.key) or rejected[ids[0]]),
+                },
+            )
+
+    def _first_time(self, object_key: str) -> bool:
+        if object_key in self._logged:
+            return False
+        self._logged[object_key] = None
+        if len(self._logged) > defaults.REJECTION_LOG_MEMORY:
+            self._logged.popitem(last=False)
+        return True
