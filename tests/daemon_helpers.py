@@ -8,6 +8,7 @@ with the standard library's sqlite3, never through the code under test.
 from __future__ import annotations
 
 import base64
+import fcntl
 import functools
 import json
 import os
@@ -28,6 +29,8 @@ from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+
+from zeitgeist.signing import Signer
 
 T = TypeVar("T")
 
@@ -205,6 +208,16 @@ class Peer:
     def database_path(self) -> Path:
         return self.data_dir / DATABASE_FILE
 
+    @property
+    def keyring_path(self) -> Path:
+        """One keyring for every peer of a mesh (they share the zeitgeist directory's name),
+        as an operator would distribute it."""
+        return self.zeitgeist_dir.parent / f"{self.zeitgeist_dir.name}.keyring.json"
+
+    def provision_key(self) -> None:
+        """Give this peer a signing key, trusted in the mesh's keyring (once)."""
+        provision_key(self.data_dir, self.peer_id, self.keyring_path)
+
     def options(self) -> list[str]:
         return [
             "--data-dir", str(self.data_dir),
@@ -216,6 +229,7 @@ class Peer:
     def environment(self, settings: Mapping[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
         env.update(BASE_SETTINGS)
+        env["DREAMCYCLE_KEYS_KEYRING_FILE"] = str(self.keyring_path)
         env.update(self.settings)
         env.update(settings or {})
         return env
@@ -229,6 +243,8 @@ class Peer:
         settings: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run `program verb args` against this peer; check the exit code unless `expect` is None."""
+        if program == DREAMCYCLE and verb == "run":
+            self.provision_key()
         command = [program, verb, *args, *self.options()]
         result = subprocess.run(
             command,
@@ -264,7 +280,7 @@ class Peer:
         log_path = (
             self.data_dir.parent / f"{self.data_dir.name}-{self.peer_id}-{time.monotonic_ns()}.log"
         )
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.provision_key()
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
                 [DREAMCYCLE, "run", *args, *self.options()],
@@ -330,6 +346,39 @@ class Peer:
         """
         with closing(sqlite3.connect(self.database_path, timeout=WAIT_TIMEOUT_S)) as conn:
             return [line for line in conn.iterdump() if "sqlite_stat" not in line]
+
+
+def provision_key(data_dir: Path, peer_id: str, keyring_path: Path) -> None:
+    """What `dreamcycle keys init` and an operator distributing the keyring do, in process
+    (a command per peer would cost a second each): a key file in the data directory, its
+    public key in the shared keyring. Peers set up side by side take turns on the keyring."""
+    from daemon.defaults import KEYS_KEY_FILE
+    from daemon.keys import write_private_key
+    from zeitgeist.signing import generate_key
+
+    key_path = data_dir / KEYS_KEY_FILE
+    if key_path.exists():
+        return
+    key = generate_key()
+    try:
+        write_private_key(key_path, key)
+    except FileExistsError:
+        return  # provisioned by a command started beside this one
+    except OSError:
+        return  # a data directory that cannot hold files: the command under test says so
+    trust_key(keyring_path, Signer(peer_id, key))
+
+
+def trust_key(keyring_path: Path, signer: Signer, roles: Sequence[str] = ("peer",)) -> None:
+    """Add `signer`'s public key, trusted for `roles`, to the keyring at `keyring_path`
+    (others may do so too)."""
+    from daemon.keys import read_keyring, write_keyring
+
+    keyring_path.parent.mkdir(parents=True, exist_ok=True)
+    with (keyring_path.parent / f".{keyring_path.name}.lock").open("a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        keyring = read_keyring(keyring_path)
+        write_keyring(keyring_path, keyring.with_key(signer.trusted_key(roles)))
 
 
 def pulse_seed(peer: Peer, pulse_id: str) -> npt.NDArray[np.float32]:

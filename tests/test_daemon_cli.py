@@ -109,6 +109,7 @@ def test_every_command_and_subcommand_has_help() -> None:
             "doctor",
             "backup",
             "install-unit",
+            "keys",
         ]
     )
     assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]

@@ -20,11 +20,19 @@ import pytest
 from daemon import defaults
 from daemon.clock import SystemClock
 from pulses.pulse import PulseKind, SalientPulse
-from tests.daemon_helpers import Daemon, Peer, documentation_chunks, wait_until, write_jsonl
+from tests.daemon_helpers import (
+    Daemon,
+    Peer,
+    documentation_chunks,
+    trust_key,
+    wait_until,
+    write_jsonl,
+)
 from zeitgeist.directory import DirectoryBackend
 from zeitgeist.entries import PulseEntry
 from zeitgeist.hlc import HybridLogicalClock
 from zeitgeist.log import Zeitgeist
+from zeitgeist.signing import Signer, generate_key
 
 pytestmark = pytest.mark.slow
 
@@ -65,8 +73,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Peer:
     return peer
 
 
-def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random) -> list[str]:
-    """SEGMENTS segments of Reward/Decay pulses seeded at the peer's chunks; their pulse ids."""
+def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random, signer: Signer) -> list[str]:
+    """SEGMENTS segments of Reward/Decay pulses seeded at the peer's chunks, signed by
+    `signer`; their pulse ids."""
     seeds = list(peer.embeddings().values())
     index_version = str(
         peer.scalar(
@@ -75,7 +84,7 @@ def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random) -> list[s
     )
     wall_ms = SystemClock().now_ms
     clock = HybridLogicalClock(wall_ms)
-    log = Zeitgeist(DirectoryBackend(directory), GENERATOR, clock, wall_ms=wall_ms)
+    log = Zeitgeist(DirectoryBackend(directory), GENERATOR, clock, wall_ms=wall_ms, signer=signer)
     pulse_ids: list[str] = []
     for seq in range(1, SEGMENTS + 1):
         entries = []
@@ -112,11 +121,14 @@ def applied(peer: Peer) -> int:
 def test_kill_9_loses_nothing_and_applies_nothing_twice(template: Peer, tmp_path: Path) -> None:
     rng = random.Random(SEED)
     generated = tmp_path / "generated-log"
-    pulse_ids = publish_pulse_log(generated, template, rng)
+    generator = Signer(GENERATOR, generate_key())
+    pulse_ids = publish_pulse_log(generated, template, rng, generator)
     for name in ("b", "c"):
         shutil.copytree(generated, tmp_path / f"zeitgeist-{name}")
     b = template.copy_to(tmp_path / "b", zeitgeist_dir=tmp_path / "zeitgeist-b")
     c = template.copy_to(tmp_path / "c", peer_id="c", zeitgeist_dir=tmp_path / "zeitgeist-c")
+    for receiver in (b, c):
+        trust_key(receiver.keyring_path, generator)
     total = len(pulse_ids)
 
     with c.start("--interval", INTERVAL_S, name="reference c") as reference:

@@ -21,6 +21,7 @@ from daemon.cycle import (
     percentile_sweep,
     run_cycle_blocking,
 )
+from daemon.defaults import KEYS_KEYRING_FILE
 from daemon.ingest import ingest
 from daemon.recall import recall
 from daemon.runtime import Peer, Runtime
@@ -28,6 +29,7 @@ from pulses.outcome import decision_hash
 from pulses.pulse import PulseKind, SalientPulse
 from store import tiers as store_tiers
 from store.database import NewObservation, initial_salience
+from tests.daemon_helpers import trust_key
 from zeitgeist.directory import DirectoryBackend
 from zeitgeist.entries import (
     Entry,
@@ -40,6 +42,7 @@ from zeitgeist.entries import (
 from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from zeitgeist.keys import segment_key
 from zeitgeist.log import PreparedSegment, PublishResult
+from zeitgeist.signing import Signer, generate_key
 
 CHUNKS = 40
 CENTURY_MS = 100 * 365 * 86_400_000
@@ -85,11 +88,21 @@ def peer(tmp_path: Path) -> Iterator[Peer]:
     peer.runtime.close()
 
 
-def publish_as(tmp_path: Path, peer_id: str, entries: list[Entry], seq: int = 1) -> str:
+def publish_as(
+    tmp_path: Path,
+    peer_id: str,
+    entries: list[Entry],
+    seq: int = 1,
+    roles: tuple[str, ...] = ("peer",),
+) -> str:
     """Write a segment as a careless (or hostile) peer might: keyed at the present, whatever
-    its entries say."""
+    its entries say, but signed with a key peer a trusts (for `roles`)."""
+    signer = Signer(peer_id, generate_key())
+    trust_key(tmp_path / "a" / KEYS_KEYRING_FILE, signer, roles)
     key = segment_key(HybridLogicalClock(wall_clock_ms).now(), peer_id, seq)
-    DirectoryBackend(tmp_path / "zeitgeist").create(key, encode_segment(entries))
+    signed = [signer.sign_entry(entry) for entry in entries]
+    data = encode_segment(signed, seal=lambda digest: signer.seal(key, digest))
+    DirectoryBackend(tmp_path / "zeitgeist").create(key, data)
     return key
 
 

@@ -109,6 +109,7 @@ def test_a_taken_metrics_port_is_refused_with_exit_3(peer: Peer) -> None:
 def test_logs_are_json_lines_with_fields(peer: Peer) -> None:
     # The helper's options ask for text logs; the default format is JSON.
     options = [o for o in peer.options() if o not in ("--log-format", "text")]
+    peer.provision_key()
     result = subprocess.run(
         [DREAMCYCLE, "run", "--once", *options],
         capture_output=True, text=True, env=peer.environment(), timeout=120, check=True,

@@ -36,6 +36,7 @@ import numpy as np
 import pytest
 
 from daemon.clock import SystemClock
+from daemon.keys import read_keyring
 from pulses.memory import InMemorySalience
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import SalientPulse
@@ -48,12 +49,14 @@ from tests.daemon_helpers import (
     Peer,
     documentation_chunks,
     emitted_id,
+    trust_key,
     wait_until,
     write_jsonl,
 )
 from zeitgeist.hlc import HybridLogicalClock
 from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key
 from zeitgeist.log import CompactionOutcome, CompactionReport, Zeitgeist
+from zeitgeist.signing import Signer, Verifier, generate_key
 
 pytestmark = pytest.mark.slow
 
@@ -388,14 +391,22 @@ def compare_replicas(reference: Peer, other: Peer, workdir: Path) -> ReplicaComp
 # ---- compaction ---------------------------------------------------------------------------
 
 
-def compact_past(server: RunningS3, prefix: str, pulse_ids: set[str]) -> CompactionReport:
-    """Compact until a snapshot holds `pulse_ids` (heartbeats must first pass their segments)."""
+def compact_past(
+    server: RunningS3, prefix: str, pulse_ids: set[str], keyring_path: Path
+) -> CompactionReport:
+    """Compact until a snapshot holds `pulse_ids` (heartbeats must first pass their segments).
+
+    The compactor seals its snapshot with a key the mesh's keyring trusts."""
+    signer = Signer("compactor", generate_key())
+    trust_key(keyring_path, signer)
     zeitgeist = Zeitgeist(
         server.backend(prefix),
         "compactor",
         HybridLogicalClock(wall_clock_ms),
         wall_ms=wall_clock_ms,
         window_ms=int(WINDOW_S * 1000),
+        signer=signer,
+        verifier=Verifier(read_keyring(keyring_path), strict=True),
     )
     reports: list[CompactionReport] = []
 
@@ -483,7 +494,7 @@ def test_four_peers_share_one_zeitgeist_on_s3(
 
     # Compaction folds round one (and the chunk announcements) into a snapshot.
     before = set(segment_keys(s3_server, prefix))
-    report = compact_past(s3_server, prefix, set(round_one))
+    report = compact_past(s3_server, prefix, set(round_one), p4.keyring_path)
     after = set(segment_keys(s3_server, prefix))
     assert report.segments_deleted > 0 and len(after) < len(before)
     horizon = report.horizon_hlc
