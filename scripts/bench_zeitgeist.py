@@ -13,7 +13,10 @@ Everything runs against one SeaweedFS (`weed mini`) this script starts on loopba
   real peer (Database, HNSW index, salience cache, S3 backend) then runs the daemon's own
   scan, classify, interleave, reconsolidate and salience_pulse_propagate phases until it
   has caught up: list, get, decode, dedupe, propagate and persist, end to end;
-* idle poll: requests per poll once caught up (must be 1) and its latency.
+* idle poll: requests per poll once caught up (must be 1) and its latency;
+* signatures: the ingested segments decoded, then every entry's signature and every
+  segment's seal checked, in process: entries verified per second beside entries
+  decoded per second.
 
 Ratios put each figure over its raw counterpart, so results carry across machines.
 The JSON (--out) holds every figure, the ratios and the machine.
@@ -47,6 +50,7 @@ from daemon.clock import SystemClock
 from daemon.config import load_config
 from daemon.cycle import CURSOR_META_KEY, PHASE_FUNCTIONS, CycleState, run_cycle_blocking
 from daemon.ingest import ingest, read_files
+from daemon.keys import write_keyring
 from daemon.runtime import Peer, Runtime
 from pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
@@ -73,11 +77,12 @@ from scripts.local_servers import (
     find_binary,
     start_seaweedfs,
 )
-from zeitgeist.entries import AttributionEntry, Entry, OutcomeEntry, PulseEntry
+from zeitgeist.entries import AttributionEntry, Entry, OutcomeEntry, PulseEntry, decode_segment
 from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import SEGMENT_PREFIX, segment_listing_start
+from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key, segment_listing_start
 from zeitgeist.log import PreparedSegment, Zeitgeist
 from zeitgeist.s3 import S3Backend
+from zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 
 DEFAULT_OUT: Final = Path("bench-results/zeitgeist.json")
 DEFAULT_SEGMENTS: Final = 300
@@ -85,6 +90,8 @@ DEFAULT_SEGMENTS: Final = 300
 DEFAULT_ENTRIES_PER_SEGMENT: Final = 10
 DEFAULT_CHUNKS: Final = 400
 PUBLISHERS: Final = ("peer_a", "peer_b", "peer_c")
+#: Every writer signs as a deployed peer does; the reader trusts them all.
+SIGNERS: Final = {peer_id: Signer(peer_id, generate_key()) for peer_id in PUBLISHERS}
 READER: Final = "reader"
 #: The kinds of a segment's entries, in turn: 60 % pulses, 20 % attributions, 20 % outcomes.
 ENTRY_MIX: Final = ("pulse", "attribution", "pulse", "outcome", "pulse")
@@ -329,9 +336,15 @@ class Publisher:
 def publisher(server: RunningS3, prefix: str, peer_id: str) -> Publisher:
     backend = server.backend(prefix)
     wall_ms = SystemClock().now_ms
-    return Publisher(
-        Zeitgeist(backend, peer_id, HybridLogicalClock(wall_ms), wall_ms=wall_ms), backend
+    signer = SIGNERS.get(peer_id) or Signer(peer_id, generate_key())
+    zeitgeist = Zeitgeist(
+        backend, peer_id, HybridLogicalClock(wall_ms), wall_ms=wall_ms, signer=signer
     )
+    return Publisher(zeitgeist, backend)
+
+
+def trusted_keyring() -> Keyring:
+    return Keyring.of(signer.trusted_key() for signer in SIGNERS.values())
 
 
 # ---- publish latency ---------------------------------------------------------------------
@@ -422,6 +435,7 @@ def open_reader(server: RunningS3, prefix: str, data_dir: Path, chunk_file: Path
             "metrics.listen": "",
         },
     )
+    write_keyring(config.keyring_path, trusted_keyring())
     runtime = Runtime.open(config)
     ingest(runtime, read_files([chunk_file]))
     peer = runtime.open_peer()
@@ -539,6 +553,55 @@ def measure_idle_poll(rt: Peer, server: RunningS3) -> IdlePoll:
 # ---- the run -----------------------------------------------------------------------------
 
 
+# ---- signatures --------------------------------------------------------------------------
+
+#: Passes over the segments; the fastest counts (the first also warms the key cache).
+SIGNATURE_PASSES: Final = 3
+
+
+@dataclass(frozen=True)
+class SignatureCost:
+    segments: int
+    entries: int
+    decode_seconds: float
+    verify_seconds: float
+
+    @property
+    def decoded_entries_per_s(self) -> float:
+        return self.entries / self.decode_seconds
+
+    @property
+    def verified_entries_per_s(self) -> float:
+        return self.entries / self.verify_seconds
+
+
+def measure_signatures(backend: S3Backend, keys: Sequence[str]) -> SignatureCost:
+    """Decoding the ingested segments, then checking every seal and entry signature, as
+    classify does: both in process, on the same bytes."""
+    blobs = [backend.read(key) for key in keys]
+    writers = [parse_segment_key(key) for key in keys]
+    verifier = Verifier(trusted_keyring(), strict=True)
+    decode_seconds = verify_seconds = float("inf")
+    for _ in range(SIGNATURE_PASSES):
+        started = time.perf_counter()
+        decoded = [decode_segment(blob) for blob in blobs]
+        decode_seconds = min(decode_seconds, time.perf_counter() - started)
+        started = time.perf_counter()
+        refused = 0
+        for key, writer, segment in zip(keys, writers, decoded, strict=True):
+            at_ms = HybridLogicalClock.physical_ms(writer.hlc)
+            seal = verifier.check_seal(
+                segment.seal, key, writer.peer_id, segment.body_digest, at_ms
+            )
+            refused += seal is not None
+            refused += sum(verifier.check_entry(entry) is not None for entry in segment.entries)
+        verify_seconds = min(verify_seconds, time.perf_counter() - started)
+        if refused:
+            raise BenchmarkFailed(f"{refused} signatures of the benchmark's own writers refused")
+    entries = sum(len(segment.entries) for segment in decoded)
+    return SignatureCost(len(blobs), entries, decode_seconds, verify_seconds)
+
+
 @dataclass(frozen=True)
 class Results:
     machine: dict[str, Any]
@@ -549,6 +612,7 @@ class Results:
     ingested: IngestResult
     idle: IdlePoll
     idle_cycle_requests: int
+    signatures: SignatureCost
 
 
 def write_chunks(path: Path, count: int) -> Path:
@@ -589,6 +653,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> Results:
             idle = measure_idle_poll(rt, server)
             with counting(backend) as idle_cycle:
                 run_cycle_blocking(rt)
+            progress("signature checks")
+            signatures = measure_signatures(backend, keys)
         finally:
             rt.close()
             rt.runtime.close()
@@ -603,6 +669,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> Results:
         ingested=ingested,
         idle=idle,
         idle_cycle_requests=sum(idle_cycle.values()),
+        signatures=signatures,
     )
 
 
@@ -630,6 +697,9 @@ def to_json(args: argparse.Namespace, results: Results) -> dict[str, Any]:
         },
         "idle_poll_p50 / raw_list_same_window_p50": ratio(idle.poll.p50_ms, idle.raw_list.p50_ms),
         "idle_poll_p50 / raw_list_1000_keys_p50": ratio(idle.poll.p50_ms, raw.list_1000.p50_ms),
+        "verified_entries_per_s / decoded_entries_per_s": ratio(
+            results.signatures.verified_entries_per_s, results.signatures.decoded_entries_per_s
+        ),
     }
     return {
         "benchmark": "zeitgeist",
@@ -667,6 +737,11 @@ def to_json(args: argparse.Namespace, results: Results) -> dict[str, Any]:
             "segments_per_s": ingested.segments_per_s,
             "entries_per_s": ingested.entries_per_s,
         },
+        "signatures": {
+            **asdict(results.signatures),
+            "decoded_entries_per_s": results.signatures.decoded_entries_per_s,
+            "verified_entries_per_s": results.signatures.verified_entries_per_s,
+        },
         "idle_poll": {
             "keys_in_window": idle.keys_in_window,
             "requests_per_poll": idle.requests_per_poll,
@@ -679,6 +754,7 @@ def to_json(args: argparse.Namespace, results: Results) -> dict[str, Any]:
 def figure_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Each measured figure beside its raw boto3 counterpart."""
     raw, ingest_figures, idle = data["raw"], data["ingest"], data["idle_poll"]
+    signatures = data["signatures"]
     put = raw["put_2kb_create_only"]
     rows: list[dict[str, Any]] = [
         {
@@ -724,6 +800,12 @@ def figure_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
             "value": idle["requests_per_idle_cycle"],
             "raw": 2,
             "raw_is": "one LIST + one heartbeat PUT",
+        },
+        {
+            "measure": "signature checks, entries/s (in process)",
+            "value": signatures["verified_entries_per_s"],
+            "raw": signatures["decoded_entries_per_s"],
+            "raw_is": "entries decoded/s, the same segments (not boto3)",
         },
         {
             "measure": "raw LIST of 1,000 keys, per s",
