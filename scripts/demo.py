@@ -299,10 +299,13 @@ def run_tool(
     env: Mapping[str, str] | None = None,
     show_output: bool = True,
 ) -> str:
-    """Run `program verb --config <peer's file> args`, echo it, return its stdout."""
+    """Run `program verb --config <peer's file> args`, echo it, return its stdout.
+
+    `verb` may be a verb and its action ("keys init")."""
     name, module = PROGRAMS[program]
-    command = [*_program(name, module), verb, "--config", str(peer.config_path), *args]
-    shown = [name, verb, "--config", _shown_path(peer.config_path), *args]
+    words = verb.split()
+    command = [*_program(name, module), *words, "--config", str(peer.config_path), *args]
+    shown = [name, *words, "--config", _shown_path(peer.config_path), *args]
     prefix = " ".join(f"{k}={v}" for k, v in (env or {}).items())
     print(f"$ {prefix + ' ' if prefix else ''}{shlex.join(shown)}")
     try:
@@ -325,6 +328,23 @@ def run_tool(
         for line in done.stdout.rstrip("\n").splitlines():
             print(OUTPUT_INDENT + line)
     return done.stdout
+
+
+def exchange_keys(peers: Mapping[str, Peer]) -> None:
+    """Each peer makes its signing key and trusts the others' public keys, explicitly:
+    a peer applies only entries signed by a key it trusts (SECURITY.md)."""
+    public_keys: dict[str, str] = {}
+    for name, peer in peers.items():
+        run_tool("dreamcycle", "keys init", peer, show_output=False)
+        shown = json.loads(run_tool("dreamcycle", "keys show", peer, "--json", show_output=False))
+        public_keys[name] = shown["public_key"]
+    for name, peer in peers.items():
+        for other, public_key in public_keys.items():
+            if other != name:
+                run_tool(
+                    "dreamcycle", "keys trust", peer, other, "--public-key", public_key,
+                    show_output=False,
+                )  # fmt: skip
 
 
 # ---- reading a peer's state (read-only, between commands) --------------------------------
@@ -589,6 +609,7 @@ def run_demo(demo_dir: Path) -> list[Claim]:
             if other != name
         )
         print(f"{OUTPUT_INDENT}{name}: {len(peer.chunks)} chunks (shared: {shared})")
+    exchange_keys(peers)
     for peer in peers.values():
         peer.ingest_started = time.time()
         run_tool("dreamcycle", "ingest", peer, _shown_path(peer.corpus_path))
