@@ -6,6 +6,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,7 +93,7 @@ class CountingBackend:
 
 
 def make_zeitgeist(
-    backend: LogBackend, peer_id: str, wall: ManualClock, **options: int
+    backend: LogBackend, peer_id: str, wall: ManualClock, **options: Any
 ) -> Zeitgeist:
     return Zeitgeist(backend, peer_id, HybridLogicalClock(wall), wall_ms=wall, **options)
 
