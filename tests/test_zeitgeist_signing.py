@@ -25,6 +25,7 @@ from daemon.keys import (
 )
 from pulses.pulse import PulseKind, SalientPulse
 from tests.daemon_helpers import BASE_SETTINGS, DREAMCYCLE
+from zeitgeist.directory import DirectoryBackend
 from zeitgeist.entries import (
     FORMAT_VERSION,
     SIGNED_VERSION,
@@ -37,6 +38,8 @@ from zeitgeist.entries import (
     encode_segment,
 )
 from zeitgeist.hlc import hlc_from_ms
+from zeitgeist.keys import heartbeat_key
+from zeitgeist.log import Heartbeat
 from zeitgeist.signing import (
     InvalidKeyring,
     Keyring,
@@ -341,3 +344,24 @@ def test_run_without_a_key_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 3, result.stderr
     assert "dreamcycle keys init" in result.stderr
     assert not (tmp_path / "d" / "dreamcycle.db").exists()
+
+
+def test_keys_trust_takes_a_heartbeats_key_only_when_its_id_is_the_one_expected(
+    tmp_path: Path,
+) -> None:
+    zeitgeist_dir = tmp_path / "zeitgeist"
+    carol = signer("carol")
+    DirectoryBackend(zeitgeist_dir).write_overwrite(
+        heartbeat_key("carol"),
+        Heartbeat(
+            peer_id="carol", cursor_hlc=0, last_seen_ms=T0_MS, index_version="v",
+            public_key=carol.public_key, seq=0,
+        ).to_bytes(),
+    )  # fmt: skip
+    where = ("--zeitgeist-dir", str(zeitgeist_dir))
+    keys_cli(tmp_path, "bob", "trust", "dora", *where, expect=2)  # no heartbeat
+    keys_cli(tmp_path, "bob", "trust", "carol", "--key-id", "0" * 16, *where, expect=2)
+    assert read_keyring(tmp_path / "bob" / "keyring.json").keys == {}
+    keys_cli(tmp_path, "bob", "trust", "carol", "--key-id", carol.key_id, *where)
+    trusted = read_keyring(tmp_path / "bob" / "keyring.json").keys[carol.key_id]
+    assert (trusted.peer_id, trusted.public_key) == ("carol", carol.public_key)
