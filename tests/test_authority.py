@@ -2,7 +2,7 @@
 changes under a running peer (trust, revoke), on the daemon's real phases.
 
 The attacks themselves, against separate daemon processes on S3, are in
-tests/test_mesh_authority.py; these tests show the other side: what a key with the
+tests/test_mesh_signed.py; these tests show the other side: what a key with the
 right role may do, and that a revoked key loses it at the next cycle.
 """
 

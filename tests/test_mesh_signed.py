@@ -1,19 +1,36 @@
 """Two daemons with exchanged keys on a real S3 server, and an attacker with write access
 to the bucket.
 
-alice and bob trust each other's keys (one keyring, as an operator distributes it).
-Their pulses propagate as before. The attacker writes segments under bob's name with
-a forged tombstone of one of alice's chunks, a forged reconsolidate that unpins a
-pinned chunk and renames it, and an oversized pulse (strength 1e308, k 255,
-max_hops 23, which the pulse invariants alone let through): once unsigned, once
-signed and sealed with a key that claims to be bob's but is in no keyring. Nothing
-of alice's memory changes; every forged entry is recorded as rejected with its
-reason and counted in dreamcycle_entries_rejected_total; and bob's next real pulse
-still reaches alice.
+alice (the victim) and bob run as separate processes and trust each other's keys
+(one keyring, as an operator distributes it); their signed pulses propagate as
+before. alice holds pinned chunks, chunks kept with deletion policy `never`, and a
+decision of her own. The attacker writes, straight into the bucket:
+
+- under bob's name, unsigned; signed with a key in no keyring; and signed with bob's
+  real key (a trusted, ordinary peer, as if compromised): a tombstone with its
+  Forget pulse of a pinned chunk, a tombstone of a `never` chunk, a supersede of a
+  pinned chunk, a standalone Forget pulse at a `never` chunk, a reconsolidate that
+  unpins and renames a pinned chunk, an outcome (reward -1) and an attribution for
+  alice's decision, and an outcome that claims alice observed it (plus, unsigned
+  and with the stranger's key, an oversized pulse the pulse invariants let through);
+- under alice's own name: an unsigned segment, one signed with a key in no
+  keyring, and a copy of one of alice's real (validly signed) segments under a new
+  key.
+
+Nothing of alice's memory changes; alice records no outcome for her decision and
+publishes no pulse for it; every forged entry is recorded as rejected with its
+reason; every kind of rejection is counted by reason in
+dreamcycle_entries_rejected_total on alice (and, for the segments under alice's
+name, which alice never reads, on bob); signature failures are logged once per
+object. bob's next real pulse still reaches alice. Then a key trusted as operator
+with `dreamcycle keys trust --role operator` while alice runs (the keyring is read
+again without a restart) does delete a pinned chunk: the rule is authority, not a
+blanket refusal. One pair of daemons serves every case, to keep the test short.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import urllib.request
@@ -22,38 +39,46 @@ from typing import Any, Final
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from daemon.clock import SystemClock
+from daemon.defaults import KEYS_KEY_FILE
 from pulses.pulse import PulseKind, SalientPulse
 from scripts.local_servers import RunningS3
-from tests.daemon_helpers import Peer, emitted_id, wait_until
-from tests.test_mesh_s3 import (
-    PINNED_TOPIC,
-    SHARED_TOPICS,
-    chunk_file,
-    ingest_all,
-    make_peer,
-    mesh_settings,
-    wait_started,
+from tests.daemon_helpers import (
+    HEX_DECISION,
+    Peer,
+    documentation_chunks,
+    emitted_id,
+    wait_until,
+    write_jsonl,
 )
+from tests.test_mesh_s3 import ingest_all, make_peer, mesh_settings, wait_started
 from zeitgeist.entries import (
+    AttributionEntry,
     Entry,
+    OutcomeEntry,
     PulseEntry,
     ReconsolidateEntry,
+    SupersedeEntry,
     TombstoneEntry,
     encode_segment,
 )
 from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import segment_key
+from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key, segment_key
 from zeitgeist.signing import Signer, generate_key
 
 pytestmark = pytest.mark.slow
 
 CYCLE_INTERVAL: Final = "1"
-#: Far above any sequence number bob reaches in this test: the attacker's keys never
-#: collide with bob's own.
-ATTACK_SEQ: Final = 0x00F0_0000
 METRIC: Final = "dreamcycle_entries_rejected_total"
+TOPICS: Final = ("for", "while", "try", "with", "raise")
+PINNED_TOPIC: Final = "try"
+NEVER_TOPIC: Final = "with"
+CHUNKS: Final = 60
+#: Far above any sequence number a peer reaches here: forged keys never collide with real ones.
+ATTACK_SEQ: Final = 0x00F0_0000
 
 
 def free_port() -> int:
@@ -77,50 +102,6 @@ def memory_state(peer: Peer) -> list[tuple[Any, ...]]:
     )
 
 
-def forgeries(victim: Peer) -> list[Entry]:
-    """What an attacker would write under bob's name to damage alice's memory."""
-    now = HybridLogicalClock(SystemClock().now_ms).now()
-    rows = victim.query(
-        "SELECT content_hash, title, index_version FROM observations "
-        "WHERE type != 'efficacy' AND deleted_at IS NULL ORDER BY rowid"
-    )
-    pinned = next(h for h, title, _ in rows if title == PINNED_TOPIC)
-    target = next(h for h, title, _ in rows if title != PINNED_TOPIC)
-    index_version = str(rows[0][2])
-    seed = next(iter(victim.embeddings().values()))
-    oversized = SalientPulse(
-        seed_embedding=seed,
-        kind=PulseKind.DECAY,
-        strength=1e308,
-        sigma=0.3,
-        max_hops=23,
-        k=255,
-        decay_per_hop=0.0039,
-        ts=now + 2,
-        origin_peer="bob",
-        reason="forged",
-        ttl_s=3600.0,
-        index_version=index_version,
-    ).with_id()
-    return [
-        TombstoneEntry(
-            hlc=now,
-            origin="bob",
-            content_hash=target,
-            reason="forged",
-            collectable_after_ms=None,
-            forget_pulse=None,
-        ),
-        ReconsolidateEntry(
-            hlc=now + 1,
-            origin="bob",
-            content_hash=pinned,
-            changes={"title": "forged", "pin_floor": 0.0},
-        ),
-        PulseEntry(hlc=now + 2, origin="bob", pulse=oversized),
-    ]
-
-
 def entry_statuses(peer: Peer, entries: list[Entry]) -> dict[str, tuple[str, str]]:
     marks = ",".join("?" * len(entries))
     rows = peer.query(
@@ -130,27 +111,166 @@ def entry_statuses(peer: Peer, entries: list[Entry]) -> dict[str, tuple[str, str
     return {str(i): (str(s), str(r)) for i, s, r in rows}
 
 
-def test_signed_mesh_propagates_and_forgeries_change_nothing(
-    s3_server: RunningS3, tmp_path: Path
-) -> None:
-    prefix = f"signed-{tmp_path.name}"
+def chunk_rows() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for chunk in documentation_chunks(TOPICS, limit=CHUNKS):
+        if chunk["title"] == PINNED_TOPIC:
+            rows.append({**chunk, "pin_floor": 0.9})
+        elif chunk["title"] == NEVER_TOPIC:
+            rows.append({**chunk, "deletion_policy": "never"})
+        else:
+            rows.append(dict(chunk))
+    return rows
+
+
+def signer_of(peer: Peer) -> Signer:
+    """The peer's own signing key, read from its data directory (what a thief would take)."""
+    key = load_pem_private_key((peer.data_dir / KEYS_KEY_FILE).read_bytes(), password=None)
+    assert isinstance(key, Ed25519PrivateKey)
+    return Signer(peer.peer_id, key)
+
+
+def attacks(victim: Peer, decision: str, hlc: int, origin: str = "bob") -> list[Entry]:
+    """Every change to the victim's memory an attacker might try, as entries of `origin`."""
+    rows = victim.query(
+        "SELECT content_hash, title, index_version FROM observations "
+        "WHERE type != 'efficacy' AND deleted_at IS NULL ORDER BY rowid"
+    )
+    pinned = [h for h, title, _ in rows if title == PINNED_TOPIC]
+    kept = [h for h, title, _ in rows if title == NEVER_TOPIC]
+    ordinary = [h for h, title, _ in rows if title not in (PINNED_TOPIC, NEVER_TOPIC)]
+    embeddings = victim.embeddings()
+    index_version = str(rows[0][2])
+
+    def forget(seed_hash: str, at: int) -> SalientPulse:
+        return SalientPulse(
+            seed_embedding=embeddings[seed_hash],
+            kind=PulseKind.FORGET,
+            strength=float("inf"),
+            sigma=1.0,
+            max_hops=0,
+            k=1,
+            decay_per_hop=0.0,
+            ts=at,
+            origin_peer=origin,
+            reason="forged",
+            ttl_s=3600.0,
+            index_version=index_version,
+            seed_hash=seed_hash,
+        ).with_id()
+
+    return [
+        TombstoneEntry(
+            hlc=hlc,
+            origin=origin,
+            content_hash=pinned[0],
+            reason="forged",
+            collectable_after_ms=None,
+            forget_pulse=forget(pinned[0], hlc),
+        ),
+        TombstoneEntry(
+            hlc=hlc + 1,
+            origin=origin,
+            content_hash=kept[0],
+            reason="forged",
+            collectable_after_ms=None,
+            forget_pulse=None,
+        ),
+        SupersedeEntry(
+            hlc=hlc + 2, origin=origin, old_hash=pinned[1], new_hash=ordinary[0], reason="forged"
+        ),
+        PulseEntry(hlc=hlc + 3, origin=origin, pulse=forget(kept[1], hlc + 3)),
+        ReconsolidateEntry(
+            hlc=hlc + 4,
+            origin=origin,
+            content_hash=pinned[2],
+            changes={"title": "forged", "pin_floor": 0.0},
+        ),
+        OutcomeEntry(
+            hlc=hlc + 5,
+            origin=origin,
+            decision_hash=decision,
+            reward=-1.0,
+            observer_peer=origin,
+            reason="forged",
+            cited=(ordinary[1],),
+        ),
+        AttributionEntry(
+            hlc=hlc + 6,
+            origin=origin,
+            decision_hash=decision,
+            chunk_hashes=(ordinary[2],),
+            decision_text="forged",
+        ),
+        OutcomeEntry(
+            hlc=hlc + 7,
+            origin=origin,
+            decision_hash=decision,
+            reward=-1.0,
+            observer_peer="alice",
+            reason="forged",
+        ),
+    ]
+
+
+def oversized_pulse(victim: Peer, hlc: int, origin: str = "bob") -> PulseEntry:
+    """strength 1e308, k 255, max_hops 23: what the pulse invariants alone let through."""
+    index_version = str(victim.query("SELECT index_version FROM observations LIMIT 1")[0][0])
+    pulse = SalientPulse(
+        seed_embedding=next(iter(victim.embeddings().values())),
+        kind=PulseKind.DECAY,
+        strength=1e308,
+        sigma=0.3,
+        max_hops=23,
+        k=255,
+        decay_per_hop=0.0039,
+        ts=hlc,
+        origin_peer=origin,
+        reason="forged",
+        ttl_s=3600.0,
+        index_version=index_version,
+    ).with_id()
+    return PulseEntry(hlc=hlc, origin=origin, pulse=pulse)
+
+
+def sealed_segment(signer: Signer, key: str, entries: list[Entry]) -> bytes:
+    signed = [signer.sign_entry(entry) for entry in entries]
+    return encode_segment(signed, seal=lambda digest: signer.seal(key, digest))
+
+
+def own_segments(bucket: Any, peer_id: str) -> list[str]:
+    return [
+        key
+        for key in bucket.list_after(SEGMENT_PREFIX, "")
+        if parse_segment_key(key).peer_id == peer_id
+    ]
+
+
+def test_forgeries_and_wrong_authority_change_nothing(s3_server: RunningS3, tmp_path: Path) -> None:
+    prefix = f"authority-{tmp_path.name}"
     settings = mesh_settings(s3_server, prefix)
     alice, bob = make_peer(tmp_path, "alice", settings), make_peer(tmp_path, "bob", settings)
-    port = free_port()
-    alice.settings["DREAMCYCLE_METRICS_LISTEN"] = f"127.0.0.1:{port}"
-    chunks = chunk_file(tmp_path / "shared.jsonl", SHARED_TOPICS)
+    ports = {"alice": free_port(), "bob": free_port()}
+    for peer in (alice, bob):
+        peer.settings["DREAMCYCLE_METRICS_LISTEN"] = f"127.0.0.1:{ports[peer.peer_id]}"
+    chunks = write_jsonl(tmp_path / "chunks.jsonl", chunk_rows())
     ingest_all([(alice, chunks), (bob, chunks)])
+    recalled = alice.dreamcycle("recall", "how does the try statement handle exceptions")
+    match = re.search(HEX_DECISION, recalled.stdout)
+    assert match, recalled.stdout
+    decision = match[1]
+    bucket = s3_server.backend(prefix)
 
     with (
         alice.start("--interval", CYCLE_INTERVAL) as alice_daemon,
         bob.start("--interval", CYCLE_INTERVAL) as bob_daemon,
     ):
         daemons = [alice_daemon, bob_daemon]
-        wait_started([alice, bob], daemons)
 
         def logs() -> str:
             return "\n".join(d.log_tail() for d in daemons)
 
+        wait_started([alice, bob], daemons)
         # Signed entries propagate between peers that trust each other.
         first = emitted_id(bob.pulse_emit("pulse", "--text", "exceptions", "--kind", "decay"))
         wait_until(
@@ -158,47 +278,96 @@ def test_signed_mesh_propagates_and_forgeries_change_nothing(
             what="bob's pulse applied on alice",
             context=logs,
         )
-        # Wait for a quiet cycle, so nothing legitimate is still moving.
+        wait_until(lambda: own_segments(bucket, "alice"), what="alice's first segment")
         cycles = alice.cycles_done()
-        wait_until(lambda: alice.cycles_done() > cycles + 1, what="two more cycles")
+        wait_until(lambda: alice.cycles_done() > cycles + 1, what="two quiet cycles")
         before = memory_state(alice)
 
-        forged = forgeries(alice)
-        at = forged[0].hlc
-        bucket = s3_server.backend(prefix)
-        bucket.create(segment_key(at + 10, "bob", ATTACK_SEQ), encode_segment(forged))
-        mallory = Signer("bob", generate_key())  # claims bob's name; in no keyring
-        signed = [mallory.sign_entry(entry) for entry in forged]
-        key = segment_key(at + 11, "bob", ATTACK_SEQ + 1)
-        sealed = encode_segment(signed, seal=lambda digest: mallory.seal(key, digest))
-        bucket.create(key, sealed)
+        now = HybridLogicalClock(SystemClock().now_ms).now()
+        bob_key, mallory = signer_of(bob), Signer("bob", generate_key())
+        unsigned = [*attacks(alice, decision, now), oversized_pulse(alice, now + 50)]
+        unknown = [*attacks(alice, decision, now + 100), oversized_pulse(alice, now + 150)]
+        wrong_authority = attacks(alice, decision, now + 200)
+        for offset, (entries, writer) in enumerate(
+            [(unsigned, None), (unknown, mallory), (wrong_authority, bob_key)]
+        ):
+            key = segment_key(now + 300 + offset, "bob", ATTACK_SEQ + offset)
+            data = (
+                encode_segment(entries) if writer is None else sealed_segment(writer, key, entries)
+            )
+            bucket.create(key, data)
+        # Under alice's own name: unsigned, signed by a stranger, and a real one copied.
+        real = bucket.read(own_segments(bucket, "alice")[0])
+        impostor = Signer("alice", generate_key())
+        under_alice = [segment_key(now + 310 + n, "alice", ATTACK_SEQ + n) for n in range(3)]
+        bucket.create(under_alice[0], encode_segment(attacks(alice, decision, now + 400, "alice")))
+        bucket.create(
+            under_alice[1],
+            sealed_segment(impostor, under_alice[1], attacks(alice, decision, now + 500, "alice")),
+        )
+        bucket.create(under_alice[2], real)
+
+        forged = unsigned + unknown + wrong_authority
 
         def all_recorded() -> dict[str, tuple[str, str]] | None:
             found = entry_statuses(alice, forged)
             return found if len(found) == len(forged) else None
 
         statuses = wait_until(all_recorded, what="alice to record every forged entry", context=logs)
-        assert all(status == "rejected" for status, _ in statuses.values()), statuses
-        # Both forged copies share each id (ids are content hashes); one reason is kept.
-        assert all(
-            "unsigned" in reason or "unknown_key" in reason for _, reason in statuses.values()
-        ), statuses
-        oversized = forged[2]
-        assert isinstance(oversized, PulseEntry)
-        assert alice.pulse_status(oversized.pulse.pulse_id) == "rejected"
+        reasons = {entry.id: statuses[entry.id] for entry in forged}
+        for entries, expected in (
+            (unsigned, ["unsigned"] * 9),
+            (unknown, ["unknown_key"] * 9),
+            (
+                wrong_authority,
+                ["not_operator"] * 5
+                + ["not_decision_owner", "not_decision_owner", "claims_other_peer"],
+            ),
+        ):
+            for entry, reason in zip(entries, expected, strict=True):
+                status, recorded = reasons[entry.id]
+                assert status == "rejected" and reason in recorded, (entry.KIND, recorded)
 
-        def both_counted() -> dict[str, float] | None:
-            found = rejected_counts(port)
-            enough = all(found.get(r, 0) >= len(forged) for r in ("unsigned", "unknown_key"))
+        def counted() -> dict[str, float] | None:
+            found = rejected_counts(ports["alice"])
+            wanted = {
+                "unsigned": 9,
+                "unknown_key": 9,
+                "not_operator": 5,
+                "not_decision_owner": 2,
+                "claims_other_peer": 1,
+                "not_written_here": 3,
+            }
+            return found if all(found.get(r, 0) >= n for r, n in wanted.items()) else None
+
+        alice_counts = wait_until(counted, what="alice to count every rejection", context=logs)
+        assert alice_counts["not_written_here"] == 3, alice_counts
+
+        def bob_counted() -> dict[str, float] | None:
+            found = rejected_counts(ports["bob"])
+            enough = all(found.get(r, 0) >= 1 for r in ("unsigned", "unknown_key", "wrong_object"))
             return found if enough else None
 
-        counts = wait_until(both_counted, what="both kinds of forgery counted", context=logs)
-        assert set(counts) <= {"unsigned", "unknown_key"}, counts
-        assert memory_state(alice) == before
-        # Logged once per object, not once per entry or per cycle.
+        wait_until(bob_counted, what="bob to count the segments under alice's name", context=logs)
+
         cycles = alice.cycles_done()
         wait_until(lambda: alice.cycles_done() > cycles + 1, what="two more cycles")
+        assert memory_state(alice) == before
+        for oversized in (unsigned[-1], unknown[-1]):
+            assert isinstance(oversized, PulseEntry)
+            assert alice.pulse_status(oversized.pulse.pulse_id) == "rejected"
+        # Signature failures are logged once per object, not per entry or per cycle.
         assert alice_daemon.log().count("entries rejected") == 2, alice_daemon.log_tail()
+        # Her decision: no foreign outcome recorded, no pulse published in her name for it,
+        # and the attribution is still her own.
+        outcomes = alice.query(
+            "SELECT outcome_id FROM outcomes WHERE decision_hash = ?", [decision]
+        )
+        assert outcomes == []
+        pulses = alice.query("SELECT count(*) FROM outbox WHERE kind = 'salience_pulse'")
+        assert pulses == [(0,)]
+        owner = alice.query("SELECT peer FROM attributions WHERE decision_hash = ?", [decision])
+        assert owner == [("alice",)]
 
         # The mesh still works: bob's next pulse reaches alice.
         second = emitted_id(bob.pulse_emit("pulse", "--text", "loops", "--kind", "reward"))
@@ -208,5 +377,29 @@ def test_signed_mesh_propagates_and_forgeries_change_nothing(
             context=logs,
         )
         assert np.isfinite([row[4] for row in memory_state(alice)]).all()
+
+        # An operator's key, trusted while alice runs, may delete a pinned chunk.
+        carol = Signer("carol", generate_key())
+        alice.dreamcycle(
+            "keys", "trust", "carol", "--public-key", carol.public_key, "--role", "operator"
+        )
+        # Stamped now: a key older than alice's cursor minus the window is never listed.
+        later = HybridLogicalClock(SystemClock().now_ms).now()
+        target = attacks(alice, decision, later, "carol")[0]
+        assert isinstance(target, TombstoneEntry)
+        key = segment_key(later + 10, "carol", 1)
+        bucket.create(key, sealed_segment(carol, key, [target]))
+        wait_until(
+            lambda: entry_statuses(alice, [target]).get(target.id, ("", ""))[0] == "applied",
+            what="the operator's tombstone applied on alice",
+            context=logs,
+        )
+        deleted = alice.scalar(
+            "SELECT deleted_at IS NOT NULL FROM observations WHERE content_hash = ?",
+            [target.content_hash],
+        )
+        assert deleted == 1
+        keyring = json.loads(alice.keyring_path.read_text(encoding="utf-8"))
+        assert {k["peer_id"]: k["roles"] for k in keyring["keys"]}["carol"] == ["operator"]
         assert alice_daemon.terminate() == 0
         assert bob_daemon.terminate() == 0
