@@ -341,7 +341,7 @@ def test_compaction_crash_after_the_snapshot_loses_nothing(backend: LogBackend) 
 def test_bad_and_unknown_entries_are_skipped_with_counts(backend: LogBackend) -> None:
     good = one_of_each_kind("odd")
     tampered = {**encode_entry(good[5]), "reward": 1.0}
-    future = {**encode_entry(good[0]), "v": 2}
+    future = {**encode_entry(good[0]), "v": 3}
     strange = {**encode_entry(good[1]), "kind": "premonition"}
     data = ndjson_segment(
         [encode_entry(good[0]), future, "{oops", strange, tampered, encode_entry(good[6])]
@@ -354,7 +354,7 @@ def test_bad_and_unknown_entries_are_skipped_with_counts(backend: LogBackend) ->
     assert polled[0] == key and len(polled) == 2
     decoded = reader.fetch(key)
     assert decoded.entries == [good[0], good[6]]
-    assert decoded.skipped == {"unknown_version:2": 1, "unknown_kind:premonition": 1}
+    assert decoded.skipped == {"unknown_version:3": 1, "unknown_kind:premonition": 1}
     assert [(r.line_no, r.reason.split(":")[0]) for r in decoded.rejected] == [
         (3, "invalid JSON"),
         (5, "id mismatch"),
