@@ -601,10 +601,17 @@ def encode_entry(entry: Entry) -> dict[str, Any]:
     return entry.wire()
 
 
+def _readable(version: Any) -> bool:
+    # Any JSON value may stand here: an object or a list is not hashable.
+    return (
+        isinstance(version, int) and not isinstance(version, bool) and version in READABLE_VERSIONS
+    )
+
+
 def decode_entry(obj: Mapping[str, Any]) -> Entry:
     """One wire object of a readable version and a known kind; InvalidEntry otherwise."""
     version = obj.get("v")
-    if version not in READABLE_VERSIONS or isinstance(version, bool):
+    if not _readable(version):
         raise InvalidEntry(f"format version {version!r} is not one of {sorted(READABLE_VERSIONS)}")
     if obj.get("kind") == SEAL_KIND:
         raise InvalidEntry("a segment seal is not an entry")
@@ -729,7 +736,7 @@ def _skip_reason(obj: Mapping[str, Any]) -> str | None:
     if version == SIGNED_VERSION and obj.get("kind") == SEAL_KIND:
         # A seal anywhere but the first line (copied along by an older compactor).
         return "misplaced_seal"
-    if version not in READABLE_VERSIONS:
+    if not _readable(version):
         return f"unknown_version:{version}"
     kind = obj.get("kind")
     if isinstance(kind, str) and kind not in ENTRY_TYPES:
