@@ -40,7 +40,7 @@ def test_a_sound_peer_passes_and_text_output_names_each_check(sound: Peer) -> No
     code, checks = doctor(sound)
     assert code == 0 and not failed(checks)
     assert checks["index"]["status"] == "ok" and "sealed" in checks["index"]["detail"]
-    assert checks["keys"]["status"] == "skip"
+    assert checks["keys"]["status"] == "ok" and "mode strict" in checks["keys"]["detail"]
     text = sound.dreamcycle("doctor")
     assert [line.split()[1] for line in text.stdout.splitlines()] == list(checks)
 

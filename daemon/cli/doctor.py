@@ -333,22 +333,26 @@ def _server_time_ms(backend: LogBackend) -> int | None:
 
 
 def _keys(config: Config) -> Check:
-    keys = getattr(config, "keys", None)
-    if keys is None:
-        return Check("keys", SKIP, "no key files configured")
-    files = {
-        name: os.path.expanduser(str(value))
-        for name, value in vars(keys).items()
-        if isinstance(value, str) and value and name.endswith(("_file", "_path", "dir"))
-    }
-    for name, where in sorted(files.items()):
-        if not os.path.exists(where):
-            return Check("keys", FAIL, f"keys.{name} {where} does not exist", "create it")
-        mode = stat.S_IMODE(os.stat(where).st_mode)
-        if not os.access(where, os.R_OK):
-            return Check("keys", FAIL, f"keys.{name} {where} is not readable", f"chmod u+r {where}")
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            return Check(
-                "keys", WARN, f"keys.{name} {where} has mode {mode:03o}", f"chmod go= {where}"
-            )
-    return Check("keys", OK, f"{len(files)} key file(s) readable by this user only")
+    """This peer's private key (present, 0600) and a keyring the daemon can read."""
+    from daemon.keys import KeyUnavailable, read_keyring, read_signer
+    from zeitgeist.signing import InvalidKeyring
+
+    try:
+        signer = read_signer(config)
+        keyring = read_keyring(config.keyring_path)
+    except KeyUnavailable as exc:
+        return Check("keys", FAIL, str(exc), f"chmod 600 {config.key_path}")
+    except InvalidKeyring as exc:
+        return Check("keys", FAIL, str(exc), f"repair or replace {config.keyring_path}")
+    except OSError as exc:
+        return Check("keys", FAIL, f"key files unreadable: {exc}", "check the data directory")
+    if signer is None:
+        # Without a key, strict mode does not start; permissive mode publishes unsigned.
+        status = FAIL if config.keys.strict else WARN
+        return Check("keys", status, f"no private key at {config.key_path}", "dreamcycle keys init")
+    trusted = sum(1 for key in keyring.keys.values() if not key.revoked)
+    return Check(
+        "keys",
+        OK,
+        f"key {signer.key_id}, {trusted} trusted key(s), mode {config.keys.mode}",
+    )
