@@ -21,10 +21,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from daemon import audit, authority, efficacy, metrics
+from daemon import audit, authority, efficacy, hostile, metrics
 from daemon.admission import admission_vectors, chunk_journal, persist_clock, record_admission
 from daemon.confidence import HalfLives
-from daemon.defaults import MAX_ENTRIES_PER_SEGMENT
+from daemon.defaults import FORGED_CLAIMS_PER_PUBLISH, MAX_ENTRIES_PER_SEGMENT
 from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
 from daemon.forgetting import sweep as run_sweep
 from daemon.keys import count_rejection
@@ -56,8 +56,8 @@ from zeitgeist.entries import (
     entry_order_key,
 )
 from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from zeitgeist.keys import parse_segment_key, parse_snapshot_key
-from zeitgeist.log import FencedOut, Heartbeat, PreparedSegment
+from zeitgeist.keys import claim_key, parse_segment_key, parse_snapshot_key
+from zeitgeist.log import ClaimTaken, FencedOut, Heartbeat, PreparedSegment
 from zeitgeist.signing import Rejection, Verdict
 
 log = logging.getLogger("dreamcycle.cycle")
@@ -820,11 +820,20 @@ def _publish(peer: Peer, prepared: PreparedSegment, stats: dict[str, Any]) -> No
     marks the original published, so a crash cannot lose the copy. Entries are
     idempotent: the copy is harmless."""
     db, current = peer.db, prepared
-    for _attempt in range(MAX_REPUBLISH + 1):
+    forged_claims = 0
+    attempt = 0
+    while attempt <= MAX_REPUBLISH:
         try:
             result = peer.zeitgeist.publish(current)
         except FencedOut as exc:
             raise FatalCycleError(str(exc)) from exc
+        except ClaimTaken as exc:
+            forged_claims += 1
+            current = _skip_forged_claim(peer, current, exc)
+            if forged_claims >= FORGED_CLAIMS_PER_PUBLISH:
+                return  # the copy stays prepared and goes out first next cycle
+            continue
+        attempt += 1
         stats["segments"] += 1
         with db.transaction():
             db.finish_segment(current.seq, "published")
@@ -833,6 +842,23 @@ def _publish(peer: Peer, prepared: PreparedSegment, stats: dict[str, Any]) -> No
             current = _prepare(peer, decode_segment(current.data).entries, [], peer.now_ms())
         stats["republished"] += 1
     # Still late: the last copy stays prepared and goes out first next cycle.
+
+
+def _skip_forged_claim(peer: Peer, current: PreparedSegment, taken: ClaimTaken) -> PreparedSegment:
+    """Prepare the segment's entries again under the next sequence number: a claim this
+    peer's key did not seal is a forgery, and fencing on it would let anyone who can write
+    the bucket stop this peer. The forged claim is counted and logged once."""
+    hostile.count(hostile.FORGED_CLAIM)
+    claim = claim_key(peer.peer_id, taken.seq)
+    if hostile.LOGGED.first_time(claim):
+        log.warning(
+            "claim under this peer's name not written here; publishing under the next sequence",
+            extra={"key": claim, "reason": str(taken.verdict)},
+        )
+    entries = decode_segment(current.data).entries
+    with peer.db.transaction():
+        peer.db.finish_segment(current.seq, "superseded")
+        return _prepare(peer, entries, [e.id for e in entries], peer.now_ms())
 
 
 def _heartbeat(peer: Peer) -> None:

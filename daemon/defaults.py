@@ -56,6 +56,13 @@ OUTCOME_WAIT_S: Final = 24 * 3600.0
 #: 30 s cycle, citing three chunks at reward +-1, fits (6 * 3 * 1.71 = 30.8).
 PULSE_ORIGIN_BUDGET: Final = 32.0
 UPDATE_RULE: Final = "bfs"
+#: The budget is spent per window of the origin's own pulse timestamps, not per local
+#: cycle: a peer catching up after an outage reads many windows' pulses at once, and each
+#: window still has its budget. One default cycle long, as the budget is sized for.
+PULSE_BUDGET_WINDOW_S: Final = CYCLE_INTERVAL_S
+#: Pulses stamped further back than this are charged to the current window instead: an
+#: origin that backdates its pulses gains at most this many windows' budget, once.
+PULSE_BUDGET_LOOKBACK_S: Final = 3_600.0
 
 #: Half-life of salience by chunk kind, from seed 001's daily decay rates (ln 2 / lambda days).
 _DAY_S: Final = 86_400.0
@@ -223,6 +230,9 @@ KEYS_MODE: Final = "strict"
 KEYS_MODES: Final = ("strict", "permissive")
 #: Mode of the private key file; a key that group or others may read is refused.
 KEY_FILE_MODE: Final = 0o600
+#: Claims under this peer's name that its key did not seal, skipped in one publish at most;
+#: the segment waits for the next cycle after that (each costs two requests).
+FORGED_CLAIMS_PER_PUBLISH: Final = 64
 #: Rejected objects remembered so each is logged once (the counter counts them all).
 REJECTION_LOG_MEMORY: Final = 4_096
 

@@ -3,8 +3,11 @@
 Guarantees (DESIGN.md section 4):
 
 * Segments are immutable and created only if absent. Before a segment, its
-  writer creates `claim/<peer>/<seq>` naming it: two processes running with one
-  peer id collide on the claim and the second stops with FencedOut.
+  writer creates `claim/<peer>/<seq>` naming it (sealed by the writer's key when it
+  signs): two processes running with one peer id collide on the claim and the
+  second stops with FencedOut. A claim that no key of this peer sealed is someone
+  else's forgery, not a fence: publish raises ClaimTaken, and the writer prepares
+  its entries again under the next sequence number.
 * Keys sort by hybrid logical clock. A reader lists from `cursor - window` and
   skips what it has applied, so a segment that landed late is still seen; a
   writer whose create returned later than window/2 after its key's time
@@ -36,9 +39,11 @@ from zeitgeist.entries import (
     CorruptSegment,
     DecodedSegment,
     Entry,
+    SegmentSeal,
     canonical_json,
     decode_segment,
     encode_segment,
+    payload_digest,
 )
 from zeitgeist.hlc import (
     HybridLogicalClock,
@@ -66,7 +71,7 @@ from zeitgeist.keys import (
     snapshot_key,
     validate_peer_id,
 )
-from zeitgeist.signing import Signer, Verdict, Verifier
+from zeitgeist.signing import Rejection, Signer, Verdict, Verifier
 from zeitgeist.snapshot import Snapshot, fold_entries
 
 #: How far behind its cursor a reader lists; must exceed clock skew plus the slowest write.
@@ -89,6 +94,17 @@ class ZeitgeistError(Exception):
 
 class FencedOut(ZeitgeistError):
     """Another process is publishing under this peer id; this one must stop."""
+
+
+class ClaimTaken(ZeitgeistError):
+    """The claim of a sequence number exists and no key of this peer sealed it: a writer
+    of the bucket without this peer's key forged it. Not a fence: prepare the entries
+    again under a later sequence number (the forged claim stays; it fences nothing)."""
+
+    def __init__(self, seq: int, verdict: Verdict) -> None:
+        super().__init__(f"claim for seq {seq} is not this peer's: {verdict}")
+        self.seq = seq
+        self.verdict = verdict
 
 
 class EmptySegment(ZeitgeistError, ValueError):
@@ -325,18 +341,59 @@ class Zeitgeist:
 
     def _claim(self, prepared: PreparedSegment) -> None:
         claim = claim_key(self.peer_id, prepared.seq)
-        wanted = prepared.key.encode("utf-8")
+        wanted = self._claim_body(claim, prepared.key)
         try:
             self.backend.create(claim, wanted)
             return
         except KeyExists:
             existing = self._read_or_none(claim)
-        if existing != wanted:
-            named = "nothing readable" if existing is None else existing.decode("utf-8", "replace")
-            raise FencedOut(
-                f"another process is publishing as peer {self.peer_id}: claim for seq "
-                f"{prepared.seq} names key {named}, not {prepared.key}"
-            )
+        if existing == wanted:
+            return
+        named = "nothing readable" if existing is None else existing.decode("utf-8", "replace")
+        if self.signer is not None and self.verifier is not None:
+            verdict, named_key = self._claim_verdict(claim, existing)
+            if verdict is not None:
+                raise ClaimTaken(prepared.seq, verdict)
+            if named_key == prepared.key:
+                return  # ours, sealed by another key of this peer (rotated since)
+            named = str(named_key)
+        raise FencedOut(
+            f"another process is publishing as peer {self.peer_id}: claim for seq "
+            f"{prepared.seq} names key {named}, not {prepared.key}"
+        )
+
+    def _claim_body(self, claim: str, segment: str) -> bytes:
+        """The segment's key, after a seal over the claim's key and that segment key when
+        this peer signs: only a holder of this peer's key can write a claim that fences it.
+        Ed25519 is deterministic, so a retry writes the identical bytes."""
+        named = segment.encode("utf-8")
+        if self.signer is None:
+            return named
+        seal = self.signer.seal(claim, payload_digest(named))
+        return seal.wire_bytes() + b"\n" + named
+
+    def _claim_verdict(self, claim: str, existing: bytes | None) -> tuple[Verdict | None, str]:
+        """(None, the segment key it names) when `existing` is sealed by a trusted key of
+        this peer (in permissive mode, also an unsealed claim of a peer that did not sign);
+        else why it is not this peer's."""
+        assert self.verifier is not None
+        self.verifier.refresh()
+        seal: SegmentSeal | None = None
+        named = existing or b""
+        head, newline, rest = named.partition(b"\n")
+        if newline:
+            try:
+                seal = SegmentSeal.from_wire(json.loads(head))
+                named = rest
+            except (ValueError, TypeError, AttributeError):
+                seal = None  # not a seal: judged as an unsealed claim
+        try:
+            named_key = named.decode("utf-8")
+            at_ms = HybridLogicalClock.physical_ms(parse_segment_key(named_key).hlc)
+        except (UnicodeDecodeError, InvalidKey):
+            return Verdict(Rejection.UNSIGNED, f"{claim} names no segment key"), ""
+        verdict = self.verifier.check_seal(seal, claim, self.peer_id, payload_digest(named), at_ms)
+        return verdict, named_key
 
     def _read_or_none(self, key: str) -> bytes | None:
         try:
