@@ -24,17 +24,24 @@ import numpy as np
 from daemon import audit, authority, efficacy, hostile, metrics
 from daemon.admission import admission_vectors, chunk_journal, persist_clock, record_admission
 from daemon.confidence import HalfLives
-from daemon.defaults import FORGED_CLAIMS_PER_PUBLISH, MAX_ENTRIES_PER_SEGMENT
+from daemon.defaults import (
+    EMBEDDING_MATCH_MIN_COSINE,
+    FORGED_CLAIMS_PER_PUBLISH,
+    MAX_ENTRIES_PER_SEGMENT,
+    PULSE_BUDGET_LOOKBACK_S,
+    PULSE_BUDGET_WINDOW_S,
+)
 from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
 from daemon.forgetting import sweep as run_sweep
 from daemon.keys import count_rejection
 from daemon.learning import convert_outcomes, teach_key
 from daemon.runtime import Peer, Runtime
-from pulses.outcome import Outcome
+from pulses.budget import admit_within_budget
+from pulses.outcome import Attribution, Outcome
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
 from pulses.sweep import downscale
-from store import tiers
+from store import budget, tiers
 from store.database import Database, NewObservation
 from store.hashing import content_hash
 from store.salience import SalienceCache
@@ -84,6 +91,8 @@ PUBLISH_SEQ_META_KEY: Final = "publish_seq"
 LAST_SWEEP_META_KEY: Final = "last_sweep_ms"
 LAST_COMPACTION_META_KEY: Final = "last_compaction_ms"
 SUPERSEDED_REASON: Final = "superseded"
+BUDGET_WINDOW_MS: Final = int(PULSE_BUDGET_WINDOW_S * 1000)
+BUDGET_LOOKBACK_MS: Final = int(PULSE_BUDGET_LOOKBACK_S * 1000)
 
 
 class FatalCycleError(RuntimeError):
@@ -283,6 +292,8 @@ def reconsolidate(peer: Peer, st: CycleState) -> dict[str, Any]:
     hidden: list[int] = []
     adopted: list[tuple[int, np.ndarray[Any, Any]]] = []
     local_ids = {e.id for e in st.local}
+    # Outside the transaction: embedding is slow, and writers wait on the lock.
+    expected = _embed_adoptable(peer, st)
     with db.transaction():
         for entry in st.ordered:
             if isinstance(entry, PulseEntry):
@@ -293,7 +304,7 @@ def reconsolidate(peer: Peer, st: CycleState) -> dict[str, Any]:
                 # Judged against the store as the entries before it left it.
                 st.rejected.get(entry.id)
                 or authority.refusal(peer, entry, local=entry.id in local_ids),
-                functools.partial(_apply_structural, peer, st, entry, hidden, adopted),
+                functools.partial(_apply_structural, peer, st, entry, hidden, adopted, expected),
                 (hidden, adopted),
             )
             _record(db, entry, status, reason)
@@ -354,6 +365,7 @@ def _apply_structural(
     entry: Entry,
     hidden: list[int],
     adopted: list[tuple[int, np.ndarray[Any, Any]]],
+    expected: dict[str, np.ndarray[Any, Any]],
 ) -> tuple[str, str | None]:
     db, cache = peer.db, peer.salience
     if isinstance(entry, TombstoneEntry):
@@ -417,8 +429,15 @@ def _apply_structural(
     if isinstance(entry, ReconsolidateEntry):
         return _reconsolidate_entry(peer, st, entry)
     if isinstance(entry, AssertEntry):
-        return _adopt(peer, st, entry, adopted)
+        return _adopt(peer, st, entry, adopted, expected.get(entry.id))
     if isinstance(entry, AttributionEntry):
+        Attribution(
+            decision_hash=entry.decision_hash,
+            chunk_hashes=entry.chunk_hashes,
+            peer=entry.origin,
+            ts=entry.hlc,
+            decision_text=entry.decision_text,
+        ).validate()
         db.record_attribution(
             entry.decision_hash,
             entry.chunk_hashes,
@@ -435,6 +454,7 @@ def _apply_structural(
             observer_peer=entry.observer_peer,
             ts=entry.hlc,
             reason=entry.reason,
+            cited=entry.cited,
         ).validate()
         db.record_outcome(
             entry.id,
@@ -492,23 +512,80 @@ def _reconsolidate_entry(
     return "applied", None
 
 
-def _adopt(
-    peer: Peer, st: CycleState, entry: AssertEntry, adopted: list[tuple[int, np.ndarray[Any, Any]]]
-) -> tuple[str, str | None]:
-    """Take a remote chunk into the local store, when this peer is configured to."""
+def _adoption_problem(peer: Peer, entry: AssertEntry) -> Outcome_ | None:
+    """Why a remote assert is not adopted before its embedding is checked, if so."""
     if entry.origin == peer.peer_id:
         return "applied", None
     if not peer.config.zeitgeist.adopt_remote_chunks:
         return "skipped", "adopt_remote_chunks is off"
     if entry.index_version != peer.embedder.index_version:
+        # Another model's vectors cannot be compared with this one's: not adopted at all.
         return "skipped", f"index_version {entry.index_version} != local"
     if content_hash(entry.content) != entry.content_hash:
         return "rejected", "content_hash does not match the content"
     if entry.embedding.shape != (peer.embedder.dim,):
         return "rejected", f"embedding shape {entry.embedding.shape} != ({peer.embedder.dim},)"
-    db = peer.db
-    if db.is_tombstoned_hash(entry.content_hash):
+    if peer.db.is_tombstoned_hash(entry.content_hash):
         return "skipped", "tombstoned here"
+    return None
+
+
+def _embed_adoptable(peer: Peer, st: CycleState) -> dict[str, np.ndarray[Any, Any]]:
+    """Entry id -> this peer's embedding of the content, for every remote assert that may be
+    adopted: one batch per cycle. A chunk already held needs none (nothing is adopted)."""
+    db = peer.db
+    wanted = [
+        entry
+        for entry in st.ordered
+        if isinstance(entry, AssertEntry)
+        and entry.id not in st.rejected
+        and _adoption_problem(peer, entry) is None
+        and db.observation_by_hash(entry.content_hash) is None
+    ]
+    if not wanted:
+        return {}
+    started = time.perf_counter()
+    vectors = peer.embedder.embed([entry.content for entry in wanted])
+    metrics.PHASE_EVENTS.labels("reconsolidate", "asserts_embedded").inc(len(wanted))
+    log.debug(
+        "asserts embedded for comparison",
+        extra={"asserts": len(wanted), "seconds": round(time.perf_counter() - started, 3)},
+    )
+    return {entry.id: vector for entry, vector in zip(wanted, vectors, strict=True)}
+
+
+def embedding_mismatch(claimed: np.ndarray[Any, Any], local: np.ndarray[Any, Any]) -> str | None:
+    """Why an assert's embedding is not its content's under this model, if so."""
+    norm = float(np.linalg.norm(claimed)) * float(np.linalg.norm(local))
+    cosine = float(np.dot(claimed, local)) / norm if norm > 0 and np.isfinite(norm) else 0.0
+    if cosine >= EMBEDDING_MATCH_MIN_COSINE:
+        return None
+    return (
+        f"{hostile.EMBEDDING_MISMATCH}: cosine {cosine:.4f} to this peer's embedding of "
+        f"the content, below {EMBEDDING_MATCH_MIN_COSINE}"
+    )
+
+
+def _adopt(
+    peer: Peer,
+    st: CycleState,
+    entry: AssertEntry,
+    adopted: list[tuple[int, np.ndarray[Any, Any]]],
+    local_vector: np.ndarray[Any, Any] | None,
+) -> tuple[str, str | None]:
+    """Take a remote chunk into the local store, when this peer is configured to and its
+    embedding is what this peer's model makes of its content."""
+    problem = _adoption_problem(peer, entry)
+    if problem is not None:
+        return problem
+    db = peer.db
+    if local_vector is None and db.observation_by_hash(entry.content_hash) is None:
+        local_vector = peer.embedder.embed_one(entry.content)  # not foreseen by the batch
+    if local_vector is not None:
+        mismatch = embedding_mismatch(np.asarray(entry.embedding, dtype=np.float32), local_vector)
+        if mismatch is not None:
+            hostile.count(hostile.EMBEDDING_MISMATCH)
+            return "rejected", mismatch
     added = db.add_observations(
         [
             NewObservation(
@@ -565,11 +642,15 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
     pulses = sorted(
         [e for e in st.ordered if isinstance(e, PulseEntry)] + derived, key=entry_order_key
     )
+    charges = _charge_budgets(peer, st, pulses, queued_here)
+    stats["over_budget"] = sum(not c.admitted for c in charges.values())
     for start in range(0, len(pulses), PULSES_PER_TRANSACTION):
         batch = pulses[start : start + PULSES_PER_TRANSACTION]
         with db.transaction():
             for entry in batch:
                 _apply_pulse_entry(peer, st, entry, stats, local=entry.id in queued_here)
+                if entry.id in charges:
+                    budget.record_charge(db, entry.pulse.pulse_id, charges[entry.id])
             peer.salience.flush()
             db.outbox_mark_applied([e.id for e in batch if e.id in queued_here])
     with db.transaction():
@@ -588,7 +669,75 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
             cursor = max(cursor, _key_hlc(key))
         db.set_meta(CURSOR_META_KEY, str(cursor))
         _persist_clock(peer)
+        budget.forget_windows_before(db, _budget_window(st.now_ms - BUDGET_LOOKBACK_MS, st.now_ms))
     return stats
+
+
+def _budget_window(ts_ms: int, now_ms: int) -> int:
+    """The start of the window a pulse stamped `ts_ms` is charged to: its own, unless it
+    is older than the look-back (then the current one, so backdating buys no budget)."""
+    charged_ms = ts_ms if ts_ms >= now_ms - BUDGET_LOOKBACK_MS else now_ms
+    return charged_ms - charged_ms % BUDGET_WINDOW_MS
+
+
+def _charge_budgets(
+    peer: Peer, st: CycleState, pulses: list[PulseEntry], queued_here: set[str]
+) -> dict[str, budget.Charge]:
+    """Entry id -> its charge, for other peers' pulses that would apply; those past their
+    origin's budget for their window are rejected here (recorded with the reason, counted).
+
+    Windows are of the origin's own pulse timestamps, not of this peer's cycles: a peer
+    that reads ten windows' pulses at once after an outage admits each window's within
+    budget, and what a window admitted in earlier cycles counts (stored per pulse).
+    """
+    db, allowance = peer.db, peer.config.pulses.origin_budget
+    groups: dict[tuple[str, int], list[PulseEntry]] = {}
+    for entry in pulses:
+        pulse = entry.pulse
+        if (
+            entry.id in st.rejected
+            or entry.id in queued_here
+            or pulse.origin_peer == peer.peer_id
+            # Signed by another peer than it names: refused by authority, and charging it
+            # would spend the named peer's budget.
+            or pulse.origin_peer != entry.origin
+            or pulse.kind is PulseKind.FORGET
+            or pulse.is_expired(st.now_ms)
+            or db.pulse_seen(pulse.pulse_id)
+        ):
+            continue
+        window = _budget_window(HybridLogicalClock.physical_ms(pulse.ts), st.now_ms)
+        groups.setdefault((pulse.origin_peer, window), []).append(entry)
+    charges: dict[str, budget.Charge] = {}
+    for (origin, window), entries in groups.items():
+        before = budget.window_spend(db, origin, window)
+        remaining = allowance - before.spent
+        by_pulse = {e.pulse.pulse_id: e for e in entries}
+        if before.went_over or remaining <= 0:
+            admitted: set[str] = set()
+        else:
+            verdict = admit_within_budget((e.pulse for e in entries), remaining)
+            admitted = {p.pulse_id for p in verdict.admitted}
+        refused = 0
+        for pulse_id, entry in by_pulse.items():
+            ok = pulse_id in admitted
+            charges[entry.id] = budget.Charge(
+                origin, window, entry.pulse.moved_salience_bound() if ok else 0.0, ok
+            )
+            if not ok:
+                refused += 1
+                hostile.count(hostile.OVER_BUDGET)
+                st.rejected[entry.id] = (
+                    f"{hostile.OVER_BUDGET}: origin {origin} may move {allowance:g} salience "
+                    f"per {BUDGET_WINDOW_MS // 1000} s of its pulses' time; the window from "
+                    f"{window} ms had {before.spent:.3g} admitted before this cycle"
+                )
+        if refused and hostile.LOGGED.first_time(f"budget/{origin}/{window}"):
+            log.warning(
+                "pulses over their origin's budget refused",
+                extra={"origin": origin, "window_start_ms": window, "refused": refused},
+            )
+    return charges
 
 
 def _apply_pulse_entry(
