@@ -19,11 +19,19 @@ version or kind are skipped and counted (a newer peer may write them), malformed
 lines are rejected with a reason, and the rest of the segment still decodes.
 Pulse invariants (seed section 4.2) are not checked here: the receiver checks
 them when applying, so it can record the reason against the pulse id.
+
+Everything read is bounded before it costs more than its size: every string and
+list field has a protocol limit (an entry beyond one is rejected as over_limit),
+a line longer than MAX_LINE_BYTES is rejected alone, and a segment beyond its
+SegmentLimits (bytes before and after decompression, lines) is refused whole.
+Lines are read one at a time from the decompressor, so memory follows the
+longest line and the entries kept, not the number of lines.
 """
 
 from __future__ import annotations
 
 import base64
+import enum
 import gzip
 import io
 import json
@@ -31,7 +39,7 @@ import math
 import re
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -41,6 +49,13 @@ import blake3
 import numpy as np
 import numpy.typing as npt
 
+from pulses.constants import (
+    ATTRIBUTION_MAX_CHUNKS,
+    DECISION_TEXT_MAX_CHARS,
+    EMBEDDING_DIM_MAX,
+    INDEX_VERSION_MAX_CHARS,
+    REASON_MAX_CHARS,
+)
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
 from zeitgeist.hlc import InvalidHlc, check_hlc
 from zeitgeist.keys import InvalidPeerId, validate_peer_id
@@ -67,6 +82,29 @@ RECONSOLIDATE_FIELDS: Final = frozenset({"title", "topic_key", "pin_floor", "imp
 #: Largest decompressed segment accepted, so a corrupt or hostile object cannot
 #: exhaust memory (a cycle's segment is normally a few hundred kilobytes).
 MAX_SEGMENT_BYTES: Final = 256 * 1024 * 1024
+#: Largest gzip'd segment read (a cycle publishes at most 5,000 entries: a few MiB).
+MAX_SEGMENT_COMPRESSED_BYTES: Final = 64 * 1024 * 1024
+#: Most lines of a segment, blank ones included: the seal, 5,000 entries a cycle
+#: publishes at most, and room for entries of newer kinds.
+MAX_SEGMENT_LINES: Final = 20_000
+#: A snapshot folds the whole history, so it may be far larger than a segment.
+MAX_SNAPSHOT_COMPRESSED_BYTES: Final = 1024 * 1024 * 1024
+MAX_SNAPSHOT_BYTES: Final = 4 * 1024 * 1024 * 1024
+MAX_SNAPSHOT_LINES: Final = 5_000_000
+
+# ---- protocol limits on fields: every peer must agree on these -----------------------------
+
+#: Longest chunk content, in characters.
+CONTENT_MAX_CHARS: Final = 1_000_000
+#: Longest chunk title, in characters.
+TITLE_MAX_CHARS: Final = 10_000
+#: Longest short label of a chunk (type, scope, kind, project, topic, session, tool, model).
+LABEL_MAX_CHARS: Final = 1_000
+#: Longest line: the largest entry the field limits allow (content of astral characters,
+#: each written as a 12-byte surrogate pair, and the widest embedding) fits with room.
+MAX_LINE_BYTES: Final = 16 * 1024 * 1024
+#: Bytes read from the decompressor at a time while skipping the rest of an over-long line.
+_SKIP_CHUNK_BYTES: Final = 1024 * 1024
 #: Longest unknown kind name kept verbatim as a counter label.
 MAX_KIND_LABEL: Final = 64
 
@@ -79,12 +117,75 @@ Embedding = npt.NDArray[np.float32]
 ChangeValue: TypeAlias = str | float | None
 
 
+class Refusal(enum.StrEnum):
+    """Why a line, segment or key of the log was refused: the label it is counted by."""
+
+    #: A line that is not JSON, not an object, or not a valid entry.
+    MALFORMED_LINE = "malformed_line"
+    #: An entry with a string, list or embedding beyond its protocol limit.
+    OVER_LIMIT = "over_limit"
+    LINE_TOO_LONG = "line_too_long"
+    #: Not gzip, truncated, or not UTF-8.
+    CORRUPT_SEGMENT = "corrupt_segment"
+    #: More bytes before or after decompression than SegmentLimits allow.
+    SEGMENT_TOO_LARGE = "segment_too_large"
+    SEGMENT_TOO_MANY_LINES = "segment_too_many_lines"
+    #: A segment, snapshot or heartbeat key that does not parse.
+    MALFORMED_KEY = "malformed_key"
+    #: A segment or snapshot key dated beyond the allowed clock skew.
+    FROM_THE_FUTURE = "from_the_future"
+    #: A snapshot holding an entry dated after itself, or lacking what the snapshot it
+    #: was folded from held.
+    SNAPSHOT_INCONSISTENT = "snapshot_inconsistent"
+
+
 class InvalidEntry(ValueError):
     """An entry field that is missing, mistyped or out of range; the message names it."""
+
+    refusal: ClassVar[Refusal] = Refusal.MALFORMED_LINE
+
+
+class OverLimit(InvalidEntry):
+    """A string, list or embedding longer than the protocol allows; the message names it."""
+
+    refusal: ClassVar[Refusal] = Refusal.OVER_LIMIT
 
 
 class CorruptSegment(ValueError):
     """A segment that is not gzip, is truncated, or is not UTF-8 text at all."""
+
+    def __init__(self, message: str, refusal: Refusal = Refusal.CORRUPT_SEGMENT) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
+
+@dataclass(frozen=True)
+class SegmentLimits:
+    """What one segment (or snapshot) may cost a reader; beyond any of them it is refused."""
+
+    compressed_bytes: int = MAX_SEGMENT_COMPRESSED_BYTES
+    expanded_bytes: int = MAX_SEGMENT_BYTES
+    #: Lines, blank ones included: each costs a step of the reader.
+    lines: int = MAX_SEGMENT_LINES
+
+    def __post_init__(self) -> None:
+        for name in ("compressed_bytes", "expanded_bytes", "lines"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"segment limit {name} must be a positive integer, got {value!r}")
+
+
+SEGMENT_LIMITS: Final = SegmentLimits()
+SNAPSHOT_LIMITS: Final = SegmentLimits(
+    compressed_bytes=MAX_SNAPSHOT_COMPRESSED_BYTES,
+    expanded_bytes=MAX_SNAPSHOT_BYTES,
+    lines=MAX_SNAPSHOT_LINES,
+)
+
+
+def _prefixed(exc: InvalidEntry, prefix: str) -> InvalidEntry:
+    """`exc` with `prefix` before its message, of the same class (so its refusal holds)."""
+    return type(exc)(f"{prefix}: {exc}")
 
 
 def canonical_json(obj: Mapping[str, Any]) -> bytes:
@@ -117,17 +218,40 @@ def _name(name: str, value: Any) -> str:
     return str(value)
 
 
-def _optional_text(name: str, value: Any) -> str | None:
-    return None if value is None else _text(name, value)
-
-
 def _number(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _fail(name, f"expected a number, got {_type_name(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        # An integer literal beyond 1e308: JSON allows it, no float holds it.
+        raise _fail(name, "must be finite, got an integer too large for a float") from None
     if not math.isfinite(number):
         raise _fail(name, f"must be finite, got {value}")
     return number
+
+
+def _over(name: str, problem: str) -> OverLimit:
+    return OverLimit(f"field {name!r}: {problem}")
+
+
+def _check_chars(name: str, value: str, limit: int) -> str:
+    if len(value) > limit:
+        raise _over(name, f"{len(value)} characters, more than the limit of {limit}")
+    return value
+
+
+def _text_within(limit: int, *, required: bool = False, optional: bool = False) -> Rule:
+    """A rule for text of at most `limit` characters (non-empty if `required`, or null if
+    `optional`)."""
+
+    def rule(name: str, value: Any) -> str | None:
+        if optional and value is None:
+            return None
+        text = _name(name, value) if required else _text(name, value)
+        return _check_chars(name, text, limit)
+
+    return rule
 
 
 def _optional_number(name: str, value: Any) -> float | None:
@@ -158,6 +282,8 @@ def _hash(name: str, value: Any) -> str:
 def _hash_tuple(name: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list | tuple):
         raise _fail(name, f"expected a list of hashes, got {_type_name(value)}")
+    if len(value) > ATTRIBUTION_MAX_CHUNKS:
+        raise _over(name, f"{len(value)} hashes, more than the limit of {ATTRIBUTION_MAX_CHUNKS}")
     return tuple(_hash(f"{name}[{i}]", item) for i, item in enumerate(value))
 
 
@@ -174,6 +300,10 @@ def _embedding(name: str, value: Any) -> Embedding:
     vector = np.array(value, dtype=np.float32, copy=True)
     if vector.ndim != 1 or vector.shape[0] == 0:
         raise _fail(name, f"expected a non-empty 1-d vector, got shape {value.shape}")
+    if vector.shape[0] > EMBEDDING_DIM_MAX:
+        raise _over(
+            name, f"{vector.shape[0]} dimensions, more than the limit of {EMBEDDING_DIM_MAX}"
+        )
     if not np.all(np.isfinite(vector)):
         raise _fail(name, "contains NaN or infinity")
     vector.setflags(write=False)  # the entry id covers these bytes
@@ -197,9 +327,14 @@ def _optional_forget_pulse(name: str, value: Any) -> SalientPulse | None:
     return pulse
 
 
+_TITLE: Final = _text_within(TITLE_MAX_CHARS)
+_LABEL: Final = _text_within(LABEL_MAX_CHARS, required=True)
+_OPTIONAL_LABEL: Final = _text_within(LABEL_MAX_CHARS, optional=True)
+_REASON: Final = _text_within(REASON_MAX_CHARS)
+
 _CHANGE_RULES: Final[Mapping[str, Rule]] = {
-    "title": _text,
-    "topic_key": _optional_text,
+    "title": _TITLE,
+    "topic_key": _OPTIONAL_LABEL,
     "pin_floor": _unit_interval,
     "importance": _optional_number,
 }
@@ -221,9 +356,15 @@ def _changes(name: str, value: Any) -> Mapping[str, ChangeValue]:
 # ---- wire decoders for fields whose JSON form differs from the Python value --------
 
 
+#: Base64 characters of the widest embedding accepted.
+_EMBEDDING_B64_MAX_CHARS: Final = 4 * -(-4 * EMBEDDING_DIM_MAX // 3)
+
+
 def _embedding_from_wire(name: str, value: Any) -> Embedding:
     if not isinstance(value, str):
         raise _fail(name, f"expected base64 text, got {_type_name(value)}")
+    if len(value) > _EMBEDDING_B64_MAX_CHARS:
+        raise _over(name, f"more than {EMBEDDING_DIM_MAX} float32 values")
     try:
         raw = base64.b64decode(value, validate=True)
     except ValueError as exc:
@@ -237,9 +378,16 @@ def _pulse_from_wire(name: str, value: Any) -> SalientPulse:
     if not isinstance(value, dict):
         raise _fail(name, f"expected a pulse object, got {_type_name(value)}")
     try:
-        return SalientPulse.from_json(value)
+        pulse = SalientPulse.from_json(value)
     except InvalidPulse as exc:
         raise _fail(name, f"invalid pulse: {exc}") from None
+    # Sizes only: the invariants are the receiver's to check when it applies the pulse.
+    dim = pulse.seed_embedding.shape[0]
+    if dim > EMBEDDING_DIM_MAX:
+        raise _over(name, f"seed_embedding: {dim} dimensions, more than {EMBEDDING_DIM_MAX}")
+    _check_chars(f"{name}.reason", pulse.reason, REASON_MAX_CHARS)
+    _check_chars(f"{name}.index_version", pulse.index_version, INDEX_VERSION_MAX_CHARS)
+    return pulse
 
 
 def _optional_pulse_from_wire(name: str, value: Any) -> SalientPulse | None:
@@ -286,13 +434,15 @@ class EntryBase:
         try:
             check_hlc(self.hlc, "hlc")
             check_signature_fields(self.key_id, self.sig)
-        except (InvalidHlc, InvalidEntry) as exc:
+        except InvalidHlc as exc:
             raise InvalidEntry(f"{self.KIND} entry: {exc}") from None
+        except InvalidEntry as exc:
+            raise _prefixed(exc, f"{self.KIND} entry") from None
         for name, rule in (("origin", _peer), *self.RULES.items()):
             try:
                 normalised = rule(name, getattr(self, name))
             except InvalidEntry as exc:
-                raise InvalidEntry(f"{self.KIND} entry: {exc}") from None
+                raise _prefixed(exc, f"{self.KIND} entry") from None
             object.__setattr__(self, name, normalised)
 
     def body(self) -> dict[str, Any]:
@@ -366,7 +516,7 @@ class EntryBase:
             try:
                 values[name] = obj[name] if decode is None else decode(name, obj[name])
             except InvalidEntry as exc:
-                raise InvalidEntry(f"{cls.KIND} entry: {exc}") from None
+                raise _prefixed(exc, f"{cls.KIND} entry") from None
         return cls(
             hlc=obj["hlc"],
             origin=obj["origin"],
@@ -393,19 +543,19 @@ class AssertEntry(EntryBase):
     KIND: ClassVar[str] = "assert"
     RULES: ClassVar[Mapping[str, Rule]] = {
         "content_hash": _hash,
-        "title": _text,
-        "content": _text,
-        "obs_type": _name,
-        "project": _optional_text,
-        "scope": _name,
-        "topic_key": _optional_text,
-        "session_id": _optional_text,
-        "tool_name": _optional_text,
-        "chunk_kind": _name,
+        "title": _TITLE,
+        "content": _text_within(CONTENT_MAX_CHARS),
+        "obs_type": _LABEL,
+        "project": _OPTIONAL_LABEL,
+        "scope": _LABEL,
+        "topic_key": _OPTIONAL_LABEL,
+        "session_id": _OPTIONAL_LABEL,
+        "tool_name": _OPTIONAL_LABEL,
+        "chunk_kind": _LABEL,
         "pin_floor": _unit_interval,
         "embedding": _embedding,
-        "model_id": _name,
-        "index_version": _name,
+        "model_id": _LABEL,
+        "index_version": _text_within(INDEX_VERSION_MAX_CHARS, required=True),
     }
     WIRE_DECODERS: ClassVar[Mapping[str, Rule]] = {"embedding": _embedding_from_wire}
 
@@ -430,7 +580,7 @@ class SupersedeEntry(EntryBase):
     """`new_hash` replaces `old_hash`: the new chunk inherits salience, the old is tombstoned."""
 
     KIND: ClassVar[str] = "supersede"
-    RULES: ClassVar[Mapping[str, Rule]] = {"old_hash": _hash, "new_hash": _hash, "reason": _text}
+    RULES: ClassVar[Mapping[str, Rule]] = {"old_hash": _hash, "new_hash": _hash, "reason": _REASON}
 
     old_hash: str
     new_hash: str
@@ -462,7 +612,7 @@ class TombstoneEntry(EntryBase):
     KIND: ClassVar[str] = "tombstone"
     RULES: ClassVar[Mapping[str, Rule]] = {
         "content_hash": _hash,
-        "reason": _text,
+        "reason": _REASON,
         "collectable_after_ms": _optional_ms,
         "forget_pulse": _optional_forget_pulse,
     }
@@ -506,7 +656,7 @@ class OutcomeEntry(EntryBase):
         "decision_hash": _hash,
         "reward": _number,
         "observer_peer": _peer,
-        "reason": _text,
+        "reason": _REASON,
         "cited": _hash_tuple,
     }
     OPTIONAL: ClassVar[Mapping[str, Any]] = {"cited": ()}
@@ -532,7 +682,7 @@ class RetrievalKeyEntry(EntryBase):
         "decision_hash": _hash,
         "chunk_hash": _hash,
         "embedding": _embedding,
-        "text": _optional_text,
+        "text": _text_within(DECISION_TEXT_MAX_CHARS, optional=True),
         "amount": _number,
     }
     WIRE_DECODERS: ClassVar[Mapping[str, Rule]] = {"embedding": _embedding_from_wire}
@@ -557,7 +707,7 @@ class AttributionEntry(EntryBase):
     RULES: ClassVar[Mapping[str, Rule]] = {
         "decision_hash": _hash,
         "chunk_hashes": _hash_tuple,
-        "decision_text": _text,
+        "decision_text": _text_within(DECISION_TEXT_MAX_CHARS),
     }
 
     decision_hash: str
@@ -623,9 +773,14 @@ def decode_entry(obj: Mapping[str, Any]) -> Entry:
     if not isinstance(claimed_id, str) or _ID_RE.fullmatch(claimed_id) is None:
         raise InvalidEntry(f"field 'id': expected {ENTRY_ID_HEX_LEN} lowercase hex digits")
     entry = entry_type.from_wire(obj)
-    if entry.id != claimed_id:
+    try:
+        entry_id = entry.id
+    except ValueError as exc:
+        # A value no canonical line can hold (NaN or infinity inside a forget pulse).
+        raise InvalidEntry(f"{entry.KIND} entry: not canonical JSON: {exc}") from None
+    if entry_id != claimed_id:
         raise InvalidEntry(
-            f"id mismatch: the line says {claimed_id}, its content hashes to {entry.id}"
+            f"id mismatch: the line says {claimed_id}, its content hashes to {entry_id}"
         )
     return entry
 
@@ -641,6 +796,7 @@ class RejectedLine:
 
     line_no: int
     reason: str
+    refusal: Refusal = Refusal.MALFORMED_LINE
 
 
 @dataclass
@@ -744,9 +900,25 @@ def _skip_reason(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
+def parse_json(line: str | bytes) -> Any:
+    """The JSON value of one line; ValueError for anything that is not plain JSON.
+
+    NaN and infinities are refused (no canonical line can hold them), and so is nesting
+    too deep for the parser: one hostile line must not fail a whole segment.
+    """
+    try:
+        return json.loads(line, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _decode_line(line: str, line_no: int, into: DecodedSegment) -> None:
     try:
-        obj = json.loads(line)
+        obj = parse_json(line)
     except ValueError as exc:
         into.rejected.append(RejectedLine(line_no, f"invalid JSON: {exc}"))
         return
@@ -767,39 +939,99 @@ def _decode_line(line: str, line_no: int, into: DecodedSegment) -> None:
     try:
         into.entries.append(decode_entry(obj))
     except InvalidEntry as exc:
-        into.rejected.append(RejectedLine(line_no, str(exc)))
+        into.rejected.append(RejectedLine(line_no, str(exc), exc.refusal))
 
 
-def _decompress(data: bytes) -> bytes:
+class _LineReader:
+    """The lines of a gzip'd payload, one at a time, within SegmentLimits.
+
+    Yields (line without its newline, or None when the line was longer than
+    MAX_LINE_BYTES and was skipped). `digest_from(n)` starts hashing every byte of the
+    payload after line n, so a seal can be checked without holding the payload.
+    """
+
+    def __init__(self, data: bytes, limits: SegmentLimits) -> None:
+        self.limits = limits
+        self._stream = gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")
+        self.expanded = 0
+        self.lines = 0
+        self.hasher: Any = None
+
+    def _read(self, size: int) -> bytes:
+        chunk = self._stream.readline(size)
+        self.expanded += len(chunk)
+        if self.expanded > self.limits.expanded_bytes:
+            raise CorruptSegment(
+                f"segment expands beyond {self.limits.expanded_bytes} bytes",
+                Refusal.SEGMENT_TOO_LARGE,
+            )
+        if self.hasher is not None:
+            self.hasher.update(chunk)
+        return chunk
+
+    def __iter__(self) -> Iterator[bytes | None]:
+        with self._stream:
+            while True:
+                line = self._read(MAX_LINE_BYTES + 1)
+                if not line:
+                    return
+                self.lines += 1
+                if self.lines > self.limits.lines:
+                    raise CorruptSegment(
+                        f"segment has more than {self.limits.lines} lines",
+                        Refusal.SEGMENT_TOO_MANY_LINES,
+                    )
+                if line.endswith(b"\n"):
+                    yield line[:-1]
+                elif len(line) <= MAX_LINE_BYTES:
+                    yield line  # the last line, without a newline
+                else:
+                    self._skip_rest_of_line()
+                    yield None
+
+    def _skip_rest_of_line(self) -> None:
+        while True:
+            chunk = self._read(_SKIP_CHUNK_BYTES)
+            if not chunk or chunk.endswith(b"\n"):
+                return
+
+
+def decode_segment(data: bytes, limits: SegmentLimits = SEGMENT_LIMITS) -> DecodedSegment:
+    """Every line of a segment, read lazily within `limits`.
+
+    Raises CorruptSegment (its `refusal` says why) for a segment that is not gzip'd
+    UTF-8, or is beyond `limits`; a line beyond a limit is rejected alone.
+    """
+    if len(data) > limits.compressed_bytes:
+        raise CorruptSegment(
+            f"segment has {len(data)} bytes, more than the limit of {limits.compressed_bytes}",
+            Refusal.SEGMENT_TOO_LARGE,
+        )
+    decoded = DecodedSegment()
+    reader = _LineReader(data, limits)
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as stream:
-            payload = stream.read(MAX_SEGMENT_BYTES + 1)
+        for raw in reader:
+            line_no = reader.lines
+            if raw is None:
+                problem = f"line is longer than {MAX_LINE_BYTES} bytes"
+                decoded.rejected.append(RejectedLine(line_no, problem, Refusal.LINE_TOO_LONG))
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CorruptSegment(f"segment is not UTF-8 text: {exc}") from None
+            if line_no == 1:
+                reader.hasher = blake3.blake3()
+                seal = _seal_or_none(line) if line.startswith("{") else None
+                if seal is not None:
+                    decoded.seal = seal
+                    continue
+            if line.strip():
+                _decode_line(line, line_no, decoded)
     except (OSError, EOFError, zlib.error) as exc:
         raise CorruptSegment(f"segment is not valid gzip: {exc or type(exc).__name__}") from None
-    if len(payload) > MAX_SEGMENT_BYTES:
-        raise CorruptSegment(f"segment expands beyond {MAX_SEGMENT_BYTES} bytes")
-    return payload
-
-
-def decode_segment(data: bytes) -> DecodedSegment:
-    """Every line of a segment; only a segment that is not gzip'd UTF-8 raises CorruptSegment."""
-    payload = _decompress(data)
-    try:
-        text = payload.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorruptSegment(f"segment is not UTF-8 text: {exc}") from None
-    decoded = DecodedSegment()
-    lines = text.split("\n")
-    first_line = 1
-    if lines and lines[0].startswith("{"):
-        seal = _seal_or_none(lines[0])
-        if seal is not None:
-            decoded.seal = seal
-            decoded.body_digest = payload_digest(payload[len(lines[0].encode("utf-8")) + 1 :])
-            first_line = 2
-    for line_no, line in enumerate(lines[first_line - 1 :], start=first_line):
-        if line.strip():
-            _decode_line(line, line_no, decoded)
+    if decoded.seal is not None:
+        decoded.body_digest = reader.hasher.hexdigest()
     return decoded
 
 
@@ -807,7 +1039,7 @@ def _seal_or_none(line: str) -> SegmentSeal | None:
     """The seal a first line holds; None when it is an ordinary line (or a broken seal,
     which then counts as no seal: the receiver's policy decides about unsealed segments)."""
     try:
-        obj = json.loads(line)
+        obj = parse_json(line)
     except ValueError:
         return None
     if not isinstance(obj, dict) or obj.get("kind") != SEAL_KIND or obj.get("v") != SIGNED_VERSION:

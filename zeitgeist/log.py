@@ -16,6 +16,13 @@ Guarantees (DESIGN.md section 4):
 * Compaction folds segments older than every live peer's cursor (minus the
   window) into a snapshot, writes it, and only then deletes what it folded;
   a new peer bootstraps from the newest snapshot.
+* Nothing read can move a reader past real segments: keys dated beyond the allowed
+  clock skew are deferred, a cursor is never trusted beyond the wall clock (listing
+  and compaction start from min(cursor, now) - window), and a snapshot is taken only
+  if sealed, not dated after now, holding no entry dated after itself, and holding
+  everything the snapshot before it held.
+* Every refusal (a malformed key, a key from the future, a segment or line beyond
+  its limits) is counted each time and logged once per object.
 
 Crash safety of publishing rests on the caller: persist a PreparedSegment before
 publish() and, after a crash, publish that same object again. Preparing new
@@ -29,20 +36,27 @@ import contextlib
 import enum
 import json
 import logging
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from zeitgeist.backend import KeyExists, LogBackend, PreconditionFailed
 from zeitgeist.entries import (
+    SEGMENT_LIMITS,
+    SNAPSHOT_LIMITS,
     CorruptSegment,
     DecodedSegment,
     Entry,
+    PulseEntry,
+    Refusal,
+    SegmentLimits,
     SegmentSeal,
+    TombstoneEntry,
     canonical_json,
     decode_segment,
     encode_segment,
+    parse_json,
     payload_digest,
 )
 from zeitgeist.hlc import (
@@ -84,6 +98,10 @@ DEFAULT_LEASE_TTL_MS: Final = 120_000
 #: broken clock or a corrupt key must not drag every peer's HLC into the future.
 DEFAULT_MAX_FUTURE_MS: Final = 3_600_000
 HEARTBEAT_FORMAT_VERSION: Final = 1
+#: Largest heartbeat read: a few hundred bytes are written.
+MAX_HEARTBEAT_BYTES: Final = 64 * 1024
+#: Objects remembered so each refusal is logged once (the counters count them all).
+LOGGED_OBJECTS_MEMORY: Final = 4_096
 
 logger = logging.getLogger(__name__)
 
@@ -164,8 +182,12 @@ class Heartbeat:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Heartbeat:
+        if len(data) > MAX_HEARTBEAT_BYTES:
+            raise InvalidHeartbeat(
+                f"heartbeat has {len(data)} bytes, more than the limit of {MAX_HEARTBEAT_BYTES}"
+            )
         try:
-            obj = json.loads(data)
+            obj = parse_json(data)
         except ValueError as exc:
             raise InvalidHeartbeat(f"heartbeat is not JSON: {exc}") from None
         if not isinstance(obj, dict):
@@ -243,6 +265,27 @@ class _Gathered:
     vanished: bool = False
 
 
+class LogOnce:
+    """Remembers the most recent objects logged about, so each is logged once."""
+
+    def __init__(self, memory: int = LOGGED_OBJECTS_MEMORY) -> None:
+        self.memory = memory
+        self._logged: OrderedDict[str, None] = OrderedDict()
+
+    def first_time(self, object_key: str) -> bool:
+        if object_key in self._logged:
+            self._logged.move_to_end(object_key)
+            return False
+        self._logged[object_key] = None
+        if len(self._logged) > self.memory:
+            self._logged.popitem(last=False)
+        return True
+
+
+#: Told of every refusal, by label and count (the daemon counts them in its metrics).
+RefusalCounter = Callable[[str, int], None]
+
+
 def _positive(value: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidSetting(f"{name} must be a positive number of milliseconds, got {value!r}")
@@ -265,12 +308,16 @@ class Zeitgeist:
         max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
         signer: Signer | None = None,
         verifier: Verifier | None = None,
+        segment_limits: SegmentLimits = SEGMENT_LIMITS,
+        snapshot_limits: SegmentLimits = SNAPSHOT_LIMITS,
+        on_refused: RefusalCounter | None = None,
     ) -> None:
         """`wall_ms` is the caller's clock (ms since the epoch): lateness of a write and the
         horizon of deferred keys are measured against it, so tests can simulate time.
 
         With a `signer`, this peer's own entries are signed and every segment and snapshot
         it writes is sealed; with a `verifier`, snapshots whose seal fails are passed over.
+        `on_refused` is told of every refusal (label, count) beside `counters`.
         """
         self.backend = backend
         self.peer_id = validate_peer_id(peer_id)
@@ -282,8 +329,26 @@ class Zeitgeist:
         self._wall_ms = wall_ms
         self.signer = signer
         self.verifier = verifier
+        self.segment_limits = segment_limits
+        self.snapshot_limits = snapshot_limits
+        self._on_refused = on_refused
+        self._logged = LogOnce()
         #: Things skipped rather than failed on, by reason (for metrics).
         self.counters: Counter[str] = Counter()
+
+    def _refused(
+        self, object_key: str, label: str, detail: str, count: int = 1, *, counter: str = ""
+    ) -> None:
+        """Count a refusal every time, under `counter` (default: `label`), and log it once
+        per object: the same bad object met every cycle must not write a line every cycle."""
+        self.counters[counter or label] += count
+        if self._on_refused is not None:
+            self._on_refused(label, count)
+        if self._logged.first_time(f"{object_key}\0{label}"):
+            logger.warning("refused %s (%s): %s", object_key, label, detail)
+
+    def _now_hlc(self) -> int:
+        return hlc_from_ms(self._wall_ms())
 
     @property
     def window_hlc(self) -> int:
@@ -416,27 +481,37 @@ class Zeitgeist:
 
     # ---- reading ----------------------------------------------------------------
 
+    def listing_start(self, cursor_hlc: int) -> int:
+        """Where a poll from `cursor_hlc` lists: a window before the cursor, and never
+        after a window before the wall clock. A cursor moved ahead by a key dated in the
+        future (within the allowed skew) must not hide the real segments written after."""
+        trusted = min(check_hlc(cursor_hlc, "cursor_hlc"), self._now_hlc())
+        return max(0, trusted - self.window_hlc)
+
     def poll(self, cursor_hlc: int, is_applied: Callable[[str], bool]) -> list[str]:
-        """Unapplied segment keys from `cursor_hlc - window` on, ascending; one listing.
+        """Unapplied segment keys from `listing_start(cursor_hlc)` on, ascending; one listing.
 
         Keys stamped more than `max_future_ms` ahead of this peer's wall clock are
         deferred (not returned, not observed) until the wall clock comes close.
         """
-        start_hlc = max(0, check_hlc(cursor_hlc, "cursor_hlc") - self.window_hlc)
+        start_hlc = self.listing_start(cursor_hlc)
         fresh: list[str] = []
         horizon_ahead = hlc_from_ms(self._wall_ms() + self.max_future_ms)
         for key in self.backend.list_after(SEGMENT_PREFIX, segment_listing_start(start_hlc)):
             try:
                 parsed = parse_segment_key(key)
             except InvalidKey as exc:
-                self.counters["segment_key_malformed"] += 1
-                logger.warning("ignoring a malformed segment key: %s", exc)
+                self._refused(key, Refusal.MALFORMED_KEY, str(exc), counter="segment_key_malformed")
                 continue
             if parsed.hlc > horizon_ahead:
                 # Observing it would drag every clock (and cursor) of the mesh that far
                 # ahead; the key is left for a later poll, once the wall clock is near it.
-                self.counters["segment_from_the_future"] += 1
-                logger.warning("deferring %s: its time is beyond the allowed clock skew", key)
+                self._refused(
+                    key,
+                    Refusal.FROM_THE_FUTURE,
+                    "deferred: its time is beyond the allowed clock skew",
+                    counter="segment_from_the_future",
+                )
                 continue
             self.clock.observe(parsed.hlc)
             if not is_applied(key):
@@ -444,12 +519,28 @@ class Zeitgeist:
         return fresh
 
     def fetch(self, key: str) -> DecodedSegment:
-        """Read and decode one segment.
+        """Read and decode one segment within `segment_limits`.
 
-        Raises CorruptSegment for bytes that are not a segment, and KeyError if the
-        segment was compacted away meanwhile (its entries are in the newest snapshot).
+        Raises CorruptSegment for bytes that are not a segment or are beyond the limits,
+        and KeyError if the segment was compacted away meanwhile (its entries are in the
+        newest snapshot). Every refusal, of the segment or of its lines, is counted and
+        logged once.
         """
-        return decode_segment(self.backend.read(key))
+        return self._read_decoded(key, self.segment_limits)
+
+    def _read_decoded(self, key: str, limits: SegmentLimits) -> DecodedSegment:
+        try:
+            decoded = decode_segment(self.backend.read(key), limits)
+        except CorruptSegment as exc:
+            self._refused(key, exc.refusal, str(exc))
+            raise
+        by_refusal = Counter(line.refusal for line in decoded.rejected)
+        for refusal, count in sorted(by_refusal.items()):
+            first = next(line for line in decoded.rejected if line.refusal is refusal)
+            self._refused(
+                key, refusal, f"{count} line(s), line {first.line_no}: {first.reason}", count
+            )
+        return decoded
 
     # ---- heartbeats -------------------------------------------------------------
 
@@ -473,8 +564,7 @@ class Zeitgeist:
             except KeyError:
                 continue  # removed between listing and reading
             except (InvalidKey, InvalidHeartbeat) as exc:
-                self.counters["heartbeat_unreadable"] += 1
-                logger.warning("skipping heartbeat %s: %s", key, exc)
+                self._refused(key, "heartbeat_unreadable", str(exc))
                 continue
             beats.append(beat)
         return beats
@@ -486,32 +576,84 @@ class Zeitgeist:
     # ---- snapshots and compaction -------------------------------------------------
 
     def latest_snapshot(self) -> Snapshot | None:
-        """The newest readable snapshot; an unreadable one falls back to the one before."""
+        """The newest snapshot to trust; one that is not falls back to the one before.
+
+        A snapshot is trusted when it is readable within `snapshot_limits`, its seal holds,
+        it is not dated after this peer's wall clock (a new peer polls from its time: one
+        dated in the future would make it deaf until then), no entry in it is dated after
+        it, and it holds every entry the next older trusted snapshot held (folding drops
+        only pulses, which expire, and the Forget pulses of tombstones).
+        """
         keys = []
         for key in self.backend.list_after(SNAPSHOT_PREFIX, ""):
             try:
-                keys.append((parse_snapshot_key(key), key))
-            except InvalidKey:
-                self.counters["snapshot_key_malformed"] += 1
-        for parsed, key in sorted(keys, reverse=True):
-            try:
-                decoded = self.fetch(key)
-            except KeyError:
+                keys.append((parse_snapshot_key(key).hlc, key))
+            except InvalidKey as exc:
+                self._refused(
+                    key, Refusal.MALFORMED_KEY, str(exc), counter="snapshot_key_malformed"
+                )
+        candidates = sorted(keys, reverse=True)
+        read: dict[str, Snapshot | None] = {}
+
+        def trusted(index: int) -> Snapshot | None:
+            hlc, key = candidates[index]
+            if key not in read:
+                read[key] = self._trusted_snapshot(key, hlc)
+            return read[key]
+
+        for index in range(len(candidates)):
+            snapshot = trusted(index)
+            if snapshot is None:
                 continue
-            except CorruptSegment as exc:
-                self.counters["snapshot_corrupt"] += 1
-                logger.error("snapshot %s is unreadable, trying an older one: %s", key, exc)
-                continue
-            problem = self.seal_problem(key, decoded)
-            if problem is not None:
-                self.counters[f"snapshot_rejected:{problem.reason.value}"] += 1
-                logger.error("snapshot %s is not trusted, trying an older one: %s", key, problem)
-                continue
-            self.counters["snapshot_rejected_lines"] += len(decoded.rejected)
-            return Snapshot(
-                key=key, hlc=parsed.hlc, entries=decoded.entries, unknown=decoded.unknown
+            older = next(
+                (s for s in map(trusted, range(index + 1, len(candidates))) if s is not None),
+                None,
             )
+            lost = [] if older is None else _dropped_by(snapshot, older)
+            if lost:
+                self._refused(
+                    snapshot.key,
+                    Refusal.SNAPSHOT_INCONSISTENT,
+                    f"lacks {len(lost)} entries of {older.key if older else ''} "
+                    f"(first {lost[0]}); trying an older one",
+                )
+                continue
+            return snapshot
         return None
+
+    def _trusted_snapshot(self, key: str, hlc: int) -> Snapshot | None:
+        """Snapshot `key` if it is readable, sealed, not from the future and holds no entry
+        dated after itself; None (refusal counted and logged once) otherwise."""
+        if hlc > self._now_hlc():
+            self._refused(key, Refusal.FROM_THE_FUTURE, "snapshot dated after the wall clock")
+            return None
+        try:
+            decoded = self._read_decoded(key, self.snapshot_limits)
+        except KeyError:
+            return None
+        except CorruptSegment:
+            self.counters["snapshot_corrupt"] += 1
+            return None
+        late = next((entry for entry in decoded.entries if entry.hlc > hlc), None)
+        if late is not None:
+            # It folds segments dated before it, so it cannot hold this entry.
+            self._refused(
+                key,
+                Refusal.SNAPSHOT_INCONSISTENT,
+                f"holds {late.KIND} entry {late.id} dated {late.hlc:016x}, after the snapshot",
+            )
+            return None
+        problem = self.seal_problem(key, decoded)
+        if problem is not None:
+            self._refused(
+                key,
+                problem.reason.value,
+                f"not trusted, trying an older one: {problem}",
+                counter=f"snapshot_rejected:{problem.reason.value}",
+            )
+            return None
+        self.counters["snapshot_rejected_lines"] += len(decoded.rejected)
+        return Snapshot(key=key, hlc=hlc, entries=decoded.entries, unknown=decoded.unknown)
 
     def bootstrap(self) -> Snapshot | None:
         """What a new (or long-silent) peer reads first; it then polls from snapshot.hlc."""
@@ -531,7 +673,9 @@ class Zeitgeist:
         live = self.live_peers(now_ms)
         if not live:
             return CompactionReport(CompactionOutcome.NO_LIVE_PEERS)
-        horizon = max(0, min(beat.cursor_hlc for beat in live) - self.window_hlc)
+        # A cursor dated ahead of the wall clock (moved by a key from the future) must not
+        # let compaction delete real segments before their readers list them.
+        horizon = self.listing_start(min(beat.cursor_hlc for beat in live))
         previous = self.latest_snapshot()
         if previous is not None and horizon <= previous.hlc:
             return CompactionReport(CompactionOutcome.NOTHING_TO_FOLD, horizon_hlc=horizon)
@@ -602,9 +746,9 @@ class Zeitgeist:
             except KeyError:
                 gathered.vanished = True
                 return gathered
-            except CorruptSegment as exc:
-                # Kept, not deleted: the bytes may still help someone diagnose it.
-                logger.error("compaction leaves corrupt segment %s in place: %s", key, exc)
+            except CorruptSegment:
+                # Kept, not deleted: the bytes may still help someone diagnose it (fetch
+                # has counted it and logged it once).
                 gathered.corrupt.append(key)
                 continue
             gathered.keys.append(parsed)
@@ -663,10 +807,22 @@ class Zeitgeist:
             self.backend.write_versioned(LEASE_KEY, self._lease_body(0), expect=current.etag)
 
 
+def _dropped_by(newer: Snapshot, older: Snapshot) -> list[str]:
+    """Ids of entries of `older` that `newer` lacks though folding would have kept them."""
+    kept = {entry.id for entry in newer.entries}
+    return [
+        entry.id
+        for entry in older.entries
+        if entry.id not in kept
+        and not isinstance(entry, PulseEntry)
+        and not (isinstance(entry, TombstoneEntry) and entry.forget_pulse is not None)
+    ]
+
+
 def _parse_lease(data: bytes) -> tuple[str | None, int]:
     """(holder, expires_ms); an unreadable lease counts as expired so it can be taken over."""
     try:
-        obj = json.loads(data)
+        obj = parse_json(data)
         holder, expires_ms = obj["holder"], obj["expires_ms"]
     except (ValueError, KeyError, TypeError):
         return None, 0
