@@ -13,7 +13,8 @@ Targets (structure-aware: each case starts from a valid input and breaks it):
   shapes: a compressed bomb, a payload of MAX_SEGMENT_BYTES newlines, one huge line.
 * snapshot: Zeitgeist.latest_snapshot over a directory log whose newest snapshot is
   mutated (it must fall back to the older sound one exactly when the newest is
-  corrupt), fold_entries, and Heartbeat.from_bytes.
+  corrupt, holds an entry dated after itself, or lacks an entry of the older one),
+  fold_entries, and Heartbeat.from_bytes.
 * pulse: SalientPulse.validate, validate_parameters and Outcome / Attribution validate
   over arbitrary floats, ints and strings, and SalientPulse.from_json over mutated wire
   pulses: a valid pulse is within every bound, a refusal is InvalidPulse naming a field.
@@ -90,6 +91,7 @@ from zeitgeist.directory import DirectoryBackend
 from zeitgeist.entries import (
     ENTRY_TYPES,
     MAX_SEGMENT_BYTES,
+    SNAPSHOT_LIMITS,
     AssertEntry,
     AttributionEntry,
     CorruptSegment,
@@ -494,6 +496,11 @@ def valid_entry(rng: random.Random, kind: str | None = None) -> Entry:
     )
 
 
+def dated_by(entry: Entry, hlc: int) -> Entry:
+    """`entry`, dated no later than `hlc` (as in a snapshot or segment of that time)."""
+    return entry if entry.hlc <= hlc else dataclasses.replace(entry, hlc=hlc)
+
+
 def pulse_wire_id(pulse: Mapping[str, Any]) -> str:
     """The id a pulse's wire object would carry, for mutations meant to get past the id check."""
     body = {k: v for k, v in pulse.items() if k != "pulse_id"}
@@ -647,7 +654,8 @@ def payload_shapes(rng: random.Random, payload: bytes) -> bytes:
 class SegmentReader(Target):
     name = "segment"
     time_limit_s = 60.0
-    #: The reader holds the payload, its text and the split lines: a few times the input.
+    #: A heavy case builds its input in the case (up to 256 MiB and its gzip); the reader
+    #: adds one line at a time and the entries it keeps.
     memory_limit_mib = 1024.0
 
     def heavy_shapes(self) -> list[tuple[str, Callable[[], bytes]]]:
@@ -720,9 +728,11 @@ class SnapshotReader(Target):
         clock = HybridLogicalClock(lambda: BASE_MS)
         self.log = Zeitgeist(self.backend, "reader", clock, wall_ms=lambda: BASE_MS)
         rng = random.Random("older snapshot")
-        self.older_entries = [valid_entry(rng) for _ in range(4)]
-        self.older_key = snapshot_key(hlc_from_ms(BASE_MS - 10_000), "peer_a")
-        self.newest_key = snapshot_key(hlc_from_ms(BASE_MS), "peer_b")
+        older_hlc = hlc_from_ms(BASE_MS - 10_000)
+        self.newest_hlc = hlc_from_ms(BASE_MS)
+        self.older_entries = [dated_by(valid_entry(rng), older_hlc) for _ in range(4)]
+        self.older_key = snapshot_key(older_hlc, "peer_a")
+        self.newest_key = snapshot_key(self.newest_hlc, "peer_b")
         self.backend.write_overwrite(self.older_key, encode_segment(self.older_entries))
 
     def case(self, rng: random.Random, number: int) -> Case:
@@ -736,7 +746,10 @@ class SnapshotReader(Target):
             beat = Heartbeat("peer_a", rng.randrange(HLC_MAX), BASE_MS, "m/384", None, 3)
             data = self.mutated_heartbeat(rng, beat)
             return Case(lambda: f"heartbeat {data!r}", lambda: self.heartbeat(data))
-        data = encode_segment(entries)
+        # What a compactor writes: the older snapshot's entries and later ones, all dated
+        # before the snapshot (mutations then break that, or not).
+        folded = self.older_entries + [dated_by(e, self.newest_hlc) for e in entries]
+        data = encode_segment(folded if rng.random() < 0.8 else entries)
         if rng.random() < 0.8:
             data = (
                 mutate_bytes(rng, data)
@@ -757,15 +770,26 @@ class SnapshotReader(Target):
     def latest(self, data: bytes) -> Verdict:
         self.backend.write_overwrite(self.newest_key, data)
         try:
-            expected: Sequence[Entry] | None = decode_segment(data).entries
+            expected: Sequence[Entry] | None = decode_segment(data, SNAPSHOT_LIMITS).entries
         except CorruptSegment:
             expected = None
+        if expected is not None:
+            held = {entry.id for entry in expected}
+            lost = [
+                e.id
+                for e in self.older_entries
+                if e.id not in held
+                and not isinstance(e, PulseEntry)
+                and not (isinstance(e, TombstoneEntry) and e.forget_pulse is not None)
+            ]
+            if lost or any(entry.hlc > self.newest_hlc for entry in expected):
+                expected = None
         found = self.log.latest_snapshot()
         require(found is not None, "no snapshot found although a sound older one exists")
         assert found is not None
         if expected is None:
-            require(found.key == self.older_key, f"a corrupt newest snapshot gave {found.key}")
-            return Verdict(False, "the newest snapshot is corrupt: fell back to the older one")
+            require(found.key == self.older_key, f"a refusable newest snapshot gave {found.key}")
+            return Verdict(False, "the newest snapshot is refused: fell back to the older one")
         require(
             found.key == self.newest_key, f"a readable newest snapshot was passed over: {found.key}"
         )
