@@ -25,6 +25,7 @@ from pulses.sweep import SweepMix
 from store.database import CHUNK_KINDS
 from store.embedder import DEFAULT_MODEL
 from store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M
+from zeitgeist.entries import SegmentLimits
 
 
 class ConfigError(ValueError):
@@ -80,6 +81,12 @@ class ZeitgeistConfig:
     liveness_timeout_s: float = defaults.LIVENESS_TIMEOUT_S
     compaction_interval_s: float = defaults.COMPACTION_INTERVAL_S
     adopt_remote_chunks: bool = False
+    max_segment_bytes: int = defaults.ZEITGEIST_MAX_SEGMENT_BYTES
+    max_segment_expanded_bytes: int = defaults.ZEITGEIST_MAX_SEGMENT_EXPANDED_BYTES
+    max_segment_lines: int = defaults.ZEITGEIST_MAX_SEGMENT_LINES
+    max_snapshot_bytes: int = defaults.ZEITGEIST_MAX_SNAPSHOT_BYTES
+    max_snapshot_expanded_bytes: int = defaults.ZEITGEIST_MAX_SNAPSHOT_EXPANDED_BYTES
+    max_snapshot_lines: int = defaults.ZEITGEIST_MAX_SNAPSHOT_LINES
     s3: S3Config = field(default_factory=S3Config)
     redis: RedisConfig = field(default_factory=RedisConfig)
 
@@ -88,12 +95,32 @@ class ZeitgeistConfig:
         _positive("zeitgeist.window_s", self.window_s)
         _positive("zeitgeist.liveness_timeout_s", self.liveness_timeout_s)
         _positive("zeitgeist.compaction_interval_s", self.compaction_interval_s)
+        for kind in ("segment", "snapshot"):
+            for limit in ("bytes", "expanded_bytes", "lines"):
+                name = f"max_{kind}_{limit}"
+                _positive(f"zeitgeist.{name}", getattr(self, name))
+        if self.max_segment_lines <= defaults.MAX_ENTRIES_PER_SEGMENT:
+            # A peer's own segments hold up to that many entries and a seal line.
+            raise ConfigError(
+                f"zeitgeist.max_segment_lines must be > {defaults.MAX_ENTRIES_PER_SEGMENT} "
+                f"(the entries a cycle publishes in one segment), got {self.max_segment_lines}"
+            )
         if self.backend == "s3" and not self.s3.bucket:
             raise ConfigError("zeitgeist.s3.bucket must be set when zeitgeist.backend = 's3'")
         if self.backend == "redis" and not self.redis.url.startswith(
             ("redis://", "rediss://", "unix://")
         ):
             raise ConfigError(f"zeitgeist.redis.url {self.redis.url!r} is not a redis:// URL")
+
+    def segment_limits(self) -> SegmentLimits:
+        return SegmentLimits(
+            self.max_segment_bytes, self.max_segment_expanded_bytes, self.max_segment_lines
+        )
+
+    def snapshot_limits(self) -> SegmentLimits:
+        return SegmentLimits(
+            self.max_snapshot_bytes, self.max_snapshot_expanded_bytes, self.max_snapshot_lines
+        )
 
 
 @dataclass

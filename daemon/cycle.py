@@ -169,10 +169,7 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
             peer.snapshot_check_due = True
             waiting = foreign[index:]
             break
-        for bad in decoded.rejected:
-            log.warning(
-                "entry rejected", extra={"key": key, "line": bad.line_no, "reason": bad.reason}
-            )
+        # Rejected lines were counted and logged, once per segment, by fetch.
         seal_problem = zg.seal_problem(key, decoded)
         if seal_problem is not None:
             st.seal_problems[key] = seal_problem

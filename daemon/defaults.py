@@ -34,6 +34,17 @@ EMBED_BATCH_SIZE: Final = 32
 MAX_EMBED_PER_CYCLE: Final = 4_096
 
 ZEITGEIST_WINDOW_S: Final = 60.0
+#: What one segment read from the zeitgeist may cost: gzip'd bytes, bytes once
+#: decompressed, and lines. A cycle publishes at most MAX_ENTRIES_PER_SEGMENT entries, a
+#: few MiB; a segment beyond any limit is refused whole and counted.
+ZEITGEIST_MAX_SEGMENT_BYTES: Final = 64 * 1024 * 1024
+ZEITGEIST_MAX_SEGMENT_EXPANDED_BYTES: Final = 256 * 1024 * 1024
+ZEITGEIST_MAX_SEGMENT_LINES: Final = 20_000
+#: The same for a snapshot, which folds the whole history (read at start-up and by
+#: compaction).
+ZEITGEIST_MAX_SNAPSHOT_BYTES: Final = 1024 * 1024 * 1024
+ZEITGEIST_MAX_SNAPSHOT_EXPANDED_BYTES: Final = 4 * 1024 * 1024 * 1024
+ZEITGEIST_MAX_SNAPSHOT_LINES: Final = 5_000_000
 LIVENESS_TIMEOUT_S: Final = 600.0
 COMPACTION_INTERVAL_S: Final = 3_600.0
 S3_REGION: Final = "us-east-1"
