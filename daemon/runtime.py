@@ -88,6 +88,12 @@ def save_index(db: Database, index: HnswIndex) -> None:
         db.set_meta(INDEX_IDENTITY_META_KEY, identity)
 
 
+def _count_refused(reason: str, count: int) -> None:
+    """What the zeitgeist refused to read (a segment or line beyond its limits, a key from
+    the future, an untrusted snapshot), counted beside the entries refused."""
+    metrics.ENTRIES_REJECTED.labels(reason).inc(count)
+
+
 def _warn_unusable_index(unusable: IndexUnusable, *, rebuilt: bool) -> None:
     # A stale index is routine (commands wrote the database while the daemon was
     # stopped); only damage, a foreign file or a lost save deserves a warning.
@@ -244,6 +250,9 @@ class Runtime:
             wall_ms=self.clock.now_ms,
             signer=signer,
             verifier=verifier,
+            segment_limits=self.config.zeitgeist.segment_limits(),
+            snapshot_limits=self.config.zeitgeist.snapshot_limits(),
+            on_refused=_count_refused,
         )
         return Peer(
             self,
