@@ -26,7 +26,6 @@ from pulses.keys import alive
 from pulses.outcome import decision_hash
 from pulses.ranking import Candidate, Ranked, lexical_ranks, rank_candidates
 from store import keys as key_store
-from store import tiers
 from store.database import Database
 from store.index import HnswIndex
 from store.lexical import LEARNED_COLUMN, search_lexical
@@ -302,12 +301,7 @@ def _vector_candidates(
 
 
 def _cold_candidates(rt: Runtime, vector: Vector, n: int, stamp: str) -> list[int]:
-    cached = rt.recall_cache.get("cold", stamp)
-    if cached is None:
-        cached = rt.recall_cache.put(
-            "cold", stamp, tiers.cold_vectors(rt.db, rt.embedder.index_version, rt.embedder.dim)
-        )
-    labels, vectors = cached
+    labels, vectors = rt.cold_vectors(stamp)
     return _nearest(labels, vectors, vector, n)
 
 

@@ -10,12 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+import numpy as np
+import numpy.typing as npt
+
 from daemon import metrics
 from daemon.clock import Clock, clock_from_config
 from daemon.config import Config
 from daemon.health import BackendHealth, ObservedBackend
 from daemon.keys import EntryGate, open_keys
 from daemon.memo import StampedCache
+from store import tiers
 from store.database import Database
 from store.embedder import Embedder
 from store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
@@ -211,6 +215,18 @@ class Runtime:
                 self.db.set_meta(INDEX_IDENTITY_META_KEY, identity)
             log.info("index rebuilt", extra={"reason": reason, "live": index.live_count})
         return index, reason
+
+    def cold_vectors(self, stamp: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Labels and embeddings of the cold tier, read once per database state `stamp`."""
+        cached = self.recall_cache.get("cold", stamp)
+        if cached is None:
+            cached = self.recall_cache.put(
+                "cold",
+                stamp,
+                tiers.cold_vectors(self.db, self.embedder.index_version, self.embedder.dim),
+            )
+        labels, vectors = cached
+        return labels, vectors
 
     def saved_index(self, stamp: str) -> HnswIndex | None:
         """The daemon's saved index if it is sound and reflects the database at `stamp`;

@@ -22,6 +22,7 @@ from daemon.clock import ManualClock
 from daemon.config import load_config
 from daemon.cycle import run_cycle_blocking
 from daemon.emit import emit_outcome
+from daemon.forgetting import move_to_cold
 from daemon.ingest import ingest
 from daemon.learning import FUSION_META_KEY, fusion_weights, split_scores
 from daemon.recall import Hit, recall
@@ -29,6 +30,7 @@ from daemon.runtime import Peer, Runtime
 from pulses.constants import OUTCOME_DECAY_PER_HOP
 from pulses.credit import MISS_FACTOR
 from pulses.fusion import MIN_EVIDENCE, SHARES, SplitScores, observe
+from pulses.sweep import SweepPlan
 from store import keys as key_store
 from store import tiers
 from store.database import Database, NewObservation, initial_salience
@@ -266,6 +268,24 @@ def test_cited_successes_teach_recall_how_far_to_trust_vectors(peer: Peer) -> No
     emit_outcome(peer.runtime, decision=decision, reward=-1.0, reason="tests/miss", cited=[cited])
     run_cycle_blocking(peer)
     assert split_scores(peer.db) == learned
+
+
+def test_a_cited_cold_chunk_teaches_the_split_as_recall_found_it(peer: Peer) -> None:
+    # Recall searches the cold tier too, so a swept chunk can be the one an agent cites;
+    # judged on the live tier alone it would teach nothing (neither list would hold it).
+    decision, hits = ask(peer)
+    cited = hits[0].content_hash
+    move_to_cold(
+        peer,
+        SweepPlan(
+            threshold=0.0, population=1, doomed=(rowid_of(peer, cited),), skipped_reason=None
+        ),
+        peer.now_ms(),
+    )
+    assert cited in cold_hashes(peer)
+    emit_outcome(peer.runtime, decision=decision, reward=1.0, reason="tests/cold", cited=[cited])
+    run_cycle_blocking(peer)
+    assert split_scores(peer.db).evidence == 1
 
 
 def test_enough_successes_move_the_split_and_keep_the_total(peer: Peer) -> None:
