@@ -661,9 +661,9 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
                 skipped=segment.skipped,
                 now_ms=st.now_ms,
             )
-            cursor = max(cursor, _key_hlc(segment.key))
+            cursor = max(cursor, peer.zeitgeist.cursor_for(_key_hlc(segment.key)))
         for key in st.own_keys:
-            cursor = max(cursor, _key_hlc(key))
+            cursor = max(cursor, peer.zeitgeist.cursor_for(_key_hlc(key)))
         db.set_meta(CURSOR_META_KEY, str(cursor))
         _persist_clock(peer)
         budget.forget_windows_before(db, _budget_window(st.now_ms - BUDGET_LOOKBACK_MS, st.now_ms))

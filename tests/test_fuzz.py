@@ -251,7 +251,7 @@ def test_a_forget_pulse_with_an_infinite_field_is_a_rejected_line() -> None:
     line = json.dumps(obj).encode() + b"\n"  # json writes -Infinity, as a hostile peer may
     (rejected,) = decode_segment(gzip.compress(line)).rejected
     assert "-Infinity" in rejected.reason
-    with pytest.raises(InvalidEntry, match="canonical"):
+    with pytest.raises(InvalidEntry, match="decay_per_hop"):
         decode_entry(obj)  # the same object, reached without the line parser
 
 
@@ -260,3 +260,13 @@ def test_each_pulse_kind_validates_its_own_defaults() -> None:
 
     for kind in PulseKind:
         valid_pulse(random.Random(kind.value), kind, "0" * 64).validate()
+
+
+def test_a_pulse_entry_with_an_infinite_field_is_an_invalid_entry() -> None:
+    import random
+
+    obj = json.loads(valid_entry(random.Random(0), "salience_pulse").wire_bytes)
+    obj["pulse"]["decay_per_hop"] = -math.inf
+    obj["pulse"]["pulse_id"] = obj["id"] = pulse_wire_id(obj["pulse"])
+    with pytest.raises(InvalidEntry, match="decay_per_hop"):
+        decode_entry(obj)

@@ -364,7 +364,7 @@ def _embedding_from_wire(name: str, value: Any) -> Embedding:
     if not isinstance(value, str):
         raise _fail(name, f"expected base64 text, got {_type_name(value)}")
     if len(value) > _EMBEDDING_B64_MAX_CHARS:
-        raise _over(name, f"more than {EMBEDDING_DIM_MAX} float32 values")
+        raise _over(name, f"more than the limit of {EMBEDDING_DIM_MAX} float32 values")
     try:
         raw = base64.b64decode(value, validate=True)
     except ValueError as exc:
@@ -381,6 +381,12 @@ def _pulse_from_wire(name: str, value: Any) -> SalientPulse:
         pulse = SalientPulse.from_json(value)
     except InvalidPulse as exc:
         raise _fail(name, f"invalid pulse: {exc}") from None
+    # What no canonical line can hold (a Forget pulse's strength is +inf, written "inf");
+    # the line parser refuses these constants, a wire object built otherwise may carry them.
+    for number in ("strength", "sigma", "decay_per_hop", "ttl_s"):
+        value = getattr(pulse, number)
+        if math.isnan(value) or value == -math.inf or (value == math.inf and number != "strength"):
+            raise _fail(f"{name}.{number}", f"must be finite, got {value}")
     # Sizes only: the invariants are the receiver's to check when it applies the pulse.
     dim = pulse.seed_embedding.shape[0]
     if dim > EMBEDDING_DIM_MAX:

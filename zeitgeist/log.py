@@ -333,6 +333,8 @@ class Zeitgeist:
         self.snapshot_limits = snapshot_limits
         self._on_refused = on_refused
         self._logged = LogOnce()
+        #: This peer's wall clock (as an HLC) when it last listed segments.
+        self._listed_at_hlc: int | None = None
         #: Things skipped rather than failed on, by reason (for metrics).
         self.counters: Counter[str] = Counter()
 
@@ -488,6 +490,14 @@ class Zeitgeist:
         trusted = min(check_hlc(cursor_hlc, "cursor_hlc"), self._now_hlc())
         return max(0, trusted - self.window_hlc)
 
+    def cursor_for(self, key_hlc: int) -> int:
+        """How far applying a segment (or snapshot) keyed `key_hlc` may move a cursor: to its
+        key, but not beyond the wall clock of the poll that listed it. A key dated ahead
+        (within the allowed skew) then cannot make the next polls start after real segments
+        written meanwhile; a cursor kept lower only lists a little more again."""
+        listed_at = self._now_hlc() if self._listed_at_hlc is None else self._listed_at_hlc
+        return min(key_hlc, listed_at)
+
     def poll(self, cursor_hlc: int, is_applied: Callable[[str], bool]) -> list[str]:
         """Unapplied segment keys from `listing_start(cursor_hlc)` on, ascending; one listing.
 
@@ -495,6 +505,7 @@ class Zeitgeist:
         deferred (not returned, not observed) until the wall clock comes close.
         """
         start_hlc = self.listing_start(cursor_hlc)
+        self._listed_at_hlc = self._now_hlc()
         fresh: list[str] = []
         horizon_ahead = hlc_from_ms(self._wall_ms() + self.max_future_ms)
         for key in self.backend.list_after(SEGMENT_PREFIX, segment_listing_start(start_hlc)):
