@@ -61,8 +61,8 @@ from zeitgeist.entries import (
     encode_segment,
 )
 from zeitgeist.hlc import HLC_MAX, HybridLogicalClock, hlc_from_ms, ms_to_hlc_span
-from zeitgeist.keys import SEGMENT_PREFIX, segment_key, snapshot_key
-from zeitgeist.log import Heartbeat, Zeitgeist
+from zeitgeist.keys import SEGMENT_PREFIX, claim_key, segment_key, snapshot_key
+from zeitgeist.log import ClaimTaken, Heartbeat, Zeitgeist
 from zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 
 NOW_MS: Final = 1_750_000_000_000
@@ -138,7 +138,11 @@ OVER_LIMIT: Final[list[tuple[str, str, dict[str, Any]]]] = [
     ("assert", "project", {"project": LONG_LABEL}),
     ("assert", "scope", {"scope": LONG_LABEL}),
     ("assert", "model_id", {"model_id": LONG_LABEL}),
-    ("assert", "embedding", {"embedding": base64.b64encode(bytes(4 * EMBEDDING_DIM_MAX + 4)).decode()}),
+    (
+        "assert",
+        "embedding",
+        {"embedding": base64.b64encode(bytes(4 * EMBEDDING_DIM_MAX + 4)).decode()},
+    ),
     ("supersede", "reason", {"reason": "r" * (REASON_MAX_CHARS + 1)}),
     ("tombstone", "reason", {"reason": "r" * (REASON_MAX_CHARS + 1)}),
     ("outcome", "reason", {"reason": "r" * (REASON_MAX_CHARS + 1)}),
@@ -489,3 +493,22 @@ def test_a_daemon_bootstraps_past_a_future_snapshot_and_hears_segments_after_a_f
     assert counts.get("from_the_future", 0) >= 3, counts  # the snapshot, and the key per poll
     for key in (deaf, segment_key(beyond.hlc + 1, "bob", 2)):
         assert len(re.findall(re.escape(key), log_text)) == 1, key
+
+
+def test_a_claim_nested_too_deeply_to_parse_is_a_forgery_not_a_crash(bucket: LogBackend) -> None:
+    alice = Signer("alice", generate_key())
+    clock = ManualClock(NOW_MS)
+    log = Zeitgeist(
+        bucket,
+        "alice",
+        HybridLogicalClock(clock.now_ms),
+        wall_ms=clock.now_ms,
+        signer=alice,
+        verifier=Verifier(Keyring.of([alice.trusted_key()]), strict=True),
+    )
+    prepared = log.prepare([pulse_entry("alice", hlc_from_ms(NOW_MS), 1)], seq=1)
+    bucket.create(
+        claim_key("alice", 1), b"[" * 5_000 + b"]" * 5_000 + b"\n" + prepared.key.encode()
+    )
+    with pytest.raises(ClaimTaken):
+        log.publish(prepared)

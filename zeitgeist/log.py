@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import json
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -450,7 +449,7 @@ class Zeitgeist:
         head, newline, rest = named.partition(b"\n")
         if newline:
             try:
-                seal = SegmentSeal.from_wire(json.loads(head))
+                seal = SegmentSeal.from_wire(parse_json(head))
                 named = rest
             except (ValueError, TypeError, AttributeError):
                 seal = None  # not a seal: judged as an unsealed claim
