@@ -40,6 +40,7 @@ from daemon.config import Config, load_config
 from daemon.cycle import run_cycle_blocking
 from daemon.emit import emit_outcome
 from daemon.ingest import ingest
+from daemon.keys import init_key
 from daemon.learning import fusion_weights
 from daemon.recall import rank_query, recall
 from daemon.runtime import Peer, Runtime
@@ -289,7 +290,10 @@ def simulate(
 ) -> dict[str, Any]:
     clock = ManualClock(START_MS)
     data_dir = root / variant.name
-    rt = Runtime.open(_config(data_dir, variant), clock=clock)
+    config = _config(data_dir, variant)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    init_key(config)  # a peer signs what it publishes, snapshots included
+    rt = Runtime.open(config, clock=clock)
     rt.embedder = embedder  # type: ignore[assignment]
     peer = rt.open_peer()
     hashes = {t.chunk_id: content_hash(t.text) for t in corpus.turns}
