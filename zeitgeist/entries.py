@@ -951,9 +951,10 @@ def _decode_line(line: str, line_no: int, into: DecodedSegment) -> None:
 class _LineReader:
     """The lines of a gzip'd payload, one at a time, within SegmentLimits.
 
-    Yields (line without its newline, or None when the line was longer than
-    MAX_LINE_BYTES and was skipped). `digest_from(n)` starts hashing every byte of the
-    payload after line n, so a seal can be checked without holding the payload.
+    Yields each non-empty line without its newline (None when it was longer than
+    MAX_LINE_BYTES and was skipped); `lines` counts every line so far, empty ones too,
+    which are skipped a buffer at a time rather than one by one. Once `hasher` is set,
+    every byte read after is hashed, so a seal can be checked without holding the payload.
     """
 
     def __init__(self, data: bytes, limits: SegmentLimits) -> None:
@@ -964,7 +965,9 @@ class _LineReader:
         self.hasher: Any = None
 
     def _read(self, size: int) -> bytes:
-        chunk = self._stream.readline(size)
+        return self._counted(self._stream.readline(size))
+
+    def _counted(self, chunk: bytes) -> bytes:
         self.expanded += len(chunk)
         if self.expanded > self.limits.expanded_bytes:
             raise CorruptSegment(
@@ -978,15 +981,11 @@ class _LineReader:
     def __iter__(self) -> Iterator[bytes | None]:
         with self._stream:
             while True:
+                self._skip_empty_lines()
                 line = self._read(MAX_LINE_BYTES + 1)
                 if not line:
                     return
-                self.lines += 1
-                if self.lines > self.limits.lines:
-                    raise CorruptSegment(
-                        f"segment has more than {self.limits.lines} lines",
-                        Refusal.SEGMENT_TOO_MANY_LINES,
-                    )
+                self._count_lines(1)
                 if line.endswith(b"\n"):
                     yield line[:-1]
                 elif len(line) <= MAX_LINE_BYTES:
@@ -994,6 +993,24 @@ class _LineReader:
                 else:
                     self._skip_rest_of_line()
                     yield None
+
+    def _count_lines(self, count: int) -> None:
+        self.lines += count
+        if self.lines > self.limits.lines:
+            raise CorruptSegment(
+                f"segment has more than {self.limits.lines} lines",
+                Refusal.SEGMENT_TOO_MANY_LINES,
+            )
+
+    def _skip_empty_lines(self) -> None:
+        # A run of newlines costs one step per buffer, not one per line (a megabyte of
+        # them would otherwise take seconds).
+        while True:
+            ahead = self._stream.peek(1)
+            run = len(ahead) - len(ahead.lstrip(b"\n"))
+            if run == 0:
+                return
+            self._count_lines(len(self._counted(self._stream.read(run))))
 
     def _skip_rest_of_line(self) -> None:
         while True:
