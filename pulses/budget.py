@@ -1,12 +1,15 @@
-"""A budget of salience per origin peer and cycle.
+"""A budget of salience per origin peer and window of its pulses' own time.
 
 One valid pulse moves at most MOVED_SALIENCE_MAX (pulses/pulse.py); a peer that sends
-many can still move as much as it likes. Each cycle, therefore, the pulses of every
-origin are admitted in the cycle's order while the salience they may move in the worst
-case (`SalientPulse.moved_salience_bound`) adds up to no more than the budget. The first
-pulse that would go over it is rejected, and so is every later pulse of that origin in
-the same cycle: which pulses pass then depends only on the order, never on their sizes
-after the first refusal, so a peer cannot slip small pulses in behind a refused large one.
+many can still move as much as it likes. The pulses of every origin are therefore
+admitted in order while the salience they may move in the worst case
+(`SalientPulse.moved_salience_bound`) adds up to no more than the budget. The daemon
+calls this once per origin and window (daemon/defaults.py: PULSE_BUDGET_WINDOW_S) with
+what the window has left. The first pulse that would go over it is rejected, and so is
+every later pulse of that origin in the same batch: which pulses pass then depends only
+on the order, never on their sizes after the first refusal, so a peer cannot slip small
+pulses in behind a refused large one. Peers that read an over-budget origin's pulses in
+different batches may admit different ones; an honest origin never reaches the budget.
 
 The budget is the operator's (daemon/defaults.py: PULSE_ORIGIN_BUDGET); pulses of the
 origins in `exempt` (this peer's own, whose outcomes and requests the operator made) are
@@ -46,7 +49,7 @@ class BudgetVerdict:
 def admit_within_budget(
     pulses: Iterable[SalientPulse], budget: float, *, exempt: Collection[str] = ()
 ) -> BudgetVerdict:
-    """Admit `pulses` (one cycle's, in the order they apply) origin by origin, until an
+    """Admit `pulses` (one batch, in the order they apply) origin by origin, until an
     origin's worst-case moved salience would exceed `budget`; see the module docstring.
 
     The pulses are expected valid (their bound finite): a pulse whose bound is not finite
@@ -57,7 +60,7 @@ def admit_within_budget(
     admitted: list[SalientPulse] = []
     rejected: list[OverBudget] = []
     spent: dict[str, float] = {}
-    #: origin -> the pulse at which it went over its budget this cycle
+    #: origin -> the pulse at which it went over its budget in this batch
     went_over: dict[str, str] = {}
     for pulse in pulses:
         origin = pulse.origin_peer
@@ -66,8 +69,8 @@ def admit_within_budget(
             continue
         if origin in went_over:
             reason = (
-                f"over budget: origin {origin} went over its {budget:g} salience per cycle at "
-                f"pulse {went_over[origin]}; its later pulses in the cycle are refused too"
+                f"over budget: origin {origin} went over its {budget:g} salience per window at "
+                f"pulse {went_over[origin]}; its later pulses in the window are refused too"
             )
             rejected.append(OverBudget(pulse, reason))
             continue
@@ -79,7 +82,7 @@ def admit_within_budget(
             continue
         went_over[origin] = pulse.pulse_id
         reason = (
-            f"over budget: origin {origin} may move {budget:g} salience per cycle; "
+            f"over budget: origin {origin} may move {budget:g} salience per window; "
             f"{before:.3g} was admitted before this pulse, which may move {cost:.3g}"
         )
         rejected.append(OverBudget(pulse, reason))

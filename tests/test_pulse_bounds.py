@@ -252,7 +252,7 @@ def test_the_budget_admits_in_order_and_refuses_the_rest_of_that_origin() -> Non
     assert verdict.admitted == (a[0], b[0], a[1], b[1], b[2], b[3])
     assert [over.pulse for over in verdict.rejected] == [a[2], small_after, forget, a[3]]
     first = verdict.rejected[0].reason
-    assert first.startswith("over budget: origin a may move 4 salience per cycle; 3.42 was")
+    assert first.startswith("over budget: origin a may move 4 salience per window; 3.42 was")
     assert "which may move 1.71" in first
     assert f"at pulse {a[2].pulse_id}" in verdict.rejected[1].reason
     assert verdict.spent == pytest.approx({"a": 3.42, "b": 4 * 0.855})
