@@ -41,6 +41,8 @@ def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
     db, cfg = peer.db, peer.config.learning
     derived: list[PulseEntry] = []
     keys_changed = 0
+    # Converting outcomes adds, removes and moves no chunk: one stamp serves them all.
+    stamp: str | None = None
     for record in db.waiting_outcomes():
         attribution = db.attribution(record.decision_hash)
         if attribution is None:
@@ -114,7 +116,8 @@ def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
                     applied=True,
                 )
         if _learns_fusion(peer.config):
-            _learn_fusion(peer, attribution, credits)
+            stamp = stamp or db.change_stamp()
+            _learn_fusion(peer, attribution, credits, stamp)
         db.settle_outcome(record.outcome_id, "converted", len(pulses))
     return derived, keys_changed
 
@@ -149,7 +152,9 @@ def split_scores(db: Database) -> fusion.SplitScores:
         return fusion.SplitScores()
 
 
-def _learn_fusion(peer: Peer, attribution: AttributionRecord, credits: list[Credit]) -> None:
+def _learn_fusion(
+    peer: Peer, attribution: AttributionRecord, credits: list[Credit], stamp: str
+) -> None:
     """Score every candidate split by where it would have ranked the chunks a success cited."""
     cited_hashes = [c.chunk_hash for c in credits if c.amount > 0]
     query = attribution.query_embedding
@@ -160,7 +165,7 @@ def _learn_fusion(peer: Peer, attribution: AttributionRecord, credits: list[Cred
     state = fusion.observe(
         split_scores(db),
         cited,
-        _vector_list(peer, query, recall.candidates),
+        _vector_list(peer, query, recall.candidates, stamp),
         search_lexical(db, attribution.query_text, recall.candidates, cold=None),
         rrf_k=recall.rrf_k,
     )
@@ -169,7 +174,7 @@ def _learn_fusion(peer: Peer, attribution: AttributionRecord, credits: list[Cred
     )
 
 
-def _vector_list(peer: Peer, query: npt.NDArray[np.float32], pool: int) -> list[int]:
+def _vector_list(peer: Peer, query: npt.NDArray[np.float32], pool: int, stamp: str) -> list[int]:
     """The chunks nearest the query by their own embedding, live and cold alike, as recall
     searches them: judged on the live tier alone, a split was scored against a store
     with most of its answers swept away, and learned 0.4 where 0.2 is right."""
@@ -177,7 +182,7 @@ def _vector_list(peer: Peer, query: npt.NDArray[np.float32], pool: int) -> list[
     similarity = {
         int(label): 1.0 - float(d) for label, d in zip(labels[0], distances[0], strict=True)
     }
-    cold_labels, cold_vectors = peer.runtime.cold_vectors(peer.db.change_stamp())
+    cold_labels, cold_vectors = peer.runtime.cold_vectors(stamp)
     if len(cold_labels):
         cosines = cold_vectors @ query
         for i in np.argsort(-cosines, kind="stable")[:pool]:

@@ -115,6 +115,9 @@ Kind = Annotated[
 Limit = Annotated[
     int | None, Field(ge=1, le=models.MAX_TOP_K, description="how many results at most")
 ]
+TopicKeyPrefix = Annotated[
+    str | None, Field(description="only memories whose topic_key starts with this")
+]
 
 
 def _given(**fields: Any) -> dict[str, Any]:
@@ -172,9 +175,7 @@ class MemoryTools:
         scope: Scope = None,
         session_id: SessionId = None,
         kind: Kind = None,
-        topic_key_prefix: Annotated[
-            str | None, Field(description="only memories whose topic_key starts with this")
-        ] = None,
+        topic_key_prefix: TopicKeyPrefix = None,
         limit: Limit = None,
         min_confidence: Annotated[
             float | None,
@@ -194,9 +195,7 @@ class MemoryTools:
         scope: Scope = None,
         session_id: SessionId = None,
         kind: Kind = None,
-        topic_key_prefix: Annotated[
-            str | None, Field(description="only memories whose topic_key starts with this")
-        ] = None,
+        topic_key_prefix: TopicKeyPrefix = None,
         budget_tokens: Annotated[
             int | None,
             Field(
