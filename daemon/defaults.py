@@ -87,7 +87,7 @@ HALF_LIFE_S: Final = {
 
 #: A memory's half-life is its kind's x (1 + gain x stability) / (1 + gain x the kind's
 #: usual stability): at the default gain a memory of stability 1 keeps its salience five
-#: times as long as one of stability 0 (seed 001: "stable memories decay much slower"),
+#: times as long as one of stability 0 (stable memories decay much slower),
 #: and one of its kind's usual stability decays at exactly the half-life above.
 DOWNSCALE_STABILITY_GAIN: Final = confidence.DEFAULT_STABILITY_GAIN
 #: Usual stability of each kind, given to a memory saved without one (and what its

@@ -1,4 +1,4 @@
-"""Confidence and stability of a memory (seed 001), and what follows from them.
+"""Confidence and stability of a memory, and what follows from them.
 
 Confidence (0-1) is how sure the store is that a memory is accurate. It starts from
 where the memory came from: a statement saved on purpose (type `manual`) is worth more
