@@ -368,7 +368,7 @@ def test_status_of_a_fresh_data_dir_after_ingest(ingested: Peer, tmp_path: Path)
 def test_status_without_a_database_says_so(tmp_path: Path) -> None:
     empty = Peer(tmp_path / "nothing", "cli", tmp_path / "zeitgeist", dict(SETTINGS))
     result = empty.dreamcycle("status", expect=EXIT_USAGE)
-    assert "no database" in result.stderr
+    assert "no dreamcycle data directory" in result.stderr
     assert not empty.database_path.exists()
 
 

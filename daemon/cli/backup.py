@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from daemon.cli.common import config_options, existing_data_epilog, load_existing, run_guarded
 
 
 def register(verbs: Any) -> None:
@@ -21,6 +21,7 @@ def register(verbs: Any) -> None:
         "commands keep writing. The copy is checked (PRAGMA integrity_check) before it is "
         "moved into place. The index is not copied: it is rebuilt from the database. "
         "docs/operations.md says how to restore.",
+        epilog=existing_data_epilog(),
     )
     parser.add_argument(
         "path", type=Path, metavar="PATH", help="the file to write (must not exist)"
@@ -33,11 +34,9 @@ def _backup(args: argparse.Namespace) -> int:
 
     from store.database import BUSY_TIMEOUT_MS, DatabaseError
 
-    config = load(args)
+    config = load_existing(args)
     source_path = config.database_path
     target: Path = args.path
-    if not source_path.exists():
-        raise ValueError(f"{source_path} does not exist: nothing to back up (check --data-dir)")
     if target.exists():
         raise ValueError(f"{target} exists; choose a new file name")
     if not target.parent.is_dir():

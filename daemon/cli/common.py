@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import operator
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from daemon.config import Config
@@ -27,6 +29,19 @@ EXIT_USAGE: Final = 2
 EXIT_UNAVAILABLE: Final = 3
 
 log = logging.getLogger("dreamcycle.cli")
+
+
+def existing_data_epilog(without_one: str = "this command never creates one") -> str:
+    """The exit codes of a command that needs an existing data directory and database."""
+    return (
+        "Exit codes: 0 ok, 1 unexpected failure, 2 bad arguments/config/input, including a "
+        f"data directory or database that does not exist ({without_one}: `dreamcycle "
+        "ingest` and `dreamcycle run` create them), 3 cannot run here (data directory in "
+        "use, unusable database)."
+    )
+
+
+Number = TypeVar("Number", int, float)
 
 
 def config_options() -> argparse.ArgumentParser:
@@ -108,6 +123,69 @@ def load(args: argparse.Namespace) -> Config:
     )
     configure_logging(config.log.level, config.log.format)
     return config
+
+
+class NoDataDirectory(ValueError):
+    """A command that only reads was pointed at a data directory or database that is not there."""
+
+
+def require_database(config: Config) -> None:
+    """Refuse, before anything is opened (opening would create them), a data directory or a
+    database that does not exist: a mistyped --data-dir must not look like an empty memory."""
+    data_dir, database = config.data_dir, config.database_path
+    create = "run `dreamcycle ingest` or `dreamcycle run` to create one"
+    if not data_dir.is_dir():
+        raise NoDataDirectory(f"no dreamcycle data directory at {data_dir}; {create}")
+    if not database.is_file():
+        raise NoDataDirectory(f"no dreamcycle database in {data_dir} ({database.name}); {create}")
+
+
+def load_existing(args: argparse.Namespace) -> Config:
+    """The config of a command that only reads: its data directory must exist already."""
+    config = load(args)
+    require_database(config)
+    return config
+
+
+def bounded(
+    parse: Callable[[str], Number],
+    *,
+    at_least: Number | None = None,
+    at_most: Number | None = None,
+    above: Number | None = None,
+    below: Number | None = None,
+) -> Callable[[str], Number]:
+    """An argparse type: a finite number within the bounds given, refused at parsing (argparse
+    names the option) rather than deep inside the command."""
+    rules = [
+        (at_least, ">=", operator.ge),
+        (at_most, "<=", operator.le),
+        (above, ">", operator.gt),
+        (below, "<", operator.lt),
+    ]
+    wanted = ", ".join(f"{sign} {bound:g}" for bound, sign, _ in rules if bound is not None)
+    noun = "an integer" if parse is int else "a finite number"
+
+    def convert(text: str) -> Number:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}")
+        if not all(check(value, bound) for bound, _, check in rules if bound is not None):
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
+        return value
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def reason_text(text: str) -> str:
+    """An argparse type for a reason: blank says nothing, so it is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: say why")
+    return text
 
 
 #: Failures that mean the command cannot run here (exit 3) and bad input (exit 2), by the

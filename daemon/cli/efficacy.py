@@ -8,7 +8,13 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from daemon.cli.common import config_options, load, print_table, run_guarded
+from daemon.cli.common import (
+    config_options,
+    existing_data_epilog,
+    load_existing,
+    print_table,
+    run_guarded,
+)
 
 if TYPE_CHECKING:
     from daemon.efficacy import Measurement
@@ -30,6 +36,7 @@ def register(verbs: Any) -> None:
         "under the configured one, when it differs) and the first two metrics are measured "
         "on each replayed salience, side by side; counterfactual replay is always the "
         "current state's. Read-only: safe while the daemon runs.",
+        epilog=existing_data_epilog(),
     )
     parser.add_argument(
         "--rule",
@@ -57,12 +64,10 @@ def _efficacy(args: argparse.Namespace) -> int:
     )
     from daemon.runtime import Runtime
 
-    config = load(args)
+    config = load_existing(args)
     window_s = config.efficacy.window_s if args.window_s is None else args.window_s
     if not (window_s > 0 and math.isfinite(window_s)):
         raise ValueError(f"--window-s must be > 0 and finite, got {window_s}")
-    if not config.database_path.exists():
-        raise ValueError(f"no database at {config.database_path}: nothing ingested or run yet")
     configured = config.pulses.update_rule
     rules = [] if args.rule is None else list(dict.fromkeys([configured, args.rule]))
     window = window_label(window_s)

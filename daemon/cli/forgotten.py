@@ -8,7 +8,14 @@ from dataclasses import asdict
 from typing import Any, Final
 
 from daemon.cli.access import memory_access
-from daemon.cli.common import access_options, config_options, load, print_table, run_guarded
+from daemon.cli.common import (
+    access_options,
+    config_options,
+    existing_data_epilog,
+    load_existing,
+    print_table,
+    run_guarded,
+)
 
 #: SQLite binds integers as signed 64-bit: a larger LIMIT or OFFSET cannot even be sent.
 SQLITE_INTEGER_MAX: Final = (1 << 63) - 1
@@ -24,6 +31,7 @@ def register(verbs: Any) -> None:
         "back when their content is ingested again, when a Reward is seeded at them, or "
         "with --revive. After sweep.cold_retention_s they become permanent tombstones. "
         "Safe while the daemon runs.",
+        epilog=existing_data_epilog(),
     )
     parser.add_argument("-n", "--limit", type=int, default=20, metavar="N", help="rows to list")
     parser.add_argument("--offset", type=int, default=0, metavar="N", help="rows to skip")
@@ -41,7 +49,7 @@ def _forgotten(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--limit must be in 1..{SQLITE_INTEGER_MAX} and --offset in 0..{SQLITE_INTEGER_MAX}"
         )
-    with memory_access(load(args), direct=args.direct) as memory:
+    with memory_access(load_existing(args), direct=args.direct) as memory:
         if args.revive is not None:
             memory.revive(args.revive)
             print(f"revival of {args.revive[:12]} requested; the daemon applies it next cycle")

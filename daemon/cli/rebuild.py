@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from daemon.cli.common import config_options, existing_data_epilog, load_existing, run_guarded
 
 
 def register(verbs: Any) -> None:
@@ -17,6 +17,7 @@ def register(verbs: Any) -> None:
         description="Replay every applied step (chunks, pulses, tombstones, downscales) in "
         "applied order against fresh state, then write the replayed salience and a new "
         "index. Reports how many chunks differed. Stop the daemon first.",
+        epilog=existing_data_epilog("nothing to rebuild"),
     )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _rebuild(args)))
 
@@ -27,7 +28,7 @@ def _rebuild(args: argparse.Namespace) -> int:
     from daemon.rebuild import rebuild
     from daemon.runtime import Runtime
 
-    rt = Runtime.open(load(args))
+    rt = Runtime.open(load_existing(args))
     try:
         rt.lock_data_dir()
         total = sum(rt.db.journal_counts().values())

@@ -9,7 +9,14 @@ from typing import Any
 
 from daemon import defaults
 from daemon.cli.access import memory_access
-from daemon.cli.common import access_options, config_options, load, print_table, run_guarded
+from daemon.cli.common import (
+    access_options,
+    config_options,
+    existing_data_epilog,
+    load_existing,
+    print_table,
+    run_guarded,
+)
 
 
 def register(verbs: Any) -> None:
@@ -20,6 +27,7 @@ def register(verbs: Any) -> None:
         description="Rank chunks by similarity to QUERY and by salience, record which chunks "
         "were in context (an attribution), and print its decision hash: pass it to "
         "`pulse-emit outcome --decision` once the outcome is known.",
+        epilog=existing_data_epilog(),
     )
     parser.add_argument("query")
     parser.add_argument("-k", "--top-k", type=int, metavar="N", help="chunks to return")
@@ -43,7 +51,7 @@ def _recall(args: argparse.Namespace) -> int:
         raise ValueError(f"--top-k must be in [1, {defaults.RECALL_MAX_TOP_K}], got {args.top_k}")
     if not 0.0 <= args.min_confidence <= 1.0:
         raise ValueError(f"--min-confidence must be in [0, 1], got {args.min_confidence}")
-    with memory_access(load(args), direct=args.direct) as memory:
+    with memory_access(load_existing(args), direct=args.direct) as memory:
         result = memory.recall(
             args.query,
             top_k=args.top_k,

@@ -7,7 +7,13 @@ import json
 from typing import Any
 
 from daemon.cli.access import memory_access
-from daemon.cli.common import access_options, config_options, load, run_guarded
+from daemon.cli.common import (
+    access_options,
+    config_options,
+    existing_data_epilog,
+    load_existing,
+    run_guarded,
+)
 
 
 def register(verbs: Any) -> None:
@@ -17,13 +23,14 @@ def register(verbs: Any) -> None:
         help="what this peer holds and how its last cycle went",
         description="Print counts, a histogram of live salience, tombstones by reason and the "
         "last dream cycle's phases. Safe while the daemon runs.",
+        epilog=existing_data_epilog(),
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _status(args)))
 
 
 def _status(args: argparse.Namespace) -> int:
-    with memory_access(load(args), direct=args.direct) as memory:
+    with memory_access(load_existing(args), direct=args.direct) as memory:
         report = memory.status()
     if args.json:
         print(json.dumps(report, indent=2))

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.common import config_options, load, print_table, run_guarded
+from daemon.cli.common import (
+    config_options,
+    existing_data_epilog,
+    load_existing,
+    print_table,
+    run_guarded,
+)
 
 
 def register(verbs: Any) -> None:
@@ -19,6 +25,7 @@ def register(verbs: Any) -> None:
         "back; see `dreamcycle forgotten`). --dry-run only reports, and is safe while the "
         "daemon runs; a real sweep needs the daemon stopped (it sweeps on its own every "
         "sweep.interval_s).",
+        epilog=existing_data_epilog("nothing to sweep"),
     )
     parser.add_argument("--dry-run", action="store_true", help="report only; change nothing")
     parser.add_argument("--percentile", type=float, help="override sweep.percentile")
@@ -32,7 +39,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from daemon.runtime import Runtime
     from store.salience import SalienceCache
 
-    config = load(args)
+    config = load_existing(args)
     if args.percentile is not None:
         config.sweep.percentile = args.percentile
     if args.min_population is not None:
