@@ -24,9 +24,11 @@ import apsw
 from daemon import defaults, metrics
 from store.database import Database
 from zeitgeist.backend import (
+    MAX_OBJECT_BYTES,
     BackendError,
     KeyExists,
     LogBackend,
+    ObjectTooLarge,
     PreconditionFailed,
     Versioned,
 )
@@ -89,8 +91,9 @@ class ObservedBackend:
     def _call(self, operation: Callable[[], Any]) -> Any:
         try:
             result = operation()
-        # The store answered: a lost race or an existing key is not an outage.
-        except (KeyExists, PreconditionFailed):
+        # The store answered: a lost race, an existing key or a refused object is not an
+        # outage.
+        except (KeyExists, PreconditionFailed, ObjectTooLarge):
             self.health.succeeded()
             raise
         except BackendError as exc:
@@ -107,8 +110,8 @@ class ObservedBackend:
         if key.startswith(SEGMENT_PREFIX):
             self.health.published(self._now_ms())
 
-    def read(self, key: str) -> bytes:
-        data: bytes = self._call(lambda: self.inner.read(key))
+    def read(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> bytes:
+        data: bytes = self._call(lambda: self.inner.read(key, max_bytes=max_bytes))
         return data
 
     def list_after(self, prefix: str, start_after: str) -> list[str]:
@@ -120,8 +123,10 @@ class ObservedBackend:
     def delete(self, keys: list[str]) -> None:
         self._call(lambda: self.inner.delete(keys))
 
-    def read_versioned(self, key: str) -> Versioned | None:
-        found: Versioned | None = self._call(lambda: self.inner.read_versioned(key))
+    def read_versioned(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> Versioned | None:
+        found: Versioned | None = self._call(
+            lambda: self.inner.read_versioned(key, max_bytes=max_bytes)
+        )
         return found
 
     def write_versioned(self, key: str, data: bytes, expect: str | None) -> str:

@@ -12,7 +12,7 @@ import pytest
 
 from pulses.pulse import PulseKind
 from tests.test_zeitgeist_codec import BASE_MS, content_hash, make_pulse, one_of_each_kind
-from zeitgeist.backend import LogBackend, Versioned
+from zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, Versioned
 from zeitgeist.directory import DirectoryBackend
 from zeitgeist.entries import Entry, PulseEntry, TombstoneEntry
 from zeitgeist.hlc import COUNTER_BITS, HybridLogicalClock, InvalidHlc, hlc_from_ms
@@ -64,9 +64,9 @@ class CountingBackend:
         if self.on_create is not None:
             self.on_create(key)
 
-    def read(self, key: str) -> bytes:
+    def read(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> bytes:
         self.calls["read"] += 1
-        return self.inner.read(key)
+        return self.inner.read(key, max_bytes=max_bytes)
 
     def list_after(self, prefix: str, start_after: str) -> list[str]:
         self.calls["list_after"] += 1
@@ -76,9 +76,9 @@ class CountingBackend:
         self.calls["delete"] += 1
         self.inner.delete(keys)
 
-    def read_versioned(self, key: str) -> Versioned | None:
+    def read_versioned(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> Versioned | None:
         self.calls["read_versioned"] += 1
-        return self.inner.read_versioned(key)
+        return self.inner.read_versioned(key, max_bytes=max_bytes)
 
     def write_versioned(self, key: str, data: bytes, expect: str | None) -> str:
         self.calls["write_versioned"] += 1

@@ -9,7 +9,12 @@ All calls are blocking; the daemon runs them in worker threads.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
+
+#: The most any read returns unless its caller bounds it tighter: as large as the largest
+#: object the log layer reads (a snapshot at its default limit), so no call, however
+#: careless, pulls a many-GiB object into memory.
+MAX_OBJECT_BYTES: Final = 1024 * 1024 * 1024
 
 
 class BackendError(Exception):
@@ -26,6 +31,36 @@ class PreconditionFailed(BackendError):
 
 class UnsupportedStore(BackendError):
     """The store does not honour conditional writes; using it could silently lose entries."""
+
+
+class ObjectTooLarge(ValueError):
+    """An object holds more bytes than its reader's bound: refused before it is read whole.
+
+    Not a BackendError: the store answered, and it is the object that is refused, so
+    nobody mistakes it for an outage. `received` is how many of its bytes reached this
+    process (at most the bound plus one; 0 when the store told its size first), `size`
+    its full size when the store said it (None when unknown).
+    """
+
+    def __init__(
+        self, key: str, max_bytes: int, *, received: int, size: int | None, where: str
+    ) -> None:
+        told = f"{size} bytes" if size is not None else "more bytes"
+        super().__init__(
+            f"{key!r} in {where} holds {told}, more than the {max_bytes} its reader accepts; "
+            f"refused after receiving {received} bytes"
+        )
+        self.key = key
+        self.max_bytes = max_bytes
+        self.received = received
+        self.size = size
+
+
+def check_read_bound(max_bytes: int) -> int:
+    """`max_bytes` when it is a usable bound on a read; ValueError naming it otherwise."""
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise ValueError(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
+    return max_bytes
 
 
 @dataclass(frozen=True)
@@ -48,8 +83,12 @@ class LogBackend(Protocol):
         """Write `key` only if absent; raise KeyExists otherwise. Durable when it returns."""
         ...
 
-    def read(self, key: str) -> bytes:
-        """The bytes of `key`; raise KeyError if absent."""
+    def read(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> bytes:
+        """The bytes of `key`; raise KeyError if absent.
+
+        At most `max_bytes + 1` bytes of it are fetched: a larger object raises
+        ObjectTooLarge rather than being downloaded whole.
+        """
         ...
 
     def list_after(self, prefix: str, start_after: str) -> list[str]:
@@ -60,8 +99,9 @@ class LogBackend(Protocol):
         """Remove keys; absent keys are not an error."""
         ...
 
-    def read_versioned(self, key: str) -> Versioned | None:
-        """Bytes and version token of a mutable object (heartbeat, lease), or None if absent."""
+    def read_versioned(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> Versioned | None:
+        """Bytes and version token of a mutable object (heartbeat, lease), or None if absent;
+        bounded like `read` (ObjectTooLarge beyond `max_bytes`)."""
         ...
 
     def write_versioned(self, key: str, data: bytes, expect: str | None) -> str:

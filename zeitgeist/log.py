@@ -23,6 +23,9 @@ Guarantees (DESIGN.md section 4):
   everything the snapshot before it held.
 * Every refusal (a malformed key, a key from the future, a segment or line beyond
   its limits) is counted each time and logged once per object.
+* No object is read whole before its size is checked: every read is bounded by the
+  object's limit (a segment's or snapshot's compressed bytes, MAX_CLAIM_BYTES, ...),
+  and the backend stops one byte past it.
 
 Crash safety of publishing rests on the caller: persist a PreparedSegment before
 publish() and, after a crash, publish that same object again. Preparing new
@@ -40,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from zeitgeist.backend import KeyExists, LogBackend, PreconditionFailed
+from zeitgeist.backend import KeyExists, LogBackend, ObjectTooLarge, PreconditionFailed
 from zeitgeist.entries import (
     SEGMENT_LIMITS,
     SNAPSHOT_LIMITS,
@@ -99,6 +102,13 @@ DEFAULT_MAX_FUTURE_MS: Final = 3_600_000
 HEARTBEAT_FORMAT_VERSION: Final = 1
 #: Largest heartbeat read: a few hundred bytes are written.
 MAX_HEARTBEAT_BYTES: Final = 64 * 1024
+#: Largest claim read: a seal and a segment key, a few hundred bytes, are written.
+MAX_CLAIM_BYTES: Final = 64 * 1024
+#: Largest compaction lease read: a holder and a time are written.
+MAX_LEASE_BYTES: Final = 64 * 1024
+#: How a claim, heartbeat or lease beyond its limit is counted (segments and snapshots
+#: count as Refusal.SEGMENT_TOO_LARGE).
+OBJECT_TOO_LARGE: Final = "object_too_large"
 #: Objects remembered so each refusal is logged once (the counters count them all).
 LOGGED_OBJECTS_MEMORY: Final = 4_096
 
@@ -397,7 +407,7 @@ class Zeitgeist:
         try:
             self.backend.create(prepared.key, prepared.data)
         except KeyExists:
-            if self._read_or_none(prepared.key) != prepared.data:
+            if not self._holds(prepared.key, prepared.data):
                 raise FencedOut(
                     f"another process is publishing as peer {self.peer_id}: "
                     f"segment {prepared.key} exists with different content"
@@ -412,7 +422,7 @@ class Zeitgeist:
             self.backend.create(claim, wanted)
             return
         except KeyExists:
-            existing = self._read_or_none(claim)
+            existing = self._read_or_none(claim, MAX_CLAIM_BYTES)
         if existing == wanted:
             return
         named = "nothing readable" if existing is None else existing.decode("utf-8", "replace")
@@ -461,11 +471,23 @@ class Zeitgeist:
         verdict = self.verifier.check_seal(seal, claim, self.peer_id, payload_digest(named), at_ms)
         return verdict, named_key
 
-    def _read_or_none(self, key: str) -> bytes | None:
+    def _read_or_none(self, key: str, max_bytes: int) -> bytes | None:
+        """The bytes of `key`; None if absent, or if longer than `max_bytes` (refused,
+        counted and logged once: such an object is not anything this layer wrote)."""
         try:
-            return self.backend.read(key)
+            return self.backend.read(key, max_bytes=max_bytes)
         except KeyError:
             return None
+        except ObjectTooLarge as exc:
+            self._refused(key, OBJECT_TOO_LARGE, str(exc))
+            return None
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        """Whether `key` holds exactly `data` (read no further than its length)."""
+        try:
+            return self.backend.read(key, max_bytes=len(data)) == data
+        except (KeyError, ObjectTooLarge):
+            return False
 
     def last_claimed_seq(self) -> int | None:
         """The highest sequence number this peer id has a claim for, if any remains.
@@ -540,7 +562,11 @@ class Zeitgeist:
 
     def _read_decoded(self, key: str, limits: SegmentLimits) -> DecodedSegment:
         try:
-            decoded = decode_segment(self.backend.read(key), limits)
+            try:
+                data = self.backend.read(key, max_bytes=limits.compressed_bytes)
+            except ObjectTooLarge as exc:
+                raise CorruptSegment(str(exc), Refusal.SEGMENT_TOO_LARGE) from None
+            decoded = decode_segment(data, limits)
         except CorruptSegment as exc:
             self._refused(key, exc.refusal, str(exc))
             raise
@@ -567,13 +593,13 @@ class Zeitgeist:
         for key in self.backend.list_after(HEARTBEAT_PREFIX, ""):
             try:
                 peer_id = parse_heartbeat_key(key)
-                data = self.backend.read(key)
+                data = self.backend.read(key, max_bytes=MAX_HEARTBEAT_BYTES)
                 beat = Heartbeat.from_bytes(data)
                 if beat.peer_id != peer_id:
                     raise InvalidHeartbeat(f"{key} holds the heartbeat of peer {beat.peer_id}")
             except KeyError:
                 continue  # removed between listing and reading
-            except (InvalidKey, InvalidHeartbeat) as exc:
+            except (InvalidKey, InvalidHeartbeat, ObjectTooLarge) as exc:
                 self._refused(key, "heartbeat_unreadable", str(exc))
                 continue
             beats.append(beat)
@@ -772,7 +798,7 @@ class Zeitgeist:
         try:
             self.backend.create(key, data)
         except KeyExists:
-            if self._read_or_none(key) != data:
+            if not self._holds(key, data):
                 raise FencedOut(
                     f"another process is compacting as peer {self.peer_id}: "
                     f"{key} exists with different content"
@@ -784,7 +810,12 @@ class Zeitgeist:
         return canonical_json({"holder": self.peer_id, "expires_ms": expires_ms})
 
     def _acquire_lease(self, now_ms: int) -> _Lease | None:
-        current = self.backend.read_versioned(LEASE_KEY)
+        try:
+            current = self.backend.read_versioned(LEASE_KEY, max_bytes=MAX_LEASE_BYTES)
+        except ObjectTooLarge as exc:
+            # Without its bytes there is no version to swap against: held, in effect.
+            self._refused(LEASE_KEY, OBJECT_TOO_LARGE, f"{exc}; not compacting")
+            return None
         if current is not None:
             holder, expires_ms = _parse_lease(current.data)
             if holder != self.peer_id and expires_ms >= now_ms:
@@ -809,7 +840,10 @@ class Zeitgeist:
         return True
 
     def _release_lease(self, lease: _Lease) -> None:
-        current = self.backend.read_versioned(LEASE_KEY)
+        try:
+            current = self.backend.read_versioned(LEASE_KEY, max_bytes=MAX_LEASE_BYTES)
+        except ObjectTooLarge:
+            return  # replaced by something that is not a lease of ours
         if current is None or _parse_lease(current.data)[0] != self.peer_id:
             return
         # Losing this race means someone else took the lease over; it is theirs now.

@@ -46,11 +46,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from zeitgeist.backend import (
+    MAX_OBJECT_BYTES,
     BackendError,
     KeyExists,
+    ObjectTooLarge,
     PreconditionFailed,
     UnsupportedStore,
     Versioned,
+    check_read_bound,
 )
 from zeitgeist.keys import InvalidKey
 from zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
@@ -118,22 +121,27 @@ redis.call('ZADD', index, 0, key)
 return id
 """
 
-# ARGV: key. Returns {data, version}, or false if absent.
+# ARGV: key, most bytes wanted. Returns {data, version}, {size, version} (an integer) when
+# the data is longer than wanted, so it never leaves the server, or false if absent.
 _READ: Final = """
-local key = ARGV[1]
+local key, max_bytes = ARGV[1], tonumber(ARGV[2])
+local function bounded(data, version)
+    if string.len(data) > max_bytes then return {string.len(data), version} end
+    return {data, version}
+end
 local id = redis.call('HGET', ids, key)
 if id then
     local found = redis.call('XRANGE', log, id, id)
     if #found == 0 then return false end
     local fields = found[1][2]
     for i = 1, #fields, 2 do
-        if fields[i] == 'data' then return {fields[i + 1], id} end
+        if fields[i] == 'data' then return bounded(fields[i + 1], id) end
     end
     return false
 end
 local data = redis.call('HGET', objects, key)
 if not data then return false end
-return {data, redis.call('HGET', versions, key)}
+return bounded(data, redis.call('HGET', versions, key))
 """
 
 # ARGV: key, data, '1' if the key must be absent else '0', expected version.
@@ -298,8 +306,8 @@ class RedisStreamsBackend:
         if self._conditional_write("create", key, data, [key, data]) is None:
             raise KeyExists(f"{key!r} already exists in {self.location}")
 
-    def read(self, key: str) -> bytes:
-        current = self.read_versioned(key)
+    def read(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> bytes:
+        current = self.read_versioned(key, max_bytes=max_bytes)
         if current is None:
             raise KeyError(key)
         return current.data
@@ -329,13 +337,18 @@ class RedisStreamsBackend:
             batch = keys[start : start + self.page_size]
             self._script("delete", batch[0], batch)
 
-    def read_versioned(self, key: str) -> Versioned | None:
+    def read_versioned(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> Versioned | None:
+        """The script measures the object on the server: one longer than `max_bytes` is
+        refused without a byte of it sent."""
         self._check_key(key)
-        found = cast(list[bytes] | None, self._script("read", key, [key]))
+        check_read_bound(max_bytes)
+        found = cast(list[Any] | None, self._script("read", key, [key, max_bytes]))
         if found is None:
             return None
         data, version = found
-        return Versioned(data=data, etag=version.decode())
+        if isinstance(data, int):
+            raise ObjectTooLarge(key, max_bytes, received=0, size=data, where=self.location)
+        return Versioned(data=bytes(data), etag=bytes(version).decode())
 
     def write_versioned(self, key: str, data: bytes, expect: str | None) -> str:
         must_be_absent = b"1" if expect is None else b"0"
@@ -399,7 +412,10 @@ class RedisStreamsBackend:
         if result is not None:
             return bytes(result).decode()
         if attempts > 1:
-            current = self.read_versioned(key)
+            try:
+                current = self.read_versioned(key, max_bytes=len(data))
+            except ObjectTooLarge:
+                return None  # longer than what this call wrote: not its own effect
             if current is not None and current.data == data:
                 return current.etag
         return None

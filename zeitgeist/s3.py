@@ -37,11 +37,14 @@ from botocore.exceptions import (
 )
 
 from zeitgeist.backend import (
+    MAX_OBJECT_BYTES,
     BackendError,
     KeyExists,
+    ObjectTooLarge,
     PreconditionFailed,
     UnsupportedStore,
     Versioned,
+    check_read_bound,
 )
 from zeitgeist.keys import InvalidKey
 from zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
@@ -98,11 +101,19 @@ HTTP_MOVED_PERMANENTLY: Final = 301
 HTTP_FORBIDDEN: Final = 403
 HTTP_NOT_FOUND: Final = 404
 HTTP_PRECONDITION_FAILED: Final = 412
+#: A Range starting at byte 0 of an empty object cannot be satisfied.
+HTTP_RANGE_NOT_SATISFIABLE: Final = 416
 HTTP_TOO_MANY_REQUESTS: Final = 429
 HTTP_SERVER_ERROR: Final = 500
 #: Statuses with which a conditional put says "the condition did not hold".
 CONDITION_FAILED_STATUSES: Final = frozenset({HTTP_PRECONDITION_FAILED, HTTP_NOT_MODIFIED})
 NO_SUCH_BUCKET: Final = "NoSuchBucket"
+
+
+def _total_size(content_range: str | None) -> int | None:
+    """The object's full size from a Content-Range such as 'bytes 0-1024/5000000'."""
+    _, slash, total = (content_range or "").rpartition("/")
+    return int(total) if slash and total.isdigit() else None
 
 
 class S3ConfigError(ValueError):
@@ -237,8 +248,8 @@ class S3Backend:
         if self._conditional_put(key, data, if_match=None) is None:
             raise KeyExists(f"{key!r} already exists in {self.location}")
 
-    def read(self, key: str) -> bytes:
-        current = self.read_versioned(key)
+    def read(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> bytes:
+        current = self.read_versioned(key, max_bytes=max_bytes)
         if current is None:
             raise KeyError(key)
         return current.data
@@ -282,18 +293,44 @@ class S3Backend:
                     f"{described}"
                 )
 
-    def read_versioned(self, key: str) -> Versioned | None:
+    def read_versioned(self, key: str, *, max_bytes: int = MAX_OBJECT_BYTES) -> Versioned | None:
+        """A ranged GET of the first `max_bytes + 1` bytes, so a larger object costs one
+        byte more than the bound, not its size; its size comes from Content-Range. The
+        body is read with the same bound, in case a store ignores the Range."""
+        check_read_bound(max_bytes)
         object_key = self._object_key(key)
+        wanted = f"bytes=0-{max_bytes}"
 
         def attempt() -> Versioned | None:
             try:
-                response = self._client.get_object(Bucket=self.bucket, Key=object_key)
+                try:
+                    response = self._client.get_object(
+                        Bucket=self.bucket, Key=object_key, Range=wanted
+                    )
+                except ClientError as error:
+                    if error_status(error) != HTTP_RANGE_NOT_SATISFIABLE:
+                        raise
+                    # An empty object: no byte 0 to start the range at.
+                    response = self._client.get_object(Bucket=self.bucket, Key=object_key)
             except ClientError as error:
                 if error_status(error) == HTTP_NOT_FOUND and error_code(error) != NO_SUCH_BUCKET:
                     return None
                 raise
-            # The body is read inside the attempt so a connection dropped mid-body is retried.
-            return Versioned(data=response["Body"].read(), etag=str(response["ETag"]))
+            body = response["Body"]
+            try:
+                # Read inside the attempt so a connection dropped mid-body is retried.
+                data = body.read(max_bytes + 1)
+            finally:
+                body.close()
+            if len(data) > max_bytes:
+                raise ObjectTooLarge(
+                    key,
+                    max_bytes,
+                    received=len(data),
+                    size=_total_size(response.get("ContentRange")),
+                    where=self.location,
+                )
+            return Versioned(data=data, etag=str(response["ETag"]))
 
         return self._run("GetObject", object_key, attempt)
 
@@ -356,10 +393,17 @@ class S3Backend:
 
         etag = self._run("PutObject", object_key, attempt)
         if etag is None and attempts > 1:
-            current = self.read_versioned(key)
+            current = self._stored(key, len(data))
             if current is not None and current.data == data:
                 return current.etag
         return etag
+
+    def _stored(self, key: str, max_bytes: int) -> Versioned | None:
+        """What `key` holds if it is at most `max_bytes` long (None if absent or longer)."""
+        try:
+            return self.read_versioned(key, max_bytes=max_bytes)
+        except ObjectTooLarge:
+            return None
 
     def _list_page(self, request: ListObjectsV2RequestTypeDef) -> ListObjectsV2OutputTypeDef:
         return self._run(

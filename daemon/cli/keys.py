@@ -159,11 +159,13 @@ def _heartbeat_key(config: Any, peer_id: str) -> str:
     """The public key `peer_id`'s heartbeat publishes; ValueError when there is none."""
     from daemon.runtime import open_backend
     from zeitgeist.keys import heartbeat_key
-    from zeitgeist.log import Heartbeat
+    from zeitgeist.log import MAX_HEARTBEAT_BYTES, Heartbeat
 
     backend = open_backend(config)
     try:
-        beat = Heartbeat.from_bytes(backend.read(heartbeat_key(peer_id)))
+        beat = Heartbeat.from_bytes(
+            backend.read(heartbeat_key(peer_id), max_bytes=MAX_HEARTBEAT_BYTES)
+        )
     except KeyError:
         raise ValueError(
             f"peer {peer_id} has no heartbeat in the zeitgeist; pass --public-key"
