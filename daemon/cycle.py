@@ -36,7 +36,7 @@ from daemon.forgetting import sweep as run_sweep
 from daemon.keys import count_rejection
 from daemon.learning import convert_outcomes, teach_key
 from daemon.runtime import Peer, Runtime
-from pulses.budget import admit_within_budget
+from pulses.budget import admit_within_budget, cost_units
 from pulses.outcome import Attribution, Outcome
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
@@ -685,12 +685,15 @@ def _charge_budgets(
 
     Windows are of the origin's own pulse timestamps, not of this peer's cycles: a peer
     that reads ten windows' pulses at once after an outage admits each window's within
-    budget, and what a window admitted in earlier cycles counts (stored per pulse).
+    budget, and what a window admitted or closed in earlier cycles counts (stored per window).
+    An expired pulse is charged too, so a peer that reads it late admits what one that read
+    it in time did, unless it is past the look-back (it would only close the present window).
     """
     db, allowance = peer.db, peer.config.pulses.origin_budget
     groups: dict[tuple[str, int], list[PulseEntry]] = {}
     for entry in pulses:
         pulse = entry.pulse
+        pulse_ms = HybridLogicalClock.physical_ms(pulse.ts)
         if (
             entry.id in st.rejected
             or entry.id in queued_here
@@ -699,28 +702,28 @@ def _charge_budgets(
             # would spend the named peer's budget.
             or pulse.origin_peer != entry.origin
             or pulse.kind is PulseKind.FORGET
-            or pulse.is_expired(st.now_ms)
+            or (pulse.is_expired(st.now_ms) and pulse_ms < st.now_ms - BUDGET_LOOKBACK_MS)
             or db.pulse_seen(pulse.pulse_id)
         ):
             continue
-        window = _budget_window(HybridLogicalClock.physical_ms(pulse.ts), st.now_ms)
+        window = _budget_window(pulse_ms, st.now_ms)
         groups.setdefault((pulse.origin_peer, window), []).append(entry)
     charges: dict[str, budget.Charge] = {}
     for (origin, window), entries in groups.items():
-        before = budget.window_spend(db, origin, window)
-        remaining = allowance - before.spent
+        before = budget.window_state(db, origin, window)
         by_pulse = {e.pulse.pulse_id: e for e in entries}
-        if before.went_over or remaining <= 0:
-            admitted: set[str] = set()
-        else:
-            verdict = admit_within_budget((e.pulse for e in entries), remaining)
-            admitted = {p.pulse_id for p in verdict.admitted}
+        verdict = admit_within_budget(
+            (e.pulse for e in by_pulse.values()), allowance, windows={origin: before}
+        )
+        admitted = {p.pulse_id for p in verdict.admitted}
+        closed_by = verdict.windows[origin].closed_by
         refused = 0
         for pulse_id, entry in by_pulse.items():
             ok = pulse_id in admitted
-            charges[entry.id] = budget.Charge(
-                origin, window, entry.pulse.moved_salience_bound() if ok else 0.0, ok
-            )
+            cost = (cost_units(entry.pulse) or 0) if ok else 0
+            # Only a refusal closes the window: recorded with an admitted pulse, a crash
+            # before the rest were recorded would refuse them next cycle.
+            charges[entry.id] = budget.Charge(origin, window, cost, ok, None if ok else closed_by)
             if not ok:
                 refused += 1
                 hostile.count(hostile.OVER_BUDGET)

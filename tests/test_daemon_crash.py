@@ -4,7 +4,9 @@ A generator publishes a log of pulse segments into a local-directory zeitgeist.
 Peer b follows it as a real daemon that is SIGKILLed and restarted over and
 over; peer c, holding the same chunks, follows an identical copy of the log
 without interruption. When b has caught up, it must have applied every pulse
-exactly once and hold salience identical to c's, float for float.
+exactly once and hold salience identical to c's, float for float. The log is far over
+the generator's budget per window: b, batched differently by every kill, admits exactly
+the pulses c admits, the longest prefix of each window that fits the budget.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from daemon import defaults
 from daemon.clock import SystemClock
+from pulses.budget import admit_within_budget
 from pulses.pulse import PulseKind, SalientPulse
 from tests.daemon_helpers import (
     Daemon,
@@ -50,12 +53,8 @@ LIFETIME_S = (0.2, 1.4)
 MAX_KILLS = 30
 INTERVAL_S = "0.2"
 #: One segment per cycle, so catching up takes many cycles and kills land in the middle.
-#: No downscale and no sweep: salience is a function of the applied pulses alone. The
-#: generator publishes its whole log at one moment, far over a per-origin budget; which
-#: pulses an over-budget origin gets through depends on how they were batched, so the
-#: budget is lifted here (this test is about crashes, tests/test_mesh_hostile.py about it).
+#: No downscale and no sweep: salience is a function of the applied pulses alone.
 SETTINGS = {
-    "DREAMCYCLE_PULSES_ORIGIN_BUDGET": "1e6",
     "DREAMCYCLE_CYCLE_MAX_SEGMENTS": "1",
     "DREAMCYCLE_DOWNSCALE_ENABLED": "false",
     "DREAMCYCLE_SWEEP_ENABLED": "false",
@@ -77,9 +76,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Peer:
     return peer
 
 
-def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random, signer: Signer) -> list[str]:
+def publish_pulse_log(
+    directory: Path, peer: Peer, rng: random.Random, signer: Signer
+) -> list[SalientPulse]:
     """SEGMENTS segments of Reward/Decay pulses seeded at the peer's chunks, signed by
-    `signer`; their pulse ids."""
+    `signer`; the pulses, in the order published."""
     seeds = list(peer.embeddings().values())
     index_version = str(
         peer.scalar(
@@ -89,7 +90,7 @@ def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random, signer: S
     wall_ms = SystemClock().now_ms
     clock = HybridLogicalClock(wall_ms)
     log = Zeitgeist(DirectoryBackend(directory), GENERATOR, clock, wall_ms=wall_ms, signer=signer)
-    pulse_ids: list[str] = []
+    published: list[SalientPulse] = []
     for seq in range(1, SEGMENTS + 1):
         entries = []
         for _ in range(rng.randint(*PULSES_PER_SEGMENT)):
@@ -109,9 +110,23 @@ def publish_pulse_log(directory: Path, peer: Peer, rng: random.Random, signer: S
                 index_version=index_version,
             ).with_id()
             entries.append(PulseEntry(hlc=ts, origin=GENERATOR, pulse=pulse))
-            pulse_ids.append(pulse.pulse_id)
+            published.append(pulse)
         log.publish(log.prepare(entries, seq))
-    return pulse_ids
+    return published
+
+
+def within_budget(pulses: list[SalientPulse]) -> set[str]:
+    """The pulse ids the budget admits: per window of the pulses' time, the longest prefix
+    whose bounds fit (pulses/budget.py)."""
+    window_ms = int(defaults.PULSE_BUDGET_WINDOW_S * 1000)
+    windows: dict[int, list[SalientPulse]] = {}
+    for pulse in pulses:
+        windows.setdefault(HybridLogicalClock.physical_ms(pulse.ts) // window_ms, []).append(pulse)
+    return {
+        admitted.pulse_id
+        for window in windows.values()
+        for admitted in admit_within_budget(window, defaults.PULSE_ORIGIN_BUDGET).admitted
+    }
 
 
 def applied(peer: Peer) -> int:
@@ -126,7 +141,10 @@ def test_kill_9_loses_nothing_and_applies_nothing_twice(template: Peer, tmp_path
     rng = random.Random(SEED)
     generated = tmp_path / "generated-log"
     generator = Signer(GENERATOR, generate_key())
-    pulse_ids = publish_pulse_log(generated, template, rng, generator)
+    published = publish_pulse_log(generated, template, rng, generator)
+    pulse_ids = [pulse.pulse_id for pulse in published]
+    admitted = within_budget(published)
+    assert 0 < len(admitted) < len(published), "the log must go over the budget"
     for name in ("b", "c"):
         shutil.copytree(generated, tmp_path / f"zeitgeist-{name}")
     b = template.copy_to(tmp_path / "b", zeitgeist_dir=tmp_path / "zeitgeist-b")
@@ -154,9 +172,13 @@ def test_kill_9_loses_nothing_and_applies_nothing_twice(template: Peer, tmp_path
         assert reference.terminate() == EXIT_OK
 
     statuses = b.query("SELECT pulse_id, status FROM applied_pulses")
-    assert sorted(statuses) == sorted((pulse_id, "applied") for pulse_id in pulse_ids)
+    expected = [(i, "applied" if i in admitted else "rejected") for i in pulse_ids]
+    assert sorted(statuses) == sorted(expected)
+    assert sorted(c.query("SELECT pulse_id, status FROM applied_pulses")) == sorted(expected)
+    refusals = b.query("SELECT reason FROM applied_pulses WHERE status = 'rejected'")
+    assert all(str(reason).startswith("over_budget") for (reason,) in refusals), refusals
     journal = b.query("SELECT ref, count(*) FROM journal WHERE kind = 'pulse' GROUP BY ref")
-    assert sorted(journal) == sorted((pulse_id, 1) for pulse_id in pulse_ids)
+    assert sorted(journal) == sorted((pulse_id, 1) for pulse_id in admitted)
     assert b.scalar("SELECT count(*) FROM seen_entries WHERE kind = 'salience_pulse'") == total
     assert (
         b.scalar(

@@ -20,7 +20,13 @@ from hypothesis import strategies as st
 from daemon import defaults
 from daemon.api import models
 from daemon.config import ConfigError, load_config
-from pulses.budget import InvalidBudget, admit_within_budget
+from pulses.budget import (
+    InvalidBudget,
+    WindowState,
+    admit_within_budget,
+    cost_units,
+    to_units,
+)
 from pulses.constants import (
     ATTRIBUTION_MAX_CHUNKS,
     DECISION_TEXT_MAX_CHARS,
@@ -282,12 +288,14 @@ def test_each_origin_spends_at_most_its_budget_and_refusals_end_its_cycle(
         mine = [p for p in pulses if p.origin_peer == origin]
         passed = [p.pulse_id in admitted_ids for p in mine]
         assert passed == sorted(passed, reverse=True)  # admitted, then refused
-        spent = sum(p.moved_salience_bound() for p in mine if p.pulse_id in admitted_ids)
-        assert spent <= budget
-        assert verdict.spent.get(origin, 0.0) == pytest.approx(spent)
+        # Counted in whole units, exact in any grouping (a billionth of salience each).
+        spent = sum(cost_units(p) or 0 for p in mine if p.pulse_id in admitted_ids)
+        assert spent <= to_units(budget)
+        assert verdict.windows.get(origin, WindowState()).spent_units == spent
+        assert verdict.spent.get(origin, 0.0) == pytest.approx(spent / 1e9)
         if False in passed:  # refused only when the next one would have gone over
             first_refused = mine[passed.index(False)]
-            assert spent + first_refused.moved_salience_bound() > budget
+            assert spent + (cost_units(first_refused) or 0) > to_units(budget)
 
 
 # ---- outcomes and attributions ------------------------------------------------------------
