@@ -3,6 +3,7 @@ unit expects them, and the unit passes systemd's own checks."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from daemon import defaults
-from tests.daemon_helpers import DREAMCYCLE
+from tests.daemon_helpers import BASE_SETTINGS, DREAMCYCLE
 
 ANALYZE = shutil.which("systemd-analyze")
 needs_systemd = pytest.mark.skipif(
@@ -86,3 +87,46 @@ def test_systemd_verifies_the_unit_and_rates_it_hardened(installed: Path) -> Non
     found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", security.stdout)
     assert found is not None, security.stdout + security.stderr
     assert float(found[1]) <= MAX_EXPOSURE, security.stdout
+
+
+def test_the_unit_makes_the_signing_key_at_its_first_start_and_keeps_it_after(
+    installed: Path, tmp_path: Path
+) -> None:
+    unit = (installed / defaults.UNIT_DIR.lstrip("/") / defaults.UNIT_NAME).read_text()
+    executable = f"{Path(sys.prefix).resolve()}/bin/dreamcycle"
+    pre = re.findall(r"^ExecStartPre=(.*)$", unit, re.MULTILINE)
+    assert pre == [f"{executable} keys init --if-missing"]
+    assert unit.index("ExecStartPre=") < unit.index("ExecStart=")
+    # Run it as systemd would: the unit's config file, the data directory from the
+    # environment file (here a fresh one), twice, as two starts of the service.
+    config = installed / defaults.CONFIG_DIR.lstrip("/") / defaults.CONFIG_FILE_NAME
+    data_dir = tmp_path / "state"
+    env = {
+        **os.environ,
+        **BASE_SETTINGS,
+        "DREAMCYCLE_CONFIG": str(config),
+        "DREAMCYCLE_PEER_DATA_DIR": str(data_dir),
+        "DREAMCYCLE_PEER_ID": "fresh",
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(args), capture_output=True, text=True, timeout=60, check=False, env=env
+        )
+
+    first = run(*pre[0].split())
+    assert first.returncode == 0, first.stderr
+    key = data_dir / defaults.KEYS_KEY_FILE
+    assert key.stat().st_mode & 0o777 == defaults.KEY_FILE_MODE
+    created = key.read_bytes()
+    key_id = re.search(r"^key id\s+(\S+)$", first.stdout, re.MULTILINE)
+    assert key_id is not None, first.stdout
+    second = run(*pre[0].split())
+    assert second.returncode == 0 and f"kept {key} (exists)" in second.stdout, second
+    assert key.read_bytes() == created
+    shown = run(executable, "keys", "show")
+    assert shown.returncode == 0 and key_id[1] in shown.stdout, shown
+    # Without the flag an existing key is still an error, and the two flags exclude each other.
+    assert run(executable, "keys", "init").returncode != 0
+    both = run(executable, "keys", "init", "--if-missing", "--rotate")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr

@@ -18,6 +18,7 @@ UNIT_SOURCE: Final = SOURCE_ROOT / "scripts" / "systemd" / defaults.UNIT_NAME
 ENVIRONMENT_SOURCE: Final = SOURCE_ROOT / "scripts" / "systemd" / defaults.ENVIRONMENT_FILE_NAME
 CONFIG_SOURCE: Final = SOURCE_ROOT / "scripts" / "dreamcycle.example.toml"
 EXEC_START: Final = re.compile(r"^ExecStart=.*$", re.MULTILINE)
+EXEC_START_PRE: Final = re.compile(r"^ExecStartPre=.*\n", re.MULTILINE)
 DATA_DIR_LINE: Final = re.compile(r"^data_dir = .*$", re.MULTILINE)
 UNIT_MODE: Final = 0o644
 #: The environment file may hold credentials.
@@ -30,7 +31,8 @@ def register(verbs: Any) -> None:
         "install-unit",
         help="install the systemd unit, its environment file and the config",
         description=f"Write {defaults.UNIT_DIR}/{defaults.UNIT_NAME} (ExecStart: this "
-        f"installation's dreamcycle), {defaults.CONFIG_DIR}/{defaults.ENVIRONMENT_FILE_NAME} "
+        "installation's dreamcycle; ExecStartPre makes the peer's signing key at the first "
+        f"start, `keys init --if-missing`), {defaults.CONFIG_DIR}/{defaults.ENVIRONMENT_FILE_NAME} "
         f"and {defaults.CONFIG_DIR}/{defaults.CONFIG_FILE_NAME} (the example config, with "
         f"the service's data directory {defaults.SERVICE_DATA_DIR}). Existing environment "
         "and config files are kept (they hold your settings); the unit is replaced. Then "
@@ -68,7 +70,13 @@ def planned_files(prefix: Path) -> list[tuple[Path, str, int, bool]]:
     executable = prefix / "bin" / "dreamcycle"
     if not os.access(executable, os.X_OK):
         raise ValueError(f"--prefix {prefix}: {executable} is not an executable")
-    unit = EXEC_START.sub(f"ExecStart={executable} run", UNIT_SOURCE.read_text(encoding="utf-8"))
+    # A fresh install has no signing key and `run` refuses to start without one: the
+    # service makes it, with its own user, config and state directory, before each start
+    # (kept when it exists).
+    unit = EXEC_START.sub(
+        f"ExecStartPre={executable} keys init --if-missing\nExecStart={executable} run",
+        EXEC_START_PRE.sub("", UNIT_SOURCE.read_text(encoding="utf-8")),
+    )
     config = DATA_DIR_LINE.sub(
         f'data_dir = "{defaults.SERVICE_DATA_DIR}"', CONFIG_SOURCE.read_text(encoding="utf-8")
     )
@@ -106,4 +114,9 @@ def _install(args: argparse.Namespace) -> int:
         print(f"{verb:9} {target} (mode {mode:03o})")
     if not args.dry_run and args.root == Path("/"):
         print("next: systemctl daemon-reload && systemctl enable --now dreamcycle")
+        print(
+            "the first start makes this peer's signing key; then `dreamcycle keys show` "
+            "(with the service's config) prints it for the other peers to trust, and "
+            "`dreamcycle keys trust` adds theirs (SECURITY.md)"
+        )
     return 0

@@ -30,7 +30,14 @@ def register(verbs: Any) -> None:
         "gap: trust the new key on every peer first, then rotate here, then give the old key "
         "a not-after date (keys trust ... --not-after) or revoke it.",
     )
-    init.add_argument("--rotate", action="store_true", help="replace an existing key")
+    replacing = init.add_mutually_exclusive_group()
+    replacing.add_argument("--rotate", action="store_true", help="replace an existing key")
+    replacing.add_argument(
+        "--if-missing",
+        action="store_true",
+        help="an existing key is kept and it is not an error (exit 0): for a service that "
+        "makes its key at its first start",
+    )
     init.set_defaults(handler=lambda args: run_guarded(lambda: _init(args)))
 
     show = actions.add_parser(
@@ -91,6 +98,9 @@ def _init(args: argparse.Namespace) -> int:
     from daemon.keys import init_key
 
     config = load(args)
+    if args.if_missing and config.key_path.exists():
+        print(f"kept {config.key_path} (exists)")
+        return 0
     signer, retired = init_key(config, rotate=args.rotate)
     if retired is not None:
         print(f"previous key kept as {retired}")
