@@ -22,6 +22,7 @@ from daemon.runtime import Runtime, issue_hlc
 from pulses.constants import REASON_MAX_CHARS
 from pulses.outcome import Outcome
 from pulses.pulse import PulseKind, SalientPulse, check_length, validate_parameters
+from store.database import hashes_with_prefix, outcomes_of_decision
 from store.hashing import content_hash
 from zeitgeist.entries import (
     ChangeValue,
@@ -35,9 +36,57 @@ from zeitgeist.entries import (
 )
 
 _HASH: Final = re.compile(r"^[0-9a-f]{64}$")
-#: The shortest prefix `--cited` resolves against the decision's recalled chunks.
+#: The shortest prefix of a hash resolved to the one chunk or decision it starts (recall
+#: prints 12 digits); `--cited` resolves against the decision's recalled chunks.
 CITED_PREFIX_MIN: Final = 8
 _HASH_PREFIX: Final = re.compile(rf"^[0-9a-f]{{{CITED_PREFIX_MIN},63}}$")
+#: Candidates an ambiguous prefix lists.
+AMBIGUOUS_SHOWN: Final = 4
+#: What to do about a hash not known here, by what it names.
+_UNKNOWN_HINT: Final = {
+    "chunk": "neither stored nor tombstoned here: retract it on a peer that holds it",
+    "decision": "not recorded here: report its outcome on the peer whose recall printed it "
+    "(or one that applied its attribution)",
+}
+
+
+def check_reason(reason: str, *, optional: bool = False) -> None:
+    """A reason is the audit trail's only account of why: blank says nothing. An `optional`
+    one (a pulse's, through the API) may be left out, as "", but not given blank."""
+    if not reason.strip() and not (optional and reason == ""):
+        raise ValueError("--reason is empty: say why")
+    check_length("reason", reason, REASON_MAX_CHARS)
+
+
+class ConflictingOutcome(ValueError):
+    """A second outcome for a decision that has one: both would be credited."""
+
+
+class UnknownHash(ValueError):
+    """A hash, or a prefix of one, that names no chunk or decision known here."""
+
+
+def resolve_hash(rt: Runtime, what: str, given: str) -> str:
+    """The one known `what` ("chunk" or "decision") hash that `given` is, or starts.
+
+    ValueError names the problem: not a hash, none known (UnknownHash), or a prefix of more
+    than one (listing a few).
+    """
+    if not (_HASH.match(given) or _HASH_PREFIX.match(given)):
+        raise ValueError(
+            f"{given!r} is not a {what} hash (64 lowercase hex digits, or a unique prefix of "
+            f"at least {CITED_PREFIX_MIN})"
+        )
+    found = hashes_with_prefix(rt.db, what, given, limit=AMBIGUOUS_SHOWN + 1)
+    if not found:
+        named = given if _HASH.match(given) else f"starting {given}"
+        raise UnknownHash(f"{what} {named} is {_UNKNOWN_HINT[what]}")
+    if len(found) > 1:
+        listed = ", ".join(found[:AMBIGUOUS_SHOWN]) + (
+            ", ..." if len(found) > AMBIGUOUS_SHOWN else ""
+        )
+        raise ValueError(f"{given} starts more than one {what} hash ({listed}): give more digits")
+    return found[0]
 
 
 @dataclass(frozen=True)
@@ -72,12 +121,21 @@ def _request_key(verb: str, **fields: Any) -> str:
     )
 
 
-def _queue(rt: Runtime, request_key: str, build: Callable[[int], Entry]) -> Emitted:
+def _queue(
+    rt: Runtime,
+    request_key: str,
+    build: Callable[[int], Entry],
+    refuse: Callable[[], None] | None = None,
+) -> Emitted:
+    """Queue the entry `build` makes, unless the same request was queued already; `refuse`
+    raises when a new request contradicts what is stored (checked in the same transaction)."""
     db = rt.db
     with db.transaction():
         existing = db.request_entry(request_key)
         if existing is not None:
             return Emitted(existing, new=False)
+        if refuse is not None:
+            refuse()
         entry = build(issue_hlc(db, rt.clock.now_ms))
         db.outbox_add(
             entry.id,
@@ -93,15 +151,23 @@ def _queue(rt: Runtime, request_key: str, build: Callable[[int], Entry]) -> Emit
 def emit_outcome(
     rt: Runtime, *, decision: str, reward: float, reason: str, cited: Sequence[str] = ()
 ) -> Emitted:
-    """Queue an outcome; `cited` names the recalled chunks the decision used.
+    """Queue an outcome of a decision recorded here; `cited` names the recalled chunks the
+    decision used.
 
-    Each cited hash is 64 lowercase hex digits, or a unique prefix of at least
-    CITED_PREFIX_MIN of them when the decision's attribution is known here. If it
-    is, every cited chunk must be among the chunks it recalled.
+    `decision` and each cited hash are 64 lowercase hex digits, or a unique prefix of at
+    least CITED_PREFIX_MIN of them; every cited chunk must be among the chunks the decision
+    recalled.
     """
+    for given in cited:
+        _check_cited_form(given)
+    check_reason(reason)
+    if _HASH_PREFIX.match(decision):
+        decision = resolve_hash(rt, "decision", decision)
+    # The request's own form (hash, reward, reason) before whether the decision is known.
     Outcome(
         decision_hash=decision, reward=reward, observer_peer=rt.peer_id, ts=0, reason=reason
     ).validate()
+    decision = resolve_hash(rt, "decision", decision)
     chunks = resolve_cited(rt, decision, cited)
     Outcome(
         decision_hash=decision,
@@ -115,6 +181,18 @@ def emit_outcome(
     if chunks:  # requests without citations keep the key they always had
         fields["cited"] = list(chunks)
     key = _request_key("outcome", **fields)
+
+    def refuse_a_second_outcome() -> None:
+        earlier = outcomes_of_decision(rt.db, decision)
+        if earlier:
+            entry, earlier_reward, earlier_reason = earlier[0]
+            raise ConflictingOutcome(
+                f"decision {decision} already has an outcome (entry {entry}: reward "
+                f"{earlier_reward:g}, reason {earlier_reason!r}); both would be credited, so "
+                "this one is refused. An outcome is final: there is no way to withdraw or "
+                "replace it; to offset its credit, reinforce or penalize the chunks it cited"
+            )
+
     return _queue(
         rt,
         key,
@@ -127,47 +205,48 @@ def emit_outcome(
             reason=reason,
             cited=chunks,
         ),
+        refuse_a_second_outcome,
     )
 
 
 def resolve_cited(rt: Runtime, decision: str, cited: Sequence[str]) -> tuple[str, ...]:
-    """Full cited hashes, sorted and unique; ValueError names the first bad one."""
-    attribution = rt.db.attribution(decision) if cited else None
-    recalled = sorted(set(attribution.chunk_hashes)) if attribution is not None else None
+    """Full cited hashes, sorted and unique, each among the chunks the decision (recorded
+    here) recalled; ValueError names the first bad one."""
+    if not cited:
+        return ()
+    attribution = rt.db.attribution(decision)
+    if attribution is None:
+        raise UnknownHash(f"decision {decision} is {_UNKNOWN_HINT['decision']}")
+    recalled = sorted(set(attribution.chunk_hashes))
     resolved: set[str] = set()
     for given in cited:
-        if _HASH.match(given):
-            digest = given
-        elif _HASH_PREFIX.match(given):
-            if recalled is None:
+        _check_cited_form(given)
+        matches = [h for h in recalled if h.startswith(given)]
+        if len(matches) != 1:
+            if _HASH.match(given):
                 raise ValueError(
-                    f"cited chunk {given!r} is a prefix, and decision {decision} was not "
-                    "recorded here to resolve it: give the full 64-digit hash"
+                    f"cited chunk {given} is not among the chunks decision {decision} recalled"
                 )
-            matches = [h for h in recalled if h.startswith(given)]
-            if len(matches) != 1:
-                raise ValueError(
-                    f"cited chunk {given!r} matches "
-                    f"{'none' if not matches else len(matches)} of the chunks decision "
-                    f"{decision} recalled"
-                )
-            digest = matches[0]
-        else:
             raise ValueError(
-                f"cited chunk {given!r} is not a chunk hash (64 lowercase hex digits, or a "
-                f"unique prefix of at least {CITED_PREFIX_MIN})"
+                f"cited chunk {given!r} matches {'none' if not matches else len(matches)} of "
+                f"the chunks decision {decision} recalled"
             )
-        if recalled is not None and digest not in recalled:
-            raise ValueError(
-                f"cited chunk {digest} is not among the chunks decision {decision} recalled"
-            )
-        resolved.add(digest)
+        resolved.add(matches[0])
     return tuple(sorted(resolved))
+
+
+def _check_cited_form(given: str) -> None:
+    if not (_HASH.match(given) or _HASH_PREFIX.match(given)):
+        raise ValueError(
+            f"cited chunk {given!r} is not a chunk hash (64 lowercase hex digits, or a "
+            f"unique prefix of at least {CITED_PREFIX_MIN})"
+        )
 
 
 def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
     if request.kind is PulseKind.FORGET:
         raise ValueError("forget pulses travel with a tombstone: use `pulse-emit tombstone HASH`")
+    check_reason(request.reason, optional=True)
     # Refused before the text is embedded: the parameters alone decide.
     validate_parameters(
         kind=request.kind,
@@ -217,11 +296,10 @@ def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
 
 
 def emit_tombstone(rt: Runtime, *, digest: str, reason: str, ttl_s: float) -> Emitted:
-    if not _HASH.match(digest):
-        raise ValueError(f"{digest!r} is not a chunk hash (64 lowercase hex digits)")
-    if not reason.strip():
-        raise ValueError("--reason is empty: say why the chunk is retracted")
-    check_length("reason", reason, REASON_MAX_CHARS)
+    """Queue the retraction of a chunk stored or tombstoned here, named by its hash or a
+    unique prefix of it."""
+    check_reason(reason)
+    digest = resolve_hash(rt, "chunk", digest)
     seed = rt.db.embedding_of_hash(digest)
 
     def build(hlc: int) -> TombstoneEntry:
@@ -262,6 +340,7 @@ def emit_supersede(rt: Runtime, *, old_hash: str, new_hash: str, reason: str) ->
     for digest in (old_hash, new_hash):
         if not _HASH.match(digest):
             raise ValueError(f"{digest!r} is not a chunk hash (64 lowercase hex digits)")
+    check_reason(reason)
     return _queue(
         rt,
         _request_key("supersede", old=old_hash, new=new_hash),

@@ -504,13 +504,26 @@ class Database:
             [(value, rowid) for rowid, value in sorted(values.items())],
         )
 
-    def decay_candidates(self) -> list[tuple[int, str, str, float]]:
-        """(rowid, kind, ISO time its decay counts from, stability) of live indexed chunks."""
+    def decay_candidates(
+        self, *, due_by_ms: int | None = None, limit: int | None = None
+    ) -> list[tuple[int, str, str, float]]:
+        """(rowid, kind, ISO time its decay counts from, stability) of live indexed chunks
+        (cold ones too) whose decay counts from `due_by_ms` or earlier, the longest waiting
+        first (ties: smaller rowid), at most `limit`: pulses.sweep.due_for_decay in SQL,
+        read from the observations_decay index (migration 0011)."""
+        decay_from = "coalesce(last_decay_ts, created_at)"
+        where = f"deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'"
+        params: list[Any] = []
+        if due_by_ms is not None:
+            where += f" AND {decay_from} <= ?"
+            params.append(iso_from_ms(due_by_ms))
+        params.append(-1 if limit is None else limit)
         return [
             (int(r[0]), str(r[1]), str(r[2]), float(r[3]))
             for r in self._all(
-                "SELECT id, kind, coalesce(last_decay_ts, created_at), stability FROM observations "
-                f"WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'"
+                f"SELECT id, kind, {decay_from}, stability FROM observations WHERE {where} "
+                f"ORDER BY {decay_from}, id LIMIT ?",
+                tuple(params),
             )
         ]
 
@@ -1043,3 +1056,41 @@ def _observation(row: Sequence[Any]) -> Observation:
         confidence=float(row[17]),
         stability=float(row[18]),
     )
+
+
+# ---- what a hash or a prefix of one names ----------------------------------------------------
+
+#: Hashes a reference may name, by what they are: chunks stored or tombstoned here (not the
+#: daemon's own efficacy records), and decisions whose attribution is recorded here. Each
+#: selects the hashes within [?1, ?2) (a prefix and the prefix followed by "g": hex digits
+#: sort below it, so the range is a seek on the indexed column), at most ?3 of them.
+_HASHES_WITH_PREFIX: Final = {
+    "chunk": "SELECT content_hash FROM observations WHERE content_hash >= ?1 "
+    f"AND content_hash < ?2 AND type != '{EFFICACY_TYPE}' "
+    "UNION SELECT hash FROM tombstones WHERE hash >= ?1 AND hash < ?2 ORDER BY 1 LIMIT ?3",
+    "decision": "SELECT decision_hash FROM attributions WHERE decision_hash >= ?1 "
+    "AND decision_hash < ?2 ORDER BY 1 LIMIT ?3",
+}
+
+
+def hashes_with_prefix(db: Database, what: str, prefix: str, *, limit: int) -> list[str]:
+    """The known `what` ("chunk" or "decision") hashes starting with `prefix`, in order, at
+    most `limit`; a whole hash finds itself alone, or nothing."""
+    return [
+        str(r[0]) for r in db.fetch_all(_HASHES_WITH_PREFIX[what], (prefix, prefix + "g", limit))
+    ]
+
+
+def outcomes_of_decision(db: Database, decision_hash: str) -> list[tuple[str, float, str]]:
+    """Outcomes reported for a decision, oldest first, as (entry id, reward, reason): those
+    applied here (from any peer) and this peer's own still waiting in the outbox."""
+    rows = db.fetch_all(
+        "SELECT hlc, outcome_id, reward, reason FROM outcomes WHERE decision_hash = ?1 "
+        "UNION ALL SELECT hlc, entry_id, json_extract(body, '$.reward'), "
+        "json_extract(body, '$.reason') FROM outbox WHERE kind = 'outcome' "
+        "AND json_extract(body, '$.decision_hash') = ?1 ORDER BY 1, 2",
+        (decision_hash,),
+    )
+    # An outcome of this peer's, once applied, is in both tables under the same id.
+    found = {str(entry): (float(reward), str(reason)) for _, entry, reward, reason in rows}
+    return [(entry, reward, reason) for entry, (reward, reason) in found.items()]

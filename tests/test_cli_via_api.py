@@ -175,9 +175,6 @@ def test_emits_through_the_daemon_are_the_entries_direct_emits_queue(served: Ser
         ("outcome", "--decision", decision, "--reward", "0.7", "--reason", "t", "--cited", first[:10]),
         ("pulse", "--text", "loops that never end", "--kind", "decay", "--strength", "0.3"),
         ("tombstone", stranger, "--reason", "wrong"),
-        # Not held here: the API refuses, and the direct way queues them for the mesh.
-        ("outcome", "--decision", "cd" * 32, "--reward", "-0.2", "--reason", "elsewhere"),
-        ("tombstone", "ef" * 32, "--reason", "retracted elsewhere"),
     ]  # fmt: skip
     for command in commands:
         through_daemon, directly = both_ways(peer, "pulse-emit", *command)
@@ -203,6 +200,9 @@ def test_refusals_are_the_same_either_way(served: Served) -> None:
         # ... and by the API's models, handed to the direct way to refuse in its own words.
         ("pulse", "--text", "anything", "--kind", "forget"),
         ("outcome", "--decision", "not-a-hash", "--reward", "1", "--reason", "t"),
+        # Not held here: the API answers 404, and the direct way refuses them too.
+        ("outcome", "--decision", "cd" * 32, "--reward", "-0.2", "--reason", "elsewhere"),
+        ("tombstone", "ef" * 32, "--reason", "retracted elsewhere"),
     ]  # fmt: skip
     for command in refused:
         through_daemon, directly = both_ways(peer, "pulse-emit", *command, expect=EXIT_USAGE)

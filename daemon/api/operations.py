@@ -35,7 +35,9 @@ from daemon.admission import record_admission
 from daemon.api import models, views
 from daemon.confidence import Cause, change_confidence, corroborate
 from daemon.emit import (
+    ConflictingOutcome,
     PulseRequest,
+    check_reason,
     emit_outcome,
     emit_pulse,
     emit_revision,
@@ -246,13 +248,16 @@ class Operations:
         with self._writing() as writer:
             if writer.db.attribution(request.decision_hash) is None:
                 raise NotFound(f"decision {request.decision_hash} is not recorded here")
-            emitted = emit_outcome(
-                writer,
-                decision=request.decision_hash,
-                reward=request.reward,
-                reason=request.reason,
-                cited=request.cited,
-            )
+            try:
+                emitted = emit_outcome(
+                    writer,
+                    decision=request.decision_hash,
+                    reward=request.reward,
+                    reason=request.reason,
+                    cited=request.cited,
+                )
+            except ConflictingOutcome as exc:
+                raise Conflict(str(exc)) from None
         return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
 
     def pulse(self, request: models.PulseRequest) -> models.Queued:
@@ -308,6 +313,7 @@ class Operations:
     def supersede(self, request: models.SupersedeRequest) -> models.SupersedeResponse:
         """Save the new chunk now; the supersede itself applies at the next cycle."""
         self._require_peer()
+        check_reason(request.reason)  # before the new chunk is saved: a refusal stores nothing
         if content_hash(request.memory.content) == request.old_hash:
             raise ValueError("the new content is the old content: nothing to supersede")
         with self._reading() as view:

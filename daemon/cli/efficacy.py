@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from daemon.cli.common import (
+    bounded,
     config_options,
     existing_data_epilog,
     load_existing,
@@ -45,7 +46,7 @@ def register(verbs: Any) -> None:
     )
     parser.add_argument(
         "--window-s",
-        type=float,
+        type=bounded(float, above=0.0),
         metavar="S",
         help="look back this many seconds for decisions (default: efficacy.window_s)",
     )

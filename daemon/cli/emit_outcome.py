@@ -6,7 +6,15 @@ import argparse
 from typing import Any
 
 from daemon.cli.access import memory_access
-from daemon.cli.common import access_options, config_options, load, run_guarded
+from daemon.cli.common import (
+    access_options,
+    bounded,
+    config_options,
+    load,
+    reason_text,
+    run_guarded,
+)
+from pulses.outcome import REWARD_MAX, REWARD_MIN
 
 
 def register(verbs: Any) -> None:
@@ -22,12 +30,21 @@ def register(verbs: Any) -> None:
         "learns (or, on a miss, unlearns) the recall's query as a retrieval key.",
     )
     parser.add_argument(
-        "--decision", required=True, metavar="HASH", help="decision hash (64 hex digits)"
+        "--decision",
+        required=True,
+        metavar="HASH",
+        help="decision hash recorded here: 64 hex digits, or a unique prefix of at least 8",
     )
     parser.add_argument(
-        "--reward", required=True, type=float, metavar="R", help="reward in [-1, 1]"
+        "--reward",
+        required=True,
+        type=bounded(float, at_least=REWARD_MIN, at_most=REWARD_MAX),
+        metavar="R",
+        help=f"reward in [{REWARD_MIN:g}, {REWARD_MAX:g}]",
     )
-    parser.add_argument("--reason", required=True, metavar="TOPIC", help="topic key, for audit")
+    parser.add_argument(
+        "--reason", required=True, type=reason_text, metavar="TOPIC", help="topic key, for audit"
+    )
     parser.add_argument(
         "--cited",
         nargs="+",

@@ -6,8 +6,23 @@ import argparse
 from typing import Any
 
 from daemon.cli.access import PulseSpec, memory_access
-from daemon.cli.common import access_options, config_options, load, run_guarded
-from pulses.constants import K_MAX, MAX_HOPS_MAX, MOVED_SALIENCE_MAX, SIGMA_MAX, STRENGTH_MAX
+from daemon.cli.common import (
+    access_options,
+    bounded,
+    config_options,
+    load,
+    reason_text,
+    run_guarded,
+)
+from pulses.constants import (
+    K_MAX,
+    MAX_HOPS_MAX,
+    MOVED_SALIENCE_MAX,
+    SIGMA_MAX,
+    SIGMA_MIN,
+    STRENGTH_MAX,
+    TTL_MAX_S,
+)
 from pulses.pulse import PulseKind, validate_parameters
 
 
@@ -26,13 +41,38 @@ def register(verbs: Any) -> None:
     )
     parser.add_argument("--text", required=True, help="text whose embedding seeds the pulse")
     parser.add_argument("--kind", required=True, choices=("reward", "decay", "forget"))
-    parser.add_argument("--strength", type=float, help="magnitude, >= 0")
-    parser.add_argument("--sigma", type=float, help="kernel width in cosine-distance units")
-    parser.add_argument("--k", type=int, help="neighbours per BFS node")
-    parser.add_argument("--max-hops", type=int, help="BFS depth")
-    parser.add_argument("--decay-per-hop", type=float, help="attenuation per hop")
-    parser.add_argument("--ttl", type=float, metavar="SECONDS", help="time to live")
-    parser.add_argument("--reason", default="manual", metavar="TOPIC", help="topic key, for audit")
+    parser.add_argument(
+        "--strength", type=bounded(float, at_least=0.0, at_most=STRENGTH_MAX), help="magnitude"
+    )
+    parser.add_argument(
+        "--sigma",
+        type=bounded(float, at_least=SIGMA_MIN, at_most=SIGMA_MAX),
+        help="kernel width in cosine-distance units",
+    )
+    parser.add_argument(
+        "--k", type=bounded(int, at_least=1, at_most=K_MAX), help="neighbours per BFS node"
+    )
+    parser.add_argument(
+        "--max-hops", type=bounded(int, at_least=0, at_most=MAX_HOPS_MAX), help="BFS depth"
+    )
+    parser.add_argument(
+        "--decay-per-hop",
+        type=bounded(float, at_least=0.0, below=1.0),
+        help="attenuation per hop",
+    )
+    parser.add_argument(
+        "--ttl",
+        type=bounded(float, above=0.0, at_most=TTL_MAX_S),
+        metavar="SECONDS",
+        help="time to live",
+    )
+    parser.add_argument(
+        "--reason",
+        type=reason_text,
+        default="manual",
+        metavar="TOPIC",
+        help="topic key, for audit",
+    )
     parser.add_argument(
         "--nonce", default="", help="make an otherwise identical request a new pulse"
     )

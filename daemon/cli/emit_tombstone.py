@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from daemon.cli.access import memory_access
-from daemon.cli.common import access_options, config_options, load, run_guarded
+from daemon.cli.common import access_options, config_options, load, reason_text, run_guarded
 
 
 def register(verbs: Any) -> None:
@@ -15,10 +15,16 @@ def register(verbs: Any) -> None:
         parents=[config_options(), access_options()],
         help="retract a chunk everywhere",
         description="Tombstone the chunk with content hash HASH on every peer (with a Forget "
-        "pulse when this peer holds it). Tombstones win over any later Reward.",
+        "pulse where its embedding is stored). Tombstones win over any later Reward. A hash this "
+        "peer does not know is refused: retract a chunk on a peer that holds it.",
     )
-    parser.add_argument("hash", metavar="HASH", help="content hash (64 hex digits)")
-    parser.add_argument("--reason", required=True, help="why it is retracted")
+    parser.add_argument(
+        "hash",
+        metavar="HASH",
+        help="content hash of a chunk stored (or tombstoned) here: 64 hex digits, or a unique "
+        "prefix of at least 8 (such as the 12 `dreamcycle recall` prints)",
+    )
+    parser.add_argument("--reason", required=True, type=reason_text, help="why it is retracted")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _emit(args)))
 
 

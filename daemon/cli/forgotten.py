@@ -10,6 +10,7 @@ from typing import Any, Final
 from daemon.cli.access import memory_access
 from daemon.cli.common import (
     access_options,
+    bounded,
     config_options,
     existing_data_epilog,
     load_existing,
@@ -33,22 +34,32 @@ def register(verbs: Any) -> None:
         "Safe while the daemon runs.",
         epilog=existing_data_epilog(),
     )
-    parser.add_argument("-n", "--limit", type=int, default=20, metavar="N", help="rows to list")
-    parser.add_argument("--offset", type=int, default=0, metavar="N", help="rows to skip")
+    parser.add_argument(
+        "-n",
+        "--limit",
+        type=bounded(int, at_least=1, at_most=SQLITE_INTEGER_MAX),
+        default=20,
+        metavar="N",
+        help="rows to list",
+    )
+    parser.add_argument(
+        "--offset",
+        type=bounded(int, at_least=0, at_most=SQLITE_INTEGER_MAX),
+        default=0,
+        metavar="N",
+        help="rows to skip",
+    )
     parser.add_argument(
         "--revive",
         metavar="HASH",
-        help="ask the daemon to bring this cold chunk back (at its next cycle)",
+        help="ask the daemon to bring this cold chunk back (at its next cycle): its hash, or a "
+        "unique prefix of at least 8 hex digits",
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _forgotten(args)))
 
 
 def _forgotten(args: argparse.Namespace) -> int:
-    if not (1 <= args.limit <= SQLITE_INTEGER_MAX and 0 <= args.offset <= SQLITE_INTEGER_MAX):
-        raise ValueError(
-            f"--limit must be in 1..{SQLITE_INTEGER_MAX} and --offset in 0..{SQLITE_INTEGER_MAX}"
-        )
     with memory_access(load_existing(args), direct=args.direct) as memory:
         if args.revive is not None:
             memory.revive(args.revive)

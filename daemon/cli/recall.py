@@ -11,6 +11,7 @@ from daemon import defaults
 from daemon.cli.access import memory_access
 from daemon.cli.common import (
     access_options,
+    bounded,
     config_options,
     existing_data_epilog,
     load_existing,
@@ -30,13 +31,19 @@ def register(verbs: Any) -> None:
         epilog=existing_data_epilog(),
     )
     parser.add_argument("query")
-    parser.add_argument("-k", "--top-k", type=int, metavar="N", help="chunks to return")
+    parser.add_argument(
+        "-k",
+        "--top-k",
+        type=bounded(int, at_least=1, at_most=defaults.RECALL_MAX_TOP_K),
+        metavar="N",
+        help=f"chunks to return (1-{defaults.RECALL_MAX_TOP_K})",
+    )
     parser.add_argument(
         "--decision", metavar="TEXT", help="the decision these chunks informed (default: the query)"
     )
     parser.add_argument(
         "--min-confidence",
-        type=float,
+        type=bounded(float, at_least=0.0, at_most=1.0),
         default=0.0,
         metavar="C",
         help="rank only memories at least this certain (0-1; default 0: all)",
@@ -47,10 +54,6 @@ def register(verbs: Any) -> None:
 
 
 def _recall(args: argparse.Namespace) -> int:
-    if args.top_k is not None and not 1 <= args.top_k <= defaults.RECALL_MAX_TOP_K:
-        raise ValueError(f"--top-k must be in [1, {defaults.RECALL_MAX_TOP_K}], got {args.top_k}")
-    if not 0.0 <= args.min_confidence <= 1.0:
-        raise ValueError(f"--min-confidence must be in [0, 1], got {args.min_confidence}")
     with memory_access(load_existing(args), direct=args.direct) as memory:
         result = memory.recall(
             args.query,

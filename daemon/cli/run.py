@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from daemon.cli.common import bounded, config_options, load, run_guarded
 
 
 def register(verbs: Any) -> None:
@@ -18,10 +18,12 @@ def register(verbs: Any) -> None:
         "phase, save and exit 0.",
     )
     parser.add_argument("--once", action="store_true", help="run one cycle and exit")
-    parser.add_argument("--cycles", type=int, metavar="N", help="run N cycles and exit")
+    parser.add_argument(
+        "--cycles", type=bounded(int, at_least=1), metavar="N", help="run N cycles and exit"
+    )
     parser.add_argument(
         "--interval",
-        type=float,
+        type=bounded(float, above=0.0),
         metavar="SECONDS",
         help="seconds between cycle starts (cycle.interval_s)",
     )
@@ -36,11 +38,7 @@ def _run(args: argparse.Namespace) -> int:
 
     config = load(args)
     if args.interval is not None:
-        if args.interval <= 0:
-            raise ValueError(f"--interval must be > 0, got {args.interval}")
         config.cycle.interval_s = args.interval
-    if args.cycles is not None and args.cycles < 1:
-        raise ValueError(f"--cycles must be >= 1, got {args.cycles}")
     check_can_run(config)
     rt = Runtime.open(config)
     try:

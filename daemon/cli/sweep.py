@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from daemon.cli.common import (
+    bounded,
     config_options,
     existing_data_epilog,
     load_existing,
@@ -28,9 +29,23 @@ def register(verbs: Any) -> None:
         epilog=existing_data_epilog("nothing to sweep"),
     )
     parser.add_argument("--dry-run", action="store_true", help="report only; change nothing")
-    parser.add_argument("--percentile", type=float, help="override sweep.percentile")
-    parser.add_argument("--min-population", type=int, help="override sweep.min_population")
-    parser.add_argument("--show", type=int, default=10, metavar="N", help="list N doomed chunks")
+    parser.add_argument(
+        "--percentile",
+        type=bounded(float, above=0.0, below=100.0),
+        help="override sweep.percentile (between 0 and 100)",
+    )
+    parser.add_argument(
+        "--min-population",
+        type=bounded(int, at_least=0),
+        help="override sweep.min_population",
+    )
+    parser.add_argument(
+        "--show",
+        type=bounded(int, at_least=0),
+        default=10,
+        metavar="N",
+        help="list N doomed chunks",
+    )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _sweep(args)))
 
 
@@ -45,8 +60,6 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.min_population is not None:
         config.sweep.min_population = args.min_population
     config.sweep.check()
-    if args.show < 0:
-        raise ValueError(f"--show must be >= 0, got {args.show}")
     rt = Runtime.open(config)
     try:
         now_ms = rt.clock.now_ms()
