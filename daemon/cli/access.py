@@ -16,16 +16,18 @@ the direct one, so both ways accept and refuse the same requests:
 
 * a request the API's models refuse (the API bounds some values tighter): the direct
   way then accepts it, or refuses it with its own message;
-* an outcome for a decision, or a tombstone for a chunk, this peer does not hold (the
-  API answers 404; the direct way queues them for the mesh);
-* reviving by a hash prefix (the API would take it; the direct way refuses it), and
-  ingesting without embedding (the API embeds every chunk it saves);
+* an outcome for a decision, or a tombstone for a chunk, the daemon does not hold (the
+  API answers 404; the direct way refuses them in the words every command prints, or
+  finds a chunk only tombstoned here);
+* reviving by anything but a whole hash (the API would resolve a prefix in its own words),
+  and ingesting without embedding (the API embeds every chunk it saves);
 * no daemon answering, or one still loading its index, at any point of a command.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
     from daemon.client import MemoryClient
     from daemon.config import Config
     from daemon.ingest import IngestReport
+    from daemon.reingest import MetadataReport
     from store.database import NewObservation
 
 log = logging.getLogger("dreamcycle.cli")
@@ -44,8 +47,8 @@ T = TypeVar("T")
 Progress = Callable[[str, int], None]
 Via = Literal["api", "direct"]
 
-#: Hex digits of a whole content hash (blake3, 256 bits).
-HASH_DIGITS: Final = 64
+#: A whole content hash (blake3, 256 bits, in lowercase hex).
+WHOLE_HASH: Final = re.compile(r"[0-9a-f]{64}")
 #: Status fields only the daemon knows (its live index): left out so both ways print alike.
 DAEMON_ONLY_STATUS: Final = frozenset({"index_live", "index_capacity"})
 
@@ -146,6 +149,10 @@ class MemoryAccess(Protocol):
         progress: Progress | None,
     ) -> IngestReport: ...
 
+    def check_metadata(self, files: Sequence[Sequence[NewObservation]]) -> None: ...
+
+    def apply_metadata(self, files: Sequence[Sequence[NewObservation]]) -> MetadataReport: ...
+
 
 @contextmanager
 def memory_access(config: Config, *, direct: bool = False) -> Iterator[MemoryAccess]:
@@ -244,14 +251,19 @@ class DirectAccess:
         )
 
     def revive(self, content_hash: str) -> None:
+        from daemon.emit import UnknownHash, resolve_hash
         from daemon.runtime import Runtime
         from store import tiers
 
         rt = Runtime.open(self.config)
         try:
-            rowid = tiers.cold_rowid_of_hash(rt.db, content_hash)
+            try:
+                digest = resolve_hash(rt, "chunk", content_hash)
+            except UnknownHash:
+                raise ValueError(not_cold(content_hash)) from None
+            rowid = tiers.cold_rowid_of_hash(rt.db, digest)
             if rowid is None:
-                raise ValueError(not_cold(content_hash))
+                raise ValueError(not_cold(digest))
             with rt.db.transaction():
                 tiers.request_revival(rt.db, rowid, now_ms=rt.clock.now_ms())
         finally:
@@ -293,6 +305,30 @@ class DirectAccess:
         rt = Runtime.open(self.config)
         try:
             return ingest(rt, files, embed=embed, progress=progress)
+        finally:
+            rt.close()
+
+    def check_metadata(self, files: Sequence[Sequence[NewObservation]]) -> None:
+        """Refuse content stored before with metadata that cannot change (daemon/reingest.py)."""
+        from daemon.reingest import check_fixed
+        from daemon.runtime import Runtime
+
+        if not self.config.database_path.exists():
+            return  # nothing is stored yet, and a check creates nothing
+        rt = Runtime.open(self.config)
+        try:
+            check_fixed(rt.db, [item for file in files for item in file])
+        finally:
+            rt.close()
+
+    def apply_metadata(self, files: Sequence[Sequence[NewObservation]]) -> MetadataReport:
+        """Content ingested again gets the metadata its files give now (daemon/reingest.py)."""
+        from daemon.reingest import apply_metadata
+        from daemon.runtime import Runtime
+
+        rt = Runtime.open(self.config)
+        try:
+            return apply_metadata(rt, [item for file in files for item in file])
         finally:
             rt.close()
 
@@ -428,8 +464,8 @@ class ApiAccess:
         from daemon.client import REVIVE, BadRequest, Conflict, NotFound, request_model
 
         def build() -> models.RefRequest:
-            # The API takes a unique prefix too; the direct way a whole hash only.
-            if len(content_hash) != HASH_DIGITS:
+            # A prefix goes the direct way, which resolves it in the words every command prints.
+            if not WHOLE_HASH.fullmatch(content_hash):
                 raise BadRequest(f"{content_hash!r} is not a whole hash")
             return request_model(models.RefRequest, ref=content_hash)
 
@@ -532,6 +568,13 @@ class ApiAccess:
                 progress("saved", 1)
         # The daemon embeds every chunk it creates before answering.
         return IngestReport(len(files), len(items), created, duplicates, embedded=created)
+
+    # The API has no operation for these: they go the direct way, safe beside the daemon.
+    def check_metadata(self, files: Sequence[Sequence[NewObservation]]) -> None:
+        self._direct.check_metadata(files)
+
+    def apply_metadata(self, files: Sequence[Sequence[NewObservation]]) -> MetadataReport:
+        return self._direct.apply_metadata(files)
 
 
 def _save_fields(item: NewObservation) -> dict[str, Any]:
