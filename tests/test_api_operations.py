@@ -101,6 +101,11 @@ def test_a_context_bundle_has_three_tiers_and_records_exactly_what_it_holds(
     with pytest.raises(BadRequest, match="not among the chunks"):
         memory.outcome(bundle.decision_hash, 1.0, "lunch was good", cited=[elsewhere])
     memory.outcome(bundle.decision_hash, 1.0, "the rule held", cited=[rule[:10]])
+    # One outcome per decision, over the API as on the command line; a blank reason says nothing.
+    with pytest.raises(Conflict, match="already has an outcome"):
+        memory.outcome(bundle.decision_hash, -1.0, "it broke after all")
+    with pytest.raises(BadRequest, match="reason is empty"):
+        memory.outcome(bundle.decision_hash, 1.0, "   ")
 
 
 def test_under_budget_pressure_pinned_memories_stay_and_the_rest_overflow(
