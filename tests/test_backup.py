@@ -54,5 +54,5 @@ def test_restoring_a_backup_brings_the_memories_back(tmp_path: Path) -> None:
     assert peer.salience().keys() == before.keys()
     typo = Peer(tmp_path / "no", "restored", tmp_path / "zeitgeist")
     missing = typo.dreamcycle("backup", str(tmp_path / "x.db"), expect=2)
-    assert "does not exist" in missing.stderr
+    assert "no dreamcycle data directory at" in missing.stderr
     assert not typo.data_dir.exists()

@@ -325,7 +325,7 @@ def test_ingest_takes_confidence_and_recall_filters_on_it(tmp_path: Path) -> Non
     }
     assert all(hit["confidence"] >= 0.9 for hit in found["hits"])
     refused = peer.dreamcycle("recall", query, "--min-confidence", "2", expect=2)
-    assert "--min-confidence must be in [0, 1]" in refused.stderr
+    assert "argument --min-confidence: must be >= 0, <= 1" in refused.stderr
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"content": "x", "confidence": 1.5}])
     assert (
         "confidence 1.5 is outside [0, 1]" in peer.dreamcycle("ingest", str(bad), expect=2).stderr
@@ -341,7 +341,8 @@ def test_stable_notes_decay_slower_and_rebuild_replays_them_bit_for_bit(tmp_path
             {"content": text, "stability": value} for text, value in stability.items()
         ])),
     )  # fmt: skip
-    fast = {"DREAMCYCLE_DOWNSCALE_NOTE_HALF_LIFE_S": "2"}
+    # Decay at every cycle, however little time passed since the last.
+    fast = {"DREAMCYCLE_DOWNSCALE_NOTE_HALF_LIFE_S": "2", "DREAMCYCLE_DOWNSCALE_MIN_STEP_S": "0"}
     peer.dreamcycle("run", "--once", settings=fast)
     # Another gain than the first cycle's: replay must use the one each downscale used.
     peer.dreamcycle("run", "--once", settings={**fast, "DREAMCYCLE_DOWNSCALE_STABILITY_GAIN": "9"})
