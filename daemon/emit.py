@@ -44,9 +44,11 @@ _HASH_PREFIX: Final = re.compile(rf"^[0-9a-f]{{{CITED_PREFIX_MIN},63}}$")
 AMBIGUOUS_SHOWN: Final = 4
 #: What to do about a hash not known here, by what it names.
 _UNKNOWN_HINT: Final = {
-    "chunk": "neither stored nor tombstoned here: retract it on a peer that holds it",
-    "decision": "not recorded here: report its outcome on the peer whose recall printed it "
-    "(or one that applied its attribution)",
+    "chunk": "neither stored nor tombstoned here: retract it on a peer that holds it, or "
+    "give its whole hash with --held-elsewhere",
+    "decision": "not recorded here: report its outcome on the peer whose recall printed it, "
+    "or, when its attribution is yet to arrive from that peer, give its whole hash with "
+    "--decided-elsewhere",
 }
 
 
@@ -149,14 +151,22 @@ def _queue(
 
 
 def emit_outcome(
-    rt: Runtime, *, decision: str, reward: float, reason: str, cited: Sequence[str] = ()
+    rt: Runtime,
+    *,
+    decision: str,
+    reward: float,
+    reason: str,
+    cited: Sequence[str] = (),
+    decided_elsewhere: bool = False,
 ) -> Emitted:
     """Queue an outcome of a decision recorded here; `cited` names the recalled chunks the
     decision used.
 
     `decision` and each cited hash are 64 lowercase hex digits, or a unique prefix of at
     least CITED_PREFIX_MIN of them; every cited chunk must be among the chunks the decision
-    recalled.
+    recalled. `decided_elsewhere` queues an outcome for a whole decision hash not recorded
+    here (yet): it waits until the decision's attribution arrives, and its citations are
+    checked then.
     """
     for given in cited:
         _check_cited_form(given)
@@ -167,8 +177,9 @@ def emit_outcome(
     Outcome(
         decision_hash=decision, reward=reward, observer_peer=rt.peer_id, ts=0, reason=reason
     ).validate()
-    decision = resolve_hash(rt, "decision", decision)
-    chunks = resolve_cited(rt, decision, cited)
+    if not (decided_elsewhere and rt.db.attribution(decision) is None):
+        decision = resolve_hash(rt, "decision", decision)
+    chunks = resolve_cited(rt, decision, cited, decided_elsewhere=decided_elsewhere)
     Outcome(
         decision_hash=decision,
         reward=reward,
@@ -209,14 +220,26 @@ def emit_outcome(
     )
 
 
-def resolve_cited(rt: Runtime, decision: str, cited: Sequence[str]) -> tuple[str, ...]:
+def resolve_cited(
+    rt: Runtime, decision: str, cited: Sequence[str], *, decided_elsewhere: bool = False
+) -> tuple[str, ...]:
     """Full cited hashes, sorted and unique, each among the chunks the decision (recorded
-    here) recalled; ValueError names the first bad one."""
+    here) recalled; ValueError names the first bad one. A decision `decided_elsewhere`, not
+    recorded here, takes whole hashes only: nothing here can resolve a prefix."""
     if not cited:
         return ()
     attribution = rt.db.attribution(decision)
     if attribution is None:
-        raise UnknownHash(f"decision {decision} is {_UNKNOWN_HINT['decision']}")
+        if not decided_elsewhere:
+            raise UnknownHash(f"decision {decision} is {_UNKNOWN_HINT['decision']}")
+        for given in cited:
+            _check_cited_form(given)
+            if not _HASH.match(given):
+                raise ValueError(
+                    f"cited chunk {given!r} is a prefix, and decision {decision} was not "
+                    "recorded here to resolve it: give the full 64-digit hash"
+                )
+        return tuple(sorted(set(cited)))
     recalled = sorted(set(attribution.chunk_hashes))
     resolved: set[str] = set()
     for given in cited:
@@ -295,11 +318,14 @@ def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
     return _queue(rt, _request_key("pulse", **fields), build)
 
 
-def emit_tombstone(rt: Runtime, *, digest: str, reason: str, ttl_s: float) -> Emitted:
+def emit_tombstone(
+    rt: Runtime, *, digest: str, reason: str, ttl_s: float, held_elsewhere: bool = False
+) -> Emitted:
     """Queue the retraction of a chunk stored or tombstoned here, named by its hash or a
-    unique prefix of it."""
+    unique prefix of it; `held_elsewhere` retracts a whole hash this peer never held."""
     check_reason(reason)
-    digest = resolve_hash(rt, "chunk", digest)
+    if not (held_elsewhere and _HASH.match(digest)):
+        digest = resolve_hash(rt, "chunk", digest)
     seed = rt.db.embedding_of_hash(digest)
 
     def build(hlc: int) -> TombstoneEntry:

@@ -191,6 +191,16 @@ def test_a_tombstone_for_a_chunk_not_known_here_is_refused(peer: Peer) -> None:
     assert [body["content_hash"] for body in queued(peer, "tombstone")] == [stored]
 
 
+def test_what_is_known_elsewhere_is_queued_when_said_so(peer: Peer) -> None:
+    elsewhere = ("--decision", "cd" * 32, "--reward", "1", "--reason", "r", "--decided-elsewhere")
+    refused(pulse_emit(peer, "outcome", *elsewhere, "--cited", "ab" * 6), "give the full")
+    ok(pulse_emit(peer, "outcome", *elsewhere, "--cited", "ab" * 32))
+    ok(pulse_emit(peer, "tombstone", "ef" * 32, "--reason", "wrong", "--held-elsewhere"))
+    refused(pulse_emit(peer, "tombstone", "ef" * 6, "--reason", "wrong", "--held-elsewhere"))
+    assert [b["decision_hash"] for b in queued(peer, "outcome")] == ["cd" * 32]
+    assert [b["content_hash"] for b in queued(peer, "tombstone")] == ["ef" * 32]
+
+
 # ---- 7: a unique prefix names a chunk or a decision ------------------------------------------
 
 

@@ -122,7 +122,9 @@ def test_outcomes_raise_and_lower_the_recalled_chunks(peer: Peer) -> None:
 
 def test_outcome_waits_for_a_decision_made_later_elsewhere(peer: Peer) -> None:
     unknown = "cd" * 32
-    peer.pulse_emit("outcome", "--decision", unknown, "--reward", "0.5", "--reason", "r")
+    peer.pulse_emit(
+        "outcome", "--decision", unknown, "--reward", "0.5", "--reason", "r", "--decided-elsewhere"
+    )
     before = peer.salience()
     peer.dreamcycle("run", "--once")
     assert peer.query("SELECT status FROM outcomes") == [("waiting",)]

@@ -17,8 +17,8 @@ the direct one, so both ways accept and refuse the same requests:
 * a request the API's models refuse (the API bounds some values tighter): the direct
   way then accepts it, or refuses it with its own message;
 * an outcome for a decision, or a tombstone for a chunk, the daemon does not hold (the
-  API answers 404; the direct way refuses them in the words every command prints, or
-  finds a chunk only tombstoned here);
+  API answers 404; the direct way refuses them in the words every command prints, finds
+  a chunk only tombstoned here, or queues them when told they are known elsewhere);
 * reviving by anything but a whole hash (the API would resolve a prefix in its own words),
   and ingesting without embedding (the API embeds every chunk it saves);
 * no daemon answering, or one still loading its index, at any point of a command.
@@ -134,12 +134,20 @@ class MemoryAccess(Protocol):
     def revive(self, content_hash: str) -> None: ...
 
     def outcome(
-        self, *, decision: str, reward: float, reason: str, cited: Sequence[str]
+        self,
+        *,
+        decision: str,
+        reward: float,
+        reason: str,
+        cited: Sequence[str],
+        decided_elsewhere: bool = False,
     ) -> Queued: ...
 
     def pulse(self, spec: PulseSpec) -> Queued: ...
 
-    def tombstone(self, *, content_hash: str, reason: str, ttl_s: float) -> Queued: ...
+    def tombstone(
+        self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
+    ) -> Queued: ...
 
     def ingest(
         self,
@@ -269,12 +277,25 @@ class DirectAccess:
         finally:
             rt.close()
 
-    def outcome(self, *, decision: str, reward: float, reason: str, cited: Sequence[str]) -> Queued:
+    def outcome(
+        self,
+        *,
+        decision: str,
+        reward: float,
+        reason: str,
+        cited: Sequence[str],
+        decided_elsewhere: bool = False,
+    ) -> Queued:
         from daemon.emit import emit_outcome
 
         return self._emit(
             lambda rt: emit_outcome(
-                rt, decision=decision, reward=reward, reason=reason, cited=cited
+                rt,
+                decision=decision,
+                reward=reward,
+                reason=reason,
+                cited=cited,
+                decided_elsewhere=decided_elsewhere,
             )
         )
 
@@ -285,11 +306,15 @@ class DirectAccess:
         request = PulseRequest(**{**asdict(spec), "kind": PulseKind(spec.kind)})
         return self._emit(lambda rt: emit_pulse(rt, request))
 
-    def tombstone(self, *, content_hash: str, reason: str, ttl_s: float) -> Queued:
+    def tombstone(
+        self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
+    ) -> Queued:
         from daemon.emit import emit_tombstone
 
         return self._emit(
-            lambda rt: emit_tombstone(rt, digest=content_hash, reason=reason, ttl_s=ttl_s)
+            lambda rt: emit_tombstone(
+                rt, digest=content_hash, reason=reason, ttl_s=ttl_s, held_elsewhere=held_elsewhere
+            )
         )
 
     def ingest(
@@ -477,7 +502,15 @@ class ApiAccess:
 
         self._served(build, send, lambda: self._direct.revive(content_hash))
 
-    def outcome(self, *, decision: str, reward: float, reason: str, cited: Sequence[str]) -> Queued:
+    def outcome(
+        self,
+        *,
+        decision: str,
+        reward: float,
+        reason: str,
+        cited: Sequence[str],
+        decided_elsewhere: bool = False,
+    ) -> Queued:
         from daemon.api import models
         from daemon.client import OUTCOME, request_model
 
@@ -491,7 +524,11 @@ class ApiAccess:
             ),
             lambda request: _queued(self._client.send(OUTCOME, request)),
             lambda: self._direct.outcome(
-                decision=decision, reward=reward, reason=reason, cited=cited
+                decision=decision,
+                reward=reward,
+                reason=reason,
+                cited=cited,
+                decided_elsewhere=decided_elsewhere,
             ),
             unknown_here_goes_direct=True,
         )
@@ -506,7 +543,9 @@ class ApiAccess:
             lambda: self._direct.pulse(spec),
         )
 
-    def tombstone(self, *, content_hash: str, reason: str, ttl_s: float) -> Queued:
+    def tombstone(
+        self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
+    ) -> Queued:
         from daemon.api import models
         from daemon.client import TOMBSTONE, request_model
 
@@ -515,7 +554,12 @@ class ApiAccess:
                 models.TombstoneRequest, content_hash=content_hash, reason=reason, ttl_s=ttl_s
             ),
             lambda request: _queued(self._client.send(TOMBSTONE, request)),
-            lambda: self._direct.tombstone(content_hash=content_hash, reason=reason, ttl_s=ttl_s),
+            lambda: self._direct.tombstone(
+                content_hash=content_hash,
+                reason=reason,
+                ttl_s=ttl_s,
+                held_elsewhere=held_elsewhere,
+            ),
             unknown_here_goes_direct=True,
         )
 

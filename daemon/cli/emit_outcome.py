@@ -54,13 +54,24 @@ def register(verbs: Any) -> None:
         "least 8 (such as the 12 `dreamcycle recall` prints); each must be among the "
         "decision's recalled chunks",
     )
+    parser.add_argument(
+        "--decided-elsewhere",
+        action="store_true",
+        help="the decision was recorded on another peer and its attribution has not reached "
+        "this one yet: queue the outcome anyway (a whole decision hash, whole cited hashes); it "
+        "waits here until the attribution arrives",
+    )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _emit(args)))
 
 
 def _emit(args: argparse.Namespace) -> int:
     with memory_access(load(args), direct=args.direct) as memory:
         emitted = memory.outcome(
-            decision=args.decision, reward=args.reward, reason=args.reason, cited=args.cited
+            decision=args.decision,
+            reward=args.reward,
+            reason=args.reason,
+            cited=args.cited,
+            decided_elsewhere=args.decided_elsewhere,
         )
     print(f"{'queued' if emitted.new else 'already queued'} outcome {emitted.entry_id}")
     return 0
