@@ -24,7 +24,7 @@ from daemon.learning import fusion_weights
 from daemon.runtime import Runtime, issue_hlc
 from pulses.keys import alive
 from pulses.outcome import decision_hash
-from pulses.ranking import Candidate, Ranked, lexical_ranks, rank_candidates
+from pulses.ranking import CandidateColumns, Ranked, lexical_ranks, rank_columns
 from store import keys as key_store
 from store.database import Database
 from store.index import HnswIndex
@@ -156,100 +156,111 @@ def rank_query(
         labels &= allowed
     if not labels:
         return []
-    rows = [row for row in _ranking_rows(db, sorted(labels)) if row.confidence >= min_confidence]
-    if not rows:
+    rows = _ranking_rows(db, sorted(labels), vector)
+    rows = rows.where(rows.confidences >= min_confidence)
+    if len(rows.labels) == 0:
         return []
     ranks = lexical_ranks([label for label in lexical if label not in exclude])
     learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
-    candidates = {
-        row.rowid: Candidate(
-            label=row.rowid,
-            cosine=float(np.dot(row.embedding, vector)) if row.embedding is not None else -1.0,
-            salience=row.salience,
-            lexical_rank=ranks.get(row.rowid),
-            key_similarity=key_scores.get(row.rowid),
-            learned_rank=learned_ranks.get(row.rowid),
-            cold=row.cold or row.rowid in assume_cold,
-            confidence=row.confidence,
-        )
-        for row in rows
-    }
-    stability = {row.rowid: row.stability for row in rows}
+    label_list = rows.labels.tolist()
+    columns = CandidateColumns(
+        labels=rows.labels,
+        cosines=rows.cosines,
+        saliences=rows.saliences,
+        lexical_ranks=np.array([ranks.get(label, 0) for label in label_list], dtype=np.int64),
+        key_similarities=np.array(
+            [key_scores.get(label, np.nan) for label in label_list], dtype=np.float64
+        ),
+        cold=rows.cold | np.isin(rows.labels, list(assume_cold)),
+        learned_ranks=np.array(
+            [learned_ranks.get(label, 0) for label in label_list], dtype=np.int64
+        ),
+        confidences=rows.confidences,
+    )
     vector_weight, lexical_weight = fusion_weights(db, rt.config)
     weights = replace(cfg.weights(), vector_weight=vector_weight, lexical_weight=lexical_weight)
-    ranked: list[Ranked] = rank_candidates(candidates.values(), weights, top_k)
+    ranked: list[Ranked] = rank_columns(columns, weights, top_k)
     texts = _texts(db, [r.label for r in ranked])
-    return [
-        Hit(
-            rowid=r.label,
-            content_hash=texts[r.label][0],
-            title=texts[r.label][1],
-            content=texts[r.label][2],
-            similarity=r.similarity,
-            salience=candidates[r.label].salience,
-            score=r.score,
-            relevance=r.relevance,
-            cold=r.cold,
-            vector_rank=r.vector_rank,
-            lexical_rank=r.lexical_rank,
-            learned_rank=candidates[r.label].learned_rank,
-            key_similarity=candidates[r.label].key_similarity,
-            confidence=candidates[r.label].confidence,
-            stability=stability[r.label],
+    position = {label: i for i, label in enumerate(label_list)}
+    hits = []
+    for r in ranked:
+        i = position[r.label]
+        hits.append(
+            Hit(
+                rowid=r.label,
+                content_hash=texts[r.label][0],
+                title=texts[r.label][1],
+                content=texts[r.label][2],
+                similarity=r.similarity,
+                salience=float(rows.saliences[i]),
+                score=r.score,
+                relevance=r.relevance,
+                cold=r.cold,
+                vector_rank=r.vector_rank,
+                lexical_rank=r.lexical_rank,
+                learned_rank=learned_ranks.get(r.label),
+                key_similarity=key_scores.get(r.label),
+                confidence=float(rows.confidences[i]),
+                stability=float(rows.stabilities[i]),
+            )
         )
-        for r in ranked
-    ]
+    return hits
 
 
 @dataclass(frozen=True)
-class _RankingRow:
-    """What ranking reads of one candidate chunk, and no more (its text is read for hits only)."""
+class _RankingRows:
+    """What ranking reads of the candidate chunks, one array per column, and no more (their
+    text is read for hits only). A chunk without an embedding has cosine -1."""
 
-    rowid: int
-    salience: float
-    cold: bool
-    embedding: Vector | None
-    confidence: float
-    stability: float
+    labels: npt.NDArray[np.int64]
+    saliences: npt.NDArray[np.float64]
+    cold: npt.NDArray[np.bool_]
+    cosines: npt.NDArray[np.float64]
+    confidences: npt.NDArray[np.float64]
+    stabilities: npt.NDArray[np.float64]
+
+    def where(self, keep: npt.NDArray[np.bool_]) -> _RankingRows:
+        if keep.all():
+            return self
+        return _RankingRows(
+            self.labels[keep],
+            self.saliences[keep],
+            self.cold[keep],
+            self.cosines[keep],
+            self.confidences[keep],
+            self.stabilities[keep],
+        )
 
 
-def _ranking_rows(db: Database, rowids: list[int]) -> list[_RankingRow]:
-    """The candidates not tombstoned, in rowid order, in one narrow query.
+def _ranking_rows(db: Database, rowids: list[int], vector: Vector) -> _RankingRows:
+    """The candidates not tombstoned, in rowid order, in one narrow query, with their
+    exact cosine to `vector`.
 
     Embeddings come back as one buffer viewed as a matrix: one copy instead of one
     array per row, and each row's dot product is the same call on the same values.
     """
     marks = ",".join("?" * len(rowids))
     found = db.fetch_all(
-        f"SELECT id, salience, cold_at IS NOT NULL, embedding, confidence, stability "
+        f"SELECT id, salience, cold_at IS NOT NULL, confidence, stability, embedding "
         f"FROM observations "
         f"WHERE id IN ({marks}) AND deleted_at IS NULL ORDER BY id",
         tuple(rowids),
     )
-    blobs = [bytes(r[3]) for r in found if r[3] is not None]
-    matrix = (
-        np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32).reshape(len(blobs), -1)
-        if blobs
-        else None
+    numbers = np.array([row[:5] for row in found], dtype=np.float64).reshape(len(found), 5)
+    embedded = np.array([row[5] is not None for row in found], dtype=np.bool_)
+    blobs = [bytes(row[5]) for row in found if row[5] is not None]
+    cosines = np.full(len(found), -1.0, dtype=np.float64)
+    if blobs:
+        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
+        cosines[embedded] = [float(np.dot(row, vector)) for row in matrix]
+    return _RankingRows(
+        labels=numbers[:, 0].astype(np.int64),
+        saliences=numbers[:, 1],
+        cold=numbers[:, 2].astype(np.bool_),
+        cosines=cosines,
+        confidences=numbers[:, 3],
+        stabilities=numbers[:, 4],
     )
-    rows: list[_RankingRow] = []
-    position = 0
-    for rowid, salience, cold, blob, confidence, stability in found:
-        embedding = None
-        if blob is not None and matrix is not None:
-            embedding = matrix[position]
-            position += 1
-        rows.append(
-            _RankingRow(
-                int(rowid),
-                float(salience),
-                bool(cold),
-                embedding,
-                float(confidence),
-                float(stability),
-            )
-        )
-    return rows
 
 
 def _texts(db: Database, rowids: list[int]) -> dict[int, tuple[str, str, str]]:

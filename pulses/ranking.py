@@ -27,6 +27,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
+
 #: Reciprocal-rank fusion constant of Cormack et al.; larger flattens the lists.
 DEFAULT_RRF_K: Final = 60.0
 #: Salience moves relevance by at most this fraction either way.
@@ -136,65 +139,143 @@ def reciprocal_rank(rank: int | None, k: float) -> float:
     return 0.0 if rank is None else 1.0 / (k + rank)
 
 
+@dataclass(frozen=True)
+class CandidateColumns:
+    """The fields of many Candidates, one array each, in the same order.
+
+    Recall builds these straight from its rows; ranking them is a few array operations
+    instead of a loop over objects. A missing rank is 0 and a missing key similarity NaN.
+    """
+
+    labels: npt.NDArray[np.int64]
+    cosines: npt.NDArray[np.float64]
+    saliences: npt.NDArray[np.float64]
+    lexical_ranks: npt.NDArray[np.int64]
+    key_similarities: npt.NDArray[np.float64]
+    cold: npt.NDArray[np.bool_]
+    learned_ranks: npt.NDArray[np.int64]
+    confidences: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(cls, candidates: Iterable[Candidate]) -> CandidateColumns:
+        """The columns of `candidates`, refusing what the columns cannot tell apart from a
+        missing value (a rank below one, a key similarity that is not finite)."""
+        pool = list(candidates)
+        for c in pool:
+            if c.key_similarity is not None and not math.isfinite(c.key_similarity):
+                raise InvalidRanking(f"candidate {c.label} has key similarity {c.key_similarity}")
+            for name in ("lexical_rank", "learned_rank"):
+                rank = getattr(c, name)
+                if rank is not None and rank < 1:
+                    raise InvalidRanking(f"candidate {c.label} has {name.replace('_', ' ')} {rank}")
+        return cls(
+            labels=np.array([c.label for c in pool], dtype=np.int64),
+            cosines=np.array([c.cosine for c in pool], dtype=np.float64),
+            saliences=np.array([c.salience for c in pool], dtype=np.float64),
+            lexical_ranks=np.array([c.lexical_rank or 0 for c in pool], dtype=np.int64),
+            key_similarities=np.array(
+                [np.nan if c.key_similarity is None else c.key_similarity for c in pool],
+                dtype=np.float64,
+            ),
+            cold=np.array([c.cold for c in pool], dtype=np.bool_),
+            learned_ranks=np.array([c.learned_rank or 0 for c in pool], dtype=np.int64),
+            confidences=np.array([c.confidence for c in pool], dtype=np.float64),
+        )
+
+
 def rank_candidates(
     candidates: Iterable[Candidate], weights: RankingWeights, top_k: int | None = None
 ) -> list[Ranked]:
     """Candidates ordered by score (ties: smaller label first), at most `top_k` of them."""
+    return rank_columns(CandidateColumns.of(candidates), weights, top_k)
+
+
+def rank_columns(
+    columns: CandidateColumns, weights: RankingWeights, top_k: int | None = None
+) -> list[Ranked]:
+    """`rank_candidates` over columns: the same arithmetic in the same order, so the
+    same scores to the last bit."""
     weights.validate()
     if top_k is not None and top_k < 0:
         raise InvalidRanking(f"top_k must be >= 0, got {top_k}")
-    pool = _unique(candidates)
-    by_vector = sorted(pool, key=lambda c: (-vector_similarity(c, weights.key_weight), c.label))
-    ranked: list[Ranked] = []
-    for vector_rank, candidate in enumerate(by_vector, start=1):
-        relevance = (
-            weights.vector_weight * reciprocal_rank(vector_rank, weights.rrf_k)
-            + weights.lexical_weight * reciprocal_rank(candidate.lexical_rank, weights.rrf_k)
-            + weights.learned_weight * reciprocal_rank(candidate.learned_rank, weights.rrf_k)
+    _check(columns)
+    c = columns
+    keyed = ~np.isnan(c.key_similarities)
+    similarity = np.where(
+        keyed,
+        np.maximum(c.cosines, weights.key_weight * np.nan_to_num(c.key_similarities)),
+        c.cosines,
+    )
+    by_vector = np.lexsort((c.labels, -similarity))
+    vector_ranks = np.empty(len(c.labels), dtype=np.int64)
+    vector_ranks[by_vector] = np.arange(1, len(c.labels) + 1)
+    relevance = (
+        weights.vector_weight * _reciprocal_ranks(vector_ranks, weights.rrf_k)
+        + weights.lexical_weight * _reciprocal_ranks(c.lexical_ranks, weights.rrf_k)
+        + weights.learned_weight * _reciprocal_ranks(c.learned_ranks, weights.rrf_k)
+    )
+    score = relevance * _multipliers(c.saliences, weights.salience_bound, NEUTRAL_SALIENCE)
+    score = score * _multipliers(c.confidences, weights.confidence_bound, NEUTRAL_CONFIDENCE)
+    score = np.where(c.cold, score * weights.cold_factor, score)
+    order = np.lexsort((c.labels, -score))
+    if top_k is not None:
+        order = order[:top_k]
+    return [
+        Ranked(
+            label=int(c.labels[i]),
+            relevance=float(relevance[i]),
+            score=float(score[i]),
+            similarity=float(similarity[i]),
+            vector_rank=int(vector_ranks[i]),
+            lexical_rank=int(c.lexical_ranks[i]) or None,
+            cold=bool(c.cold[i]),
         )
-        score = relevance * salience_multiplier(candidate.salience, weights.salience_bound)
-        score *= confidence_multiplier(candidate.confidence, weights.confidence_bound)
-        if candidate.cold:
-            score *= weights.cold_factor
-        ranked.append(
-            Ranked(
-                label=candidate.label,
-                relevance=relevance,
-                score=score,
-                similarity=vector_similarity(candidate, weights.key_weight),
-                vector_rank=vector_rank,
-                lexical_rank=candidate.lexical_rank,
-                cold=candidate.cold,
-            )
-        )
-    ranked.sort(key=lambda r: (-r.score, r.label))
-    return ranked if top_k is None else ranked[:top_k]
+        for i in order.tolist()
+    ]
 
 
-def _unique(candidates: Iterable[Candidate]) -> list[Candidate]:
-    seen: set[int] = set()
-    out: list[Candidate] = []
-    for candidate in candidates:
-        if candidate.label in seen:
-            raise InvalidRanking(f"candidate {candidate.label} appears twice")
-        for name in ("cosine", "salience", "confidence"):
-            if not math.isfinite(getattr(candidate, name)):
-                raise InvalidRanking(
-                    f"candidate {candidate.label} has {name} {getattr(candidate, name)}"
-                )
-        if candidate.key_similarity is not None and not math.isfinite(candidate.key_similarity):
-            raise InvalidRanking(
-                f"candidate {candidate.label} has key similarity {candidate.key_similarity}"
-            )
-        for name in ("lexical_rank", "learned_rank"):
-            rank = getattr(candidate, name)
-            if rank is not None and rank < 1:
-                raise InvalidRanking(
-                    f"candidate {candidate.label} has {name.replace('_', ' ')} {rank}"
-                )
-        seen.add(candidate.label)
-        out.append(candidate)
-    return out
+def _reciprocal_ranks(ranks: npt.NDArray[np.int64], k: float) -> npt.NDArray[np.float64]:
+    """reciprocal_rank for each rank, 0 where there is none."""
+    present = ranks > 0
+    return np.where(present, 1.0 / (k + np.where(present, ranks, 1)), 0.0)
+
+
+def _multipliers(
+    values: npt.NDArray[np.float64], bound: float, neutral: float
+) -> npt.NDArray[np.float64]:
+    """salience_multiplier / confidence_multiplier for each value."""
+    clamped = np.minimum(1.0, np.maximum(0.0, values))
+    result: npt.NDArray[np.float64] = 1.0 + bound * (clamped - neutral) / neutral
+    return result
+
+
+def _check(c: CandidateColumns) -> None:
+    """Refuse duplicates, non-finite numbers and ranks below one, naming the candidate."""
+    labels = c.labels
+    if len(np.unique(labels)) != len(labels):
+        seen: set[int] = set()
+        for label in labels.tolist():
+            if label in seen:
+                raise InvalidRanking(f"candidate {label} appears twice")
+            seen.add(label)
+    for name, values in (
+        ("cosine", c.cosines),
+        ("salience", c.saliences),
+        ("confidence", c.confidences),
+    ):
+        bad = ~np.isfinite(values)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidRanking(f"candidate {labels[i]} has {name} {values[i]}")
+    bad = np.isinf(c.key_similarities)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidRanking(f"candidate {labels[i]} has key similarity {c.key_similarities[i]}")
+    for name, ranks in (("lexical rank", c.lexical_ranks), ("learned rank", c.learned_ranks)):
+        bad = ranks < 0
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidRanking(f"candidate {labels[i]} has {name} {ranks[i]}")
 
 
 def lexical_ranks(labels_best_first: Sequence[int]) -> dict[int, int]:

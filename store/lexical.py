@@ -103,11 +103,19 @@ def search_lexical(
         if column not in COLUMNS:
             raise ValueError(f"recall_fts has no column {column!r}")
         expression = f"{column} : ({expression})"
-    tier = {None: "1", True: "o.cold_at IS NOT NULL", False: "o.cold_at IS NULL"}[cold]
-    rows = db.fetch_all(
-        "SELECT f.rowid FROM recall_fts f JOIN observations o ON o.id = f.rowid "
-        f"WHERE recall_fts MATCH ? AND o.deleted_at IS NULL AND {tier} "
-        "ORDER BY bm25(recall_fts), f.rowid LIMIT ?",
-        (expression, limit),
-    )
+    if cold is None:
+        # Tombstoned chunks are not in recall_fts (migration 0011): both tiers need no row.
+        rows = db.fetch_all(
+            "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? "
+            "ORDER BY bm25(recall_fts), rowid LIMIT ?",
+            (expression, limit),
+        )
+    else:
+        tier = "o.cold_at IS NOT NULL" if cold else "o.cold_at IS NULL"
+        rows = db.fetch_all(
+            "SELECT f.rowid FROM recall_fts f JOIN observations o ON o.id = f.rowid "
+            f"WHERE recall_fts MATCH ? AND {tier} "
+            "ORDER BY bm25(recall_fts), f.rowid LIMIT ?",
+            (expression, limit),
+        )
     return [int(r[0]) for r in rows]

@@ -1,0 +1,91 @@
+"""Migration 0011: tombstoned chunks leave full text, and recall's filters read an index.
+
+Recall searches recall_fts without reading observations (store/lexical.py) only because a
+tombstoned chunk's words are gone from it; a database tombstoned before the migration is
+cleaned by it, and one tombstoned after by the trigger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apsw
+import pytest
+
+import migrations
+from store.database import Database, NewObservation
+from store.lexical import search_lexical
+from store.migrations import apply_migrations
+
+NOW_MS = 1_800_000_000_000
+TEXTS = ("the ferry timetable changes in winter", "winter tyres are fitted in october")
+
+
+def _fts_rowids(db: Database) -> set[int]:
+    return {int(r[0]) for r in db.fetch_all("SELECT rowid FROM recall_fts")}
+
+
+def _tombstone(db: Database, digest: str) -> int | None:
+    with db.transaction():
+        return db.tombstone(
+            digest, reason="wrong", origin_peer="p", now_ms=NOW_MS,
+            collectable_after_ms=None, journal_seq=None,
+        )  # fmt: skip
+
+
+def test_a_tombstoned_chunk_leaves_full_text_and_a_live_one_stays(tmp_path: Path) -> None:
+    db = Database(tmp_path / "d.db")
+    try:
+        with db.transaction():
+            added = db.add_observations([NewObservation(content=t) for t in TEXTS], now_ms=NOW_MS)
+        assert set(search_lexical(db, "winter", 10, cold=None)) == {a.rowid for a in added}
+        assert _tombstone(db, added[0].content_hash) == added[0].rowid
+        assert _fts_rowids(db) == {added[1].rowid}
+        assert search_lexical(db, "winter", 10, cold=None) == [added[1].rowid]
+        assert search_lexical(db, "ferry", 10, cold=None) == []
+    finally:
+        db.close()
+
+
+def test_the_migration_removes_words_of_chunks_tombstoned_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.db"
+    files = migrations.migration_files()
+    before = [f for f in files if int(f.name[:4]) < 11]
+    conn = apsw.Connection(str(path))
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "migration_files", lambda: before)
+        apply_migrations(conn)
+    conn.close()
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "migration_files", lambda: before)
+        old = Database(path)
+        with old.transaction():
+            added = old.add_observations([NewObservation(content=t) for t in TEXTS], now_ms=NOW_MS)
+        _tombstone(old, added[0].content_hash)
+        # Before 0011 the retracted chunk's words stay searchable.
+        assert _fts_rowids(old) == {a.rowid for a in added}
+        old.close()
+    db = Database(path)
+    try:
+        assert _fts_rowids(db) == {added[1].rowid}
+        assert search_lexical(db, "ferry", 10, cold=None) == []
+    finally:
+        db.close()
+
+
+def test_filters_read_the_covering_index(tmp_path: Path) -> None:
+    db = Database(tmp_path / "d.db")
+    try:
+        plan = " ".join(
+            str(row[3])
+            for row in db.fetch_all(
+                "EXPLAIN QUERY PLAN SELECT id FROM observations WHERE deleted_at IS NULL "
+                "AND type != 'efficacy' AND project = ? AND kind = ?",
+                ("p", "fact"),
+            )
+        )
+        assert "USING COVERING INDEX observations_filters" in plan
+    finally:
+        db.close()
