@@ -191,10 +191,17 @@ class DownscaleConfig:
     note_half_life_s: float = defaults.HALF_LIFE_S["note"]
     #: How much stability stretches a memory's half-life (0: stability changes nothing).
     stability_gain: float = defaults.DOWNSCALE_STABILITY_GAIN
+    min_step_s: float = defaults.DOWNSCALE_MIN_STEP_S
+    max_chunks_per_cycle: int = defaults.DOWNSCALE_MAX_CHUNKS_PER_CYCLE
 
     def check(self) -> None:
         for kind in CHUNK_KINDS:
             _positive(f"downscale.{kind}_half_life_s", self.half_life(kind))
+        if not (math.isfinite(self.min_step_s) and self.min_step_s >= 0):
+            raise ConfigError(
+                f"downscale.min_step_s must be finite and >= 0, got {self.min_step_s}"
+            )
+        _positive("downscale.max_chunks_per_cycle", self.max_chunks_per_cycle)
         if not (math.isfinite(self.stability_gain) and self.stability_gain >= 0):
             raise ConfigError(
                 f"downscale.stability_gain must be finite and >= 0, got {self.stability_gain}"

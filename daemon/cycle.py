@@ -800,28 +800,43 @@ def _apply_pulse_entry(
 def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Time decay since each chunk's last decay, half-life by kind, pin floors respected.
 
+    Only chunks last decayed `downscale.min_step_s` or more ago are decayed, the longest
+    waiting first and `downscale.max_chunks_per_cycle` at most (pulses.sweep.due_for_decay):
+    decay composes, so the others lose nothing by waiting for a later cycle.
+
     Chunks commit in batches, so a save through the API waits for one batch, not for
-    every live chunk. The step is journaled with the first batch, over the chunks live
-    then; a chunk saved between batches is not among them and decays from its creation
-    next cycle, as the replay has it. A crash between batches leaves the rest to decay
-    next cycle from their own last decay.
+    every chunk decayed. The step is journaled with the first batch, with the rule's
+    numbers, and replay applies the same rule to the chunks live then; a chunk saved
+    between batches is not among them and decays from its creation later, as the replay
+    has it. A crash between batches leaves the rest to decay later from their own last
+    decay.
     """
     if not peer.config.downscale.enabled:
         return {"skipped": "disabled"}
     db = peer.db
+    config = peer.config.downscale
     changed = 0
-    # Journaled with the half-lives used, so a replay decays alike whatever the config is then.
-    half_lives = HalfLives.from_config(peer.config.downscale)
+    # Journaled with the half-lives and cadence used, so a replay decays alike whatever
+    # the config is then.
+    half_lives = HalfLives.from_config(config)
+    min_step_ms = round(config.min_step_s * 1000)
     with db.transaction():
-        body = {"now_ms": st.now_ms, **half_lives.journal()}
+        body = {
+            "now_ms": st.now_ms,
+            **half_lives.journal(),
+            "min_step_ms": min_step_ms,
+            "max_chunks": config.max_chunks_per_cycle,
+        }
         db.journal("downscale", str(st.now_ms), body, now_ms=st.now_ms)
-        rows = sorted(db.decay_candidates())
+        rows = db.decay_candidates(
+            due_by_ms=st.now_ms - min_step_ms, limit=config.max_chunks_per_cycle
+        )
         changed += _downscale_batch(peer, st, rows[:DOWNSCALE_ROWS_PER_TRANSACTION], half_lives)
     for start in range(DOWNSCALE_ROWS_PER_TRANSACTION, len(rows), DOWNSCALE_ROWS_PER_TRANSACTION):
         batch = rows[start : start + DOWNSCALE_ROWS_PER_TRANSACTION]
         with db.transaction():
             changed += _downscale_batch(peer, st, batch, half_lives)
-    return {"live": len(rows), "changed": changed}
+    return {"decayed": len(rows), "changed": changed}
 
 
 def _downscale_batch(

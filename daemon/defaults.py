@@ -90,6 +90,13 @@ HALF_LIFE_S: Final = {
 #: times as long as one of stability 0 (stable memories decay much slower),
 #: and one of its kind's usual stability decays at exactly the half-life above.
 DOWNSCALE_STABILITY_GAIN: Final = confidence.DEFAULT_STABILITY_GAIN
+#: A chunk is decayed at most once per this long: decay composes, so waiting loses nothing,
+#: and an idle store of 100k chunks is not rewritten every cycle (5 s of a 5.6 s cycle
+#: at 100k chunks went to decaying each by 30 s).
+DOWNSCALE_MIN_STEP_S: Final = 3_600.0
+#: Chunks decayed in one cycle at most, the longest waiting first: a store whose chunks
+#: all fell due together (the first cycle, or after downtime) spreads them over cycles.
+DOWNSCALE_MAX_CHUNKS_PER_CYCLE: Final = 10_000
 #: Usual stability of each kind, given to a memory saved without one (and what its
 #: kind's half-life is meant for): facts rarely change, summaries describe a moment.
 STABILITY_BY_KIND: Final = confidence.STABILITY_BY_KIND

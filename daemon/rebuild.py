@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import takewhile
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from daemon.runtime import Runtime, save_index
 from pulses.memory import InMemorySalience
 from pulses.propagate import UpdateRule, propagate
 from pulses.pulse import SalientPulse
-from pulses.sweep import downscale
+from pulses.sweep import downscale, due_for_decay
 from store import checkpoints
 from store.checkpoints import Checkpoint, ChunkState
 from store.index import HnswIndex
@@ -116,10 +117,11 @@ def replay_steps(
     rowid_of = db.rowids_by_hash()
     steps = 0
     stabilities: dict[int, float] | None = None
-    for seq, kind, ref, body, _at in checkpoints.journal_after(db, replayed.started_after):
-        if until_seq is not None and seq > until_seq:
-            break
-        steps += 1
+    journal = takewhile(
+        lambda step: until_seq is None or step[0] <= until_seq,
+        checkpoints.journal_after(db, replayed.started_after),
+    )
+    for steps, (seq, kind, ref, body, _at) in enumerate(journal, start=1):
         if kind == "chunk":
             rowid = int(body["rowid"])
             vector = db.embedding_of_rowid(rowid)
@@ -167,9 +169,18 @@ def replay_steps(
             if stabilities is None:
                 # Set when a chunk is stored and never changed: today's value is the one then.
                 stabilities = db.stabilities()
-            for label in state.labels():
-                if state.is_tombstoned(label):
-                    continue
+            # Journals written before the cadence existed decayed every chunk at every step.
+            due = due_for_decay(
+                {
+                    label: decayed_at[label]
+                    for label in state.labels()
+                    if not state.is_tombstoned(label)
+                },
+                now_ms,
+                int(body.get("min_step_ms", 0)),
+                body.get("max_chunks"),
+            )
+            for label in due:
                 elapsed_s = (now_ms - decayed_at[label]) / 1000.0
                 half_life = half_lives.of(kinds[label], stabilities[label])
                 value = downscale(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -49,6 +49,23 @@ def downscale(salience: float, pin_floor: float, elapsed_s: float, half_life_s: 
         return salience
     decayed = salience * math.pow(0.5, elapsed_s / half_life_s)
     return max(decayed, pin_floor, SALIENCE_MIN)
+
+
+def due_for_decay(
+    decayed_at_ms: Mapping[int, int], now_ms: int, min_step_ms: int, limit: int | None
+) -> list[int]:
+    """The chunks one downscale step decays: those last decayed `min_step_ms` or more ago,
+    the longest waiting first (ties: the smaller label), at most `limit` of them.
+
+    Decay composes (half a step now and half later is one step), so a chunk left for a
+    later step loses nothing; what the rule saves is rewriting every chunk every cycle.
+    """
+    if min_step_ms < 0:
+        raise InvalidSweep(f"downscale min_step_ms must be >= 0, got {min_step_ms}")
+    if limit is not None and limit < 1:
+        raise InvalidSweep(f"downscale limit must be >= 1, got {limit}")
+    due = sorted((at, label) for label, at in decayed_at_ms.items() if now_ms - at >= min_step_ms)
+    return [label for _, label in due[:limit]]
 
 
 #: How salience and intrinsic value mix into the value the sweep ranks by (sums to 1).

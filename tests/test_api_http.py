@@ -360,7 +360,7 @@ def test_a_chunk_saved_after_the_cycle_loaded_salience_is_decayed_not_missed(
         saved = ops.save(models.SaveRequest(content="a chunk saved between two phases"))
         assert saved.created and saved.indexed
         stats = downscale_phase(peer, CycleState(now_ms=rt.clock.now_ms() + 86_400_000))
-        assert stats["live"] == 1 and stats["changed"] == 1
+        assert stats["decayed"] == 1 and stats["changed"] == 1
     finally:
         ops.close()
         peer.close()

@@ -267,3 +267,20 @@ def test_the_example_config_loads_and_states_every_default() -> None:
 def test_recall_top_k_is_bounded(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"recall\.top_k must be <= 100"):
         load_config(write_toml(tmp_path, "[recall]\ntop_k = 101\n"), environ={})
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("DREAMCYCLE_DOWNSCALE_MIN_STEP_S", "-1", r"downscale\.min_step_s must be finite and >= 0"),
+        (
+            "DREAMCYCLE_DOWNSCALE_MIN_STEP_S",
+            "inf",
+            r"downscale\.min_step_s must be finite and >= 0",
+        ),
+        ("DREAMCYCLE_DOWNSCALE_MAX_CHUNKS_PER_CYCLE", "0", r"downscale\.max_chunks_per_cycle"),
+    ],
+)
+def test_downscale_cadence_out_of_range_is_named(variable: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, environ={variable: value})

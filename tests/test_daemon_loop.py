@@ -30,8 +30,13 @@ TOPICS = ("assert", "for", "while", "try", "raise", "with", "return", "import", 
 CHUNK_COUNT = 100
 QUERY = "how does an assert statement raise AssertionError"
 DECAY_TEXT = "the import statement finds and loads a module"
-#: Downscale only in the first cycle (its half-life is set then); sweeps only on demand.
-SETTINGS = {"DREAMCYCLE_SWEEP_ENABLED": "false", "DREAMCYCLE_DOWNSCALE_ENABLED": "false"}
+#: Downscale only in the first cycle (its half-life is set then), and then at every cycle
+#: that enables it however little time passed; sweeps only on demand.
+SETTINGS = {
+    "DREAMCYCLE_SWEEP_ENABLED": "false",
+    "DREAMCYCLE_DOWNSCALE_ENABLED": "false",
+    "DREAMCYCLE_DOWNSCALE_MIN_STEP_S": "0",
+}
 #: Slack added to the half-life of the first cycle, for the time the cycle itself takes.
 FIRST_CYCLE_SLACK_S = 3.0
 #: A chunk this dissimilar to every seed of a pulse is "unrelated" to it.

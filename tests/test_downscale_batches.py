@@ -21,9 +21,11 @@ from daemon.confidence import HalfLives
 from daemon.config import Config, load_config
 from daemon.cycle import CycleState, downscale_phase, run_cycle_blocking
 from daemon.ingest import ingest
+from daemon.rebuild import replay_steps
 from daemon.runtime import Peer, Runtime
+from pulses.sweep import InvalidSweep, due_for_decay
 from store.database import EFFICACY_TYPE, Database, NewObservation
-from store.timefmt import iso_from_ms
+from store.timefmt import iso_from_ms, ms_from_iso
 from tests.daemon_helpers import documentation_chunks
 
 START_MS = 1_800_000_000_000
@@ -150,8 +152,67 @@ def test_each_transaction_decays_one_batch(
         peer.db.conn.exec_trace = traced
         result = downscale_phase(peer, CycleState(now_ms=clock.now_ms()))
         peer.db.conn.exec_trace = None
-        assert result["live"] == CHUNKS == sum(batch_sizes)
+        assert result["decayed"] == CHUNKS == sum(batch_sizes)
         assert max(batch_sizes) == SMALL_BATCH
         assert len(begun) == len(batch_sizes) == -(-CHUNKS // SMALL_BATCH)
+    finally:
+        peer.close()
+
+
+# ---- the cadence: due chunks only, the longest waiting first, a bounded number -----------
+
+
+def test_due_for_decay_orders_by_wait_and_cuts_at_the_limit() -> None:
+    decayed_at = {5: 1_000, 3: 1_000, 9: 500, 7: 4_000, 1: 3_500}
+    assert due_for_decay(decayed_at, 4_000, 500, None) == [9, 3, 5, 1]
+    assert due_for_decay(decayed_at, 4_000, 500, 2) == [9, 3]
+    assert due_for_decay(decayed_at, 4_000, 0, None) == [9, 3, 5, 1, 7]
+    assert due_for_decay(decayed_at, 4_000, 10_000, None) == []
+    with pytest.raises(InvalidSweep, match="min_step_ms must be >= 0"):
+        due_for_decay(decayed_at, 4_000, -1, None)
+    with pytest.raises(InvalidSweep, match="limit must be >= 1"):
+        due_for_decay(decayed_at, 4_000, 0, 0)
+
+
+def _decay_from(db: Database) -> dict[int, int]:
+    return {
+        int(r[0]): ms_from_iso(str(r[1]))
+        for r in db.fetch_all(
+            "SELECT id, coalesce(last_decay_ts, created_at) FROM observations WHERE type != ?",
+            (EFFICACY_TYPE,),
+        )
+    }
+
+
+def test_a_capped_step_decays_the_due_chunks_the_rule_names_and_replay_agrees(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.copytree(template, tmp_path / "copy")
+    config = _config(tmp_path / "copy")
+    config.downscale.min_step_s = 3_600.0
+    config.downscale.max_chunks_per_cycle = 25
+    monkeypatch.setattr(cycle, "DOWNSCALE_ROWS_PER_TRANSACTION", SMALL_BATCH)
+    clock = ManualClock(START_MS + DAY_MS)
+    peer = Runtime.open(config, clock=clock).open_peer()
+    try:
+        peer.salience.reload()
+        counts = []
+        minute = 60_000
+        for offset in (0, minute, 2 * minute, 3 * minute, 60 * minute + minute // 2):
+            now = START_MS + DAY_MS + offset
+            before = _decay_from(peer.db)
+            expected = due_for_decay(before, now, 3_600_000, 25)
+            result = downscale_phase(peer, CycleState(now_ms=now))
+            after = _decay_from(peer.db)
+            decayed = sorted(r for r in after if after[r] != before[r])
+            assert result["decayed"] == len(expected)
+            assert decayed == sorted(expected)
+            assert all(after[r] == now for r in decayed)
+            counts.append(len(decayed))
+        # All 60 waited a day: the cap takes 25, 25 and the last 10 a minute apart; then
+        # none is due; an hour and a half minute later, only the first 25 are again.
+        assert counts == [25, 25, CHUNKS - 50, 0, 25]
+        replayed = replay_steps(peer.runtime)
+        assert replayed.decayed_at == _decay_from(peer.db)
     finally:
         peer.close()
