@@ -371,17 +371,21 @@ class Database:
 
     def pending_admission(self, limit: int) -> list[PendingChunk]:
         """Live chunks the daemon has not indexed yet, oldest first, with any stored embedding."""
+        # The few pending rows, from their own index: without statistics the planner
+        # would rather read every live chunk by observations_live (0.16 s at 100k).
         return self._pending(
-            "admitted_seq IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?", limit
+            "INDEXED BY observations_pending "
+            "WHERE admitted_seq IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?",
+            limit,
         )
 
     def pending_admission_of(self, rowid: int) -> PendingChunk:
-        return self._pending("id = ?", rowid)[0]
+        return self._pending("WHERE id = ?", rowid)[0]
 
-    def _pending(self, where: str, arg: int) -> list[PendingChunk]:
+    def _pending(self, condition: str, arg: int) -> list[PendingChunk]:
         rows = self._all(
             "SELECT id, title, content, embedding, index_version, pin_floor, kind, "
-            "coalesce(last_decay_ts, created_at), origin_peer FROM observations WHERE " + where,
+            "coalesce(last_decay_ts, created_at), origin_peer FROM observations " + condition,
             (arg,),
         )
         return [
@@ -937,9 +941,11 @@ class Database:
 
     def live_and_tombstoned(self) -> tuple[int, int]:
         """The two counts the daemon reports after every cycle, cheaply."""
+        # Not tombstoned, less the cold tier: each count read from an index alone (asking
+        # for both conditions at once reads every live row, 0.13 s at 100k chunks).
         row = self._one(
-            "SELECT (SELECT count(*) FROM observations "
-            "WHERE deleted_at IS NULL AND cold_at IS NULL), "
+            "SELECT (SELECT count(*) FROM observations WHERE deleted_at IS NULL) "
+            "- (SELECT count(*) FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL), "
             "(SELECT count(*) FROM tombstones)"
         )
         return int(row[0]), int(row[1])

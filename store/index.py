@@ -436,6 +436,8 @@ class HnswIndex:
         self._stamp = stamp
         self._identity = identity
         self._lock = _ReadersWriterLock()
+        #: Changes since the file was last written or read (see `is_saved_at`).
+        self._unsaved_changes = 0
 
     @classmethod
     def create(
@@ -611,6 +613,7 @@ class HnswIndex:
             self._ensure_capacity(int(self._engine.element_count) + len(fresh))
             self._engine.add_items(vector_array[fresh], new_labels, num_threads=_ADD_THREADS)
             self._live.update(new_labels.tolist())
+            self._unsaved_changes += 1
 
     def mark_deleted(self, labels: Labels) -> None:
         """Delete `labels` from the live index; unknown or already deleted labels are ignored."""
@@ -621,6 +624,7 @@ class HnswIndex:
                     self._engine.mark_deleted(label)
                     self._live.discard(label)
                     self._deleted.add(label)
+                    self._unsaved_changes += 1
 
     def restore(self, labels: Labels, vectors: Vectors) -> None:
         """Make deleted labels live again (a chunk revived from the cold tier).
@@ -642,6 +646,7 @@ class HnswIndex:
                     self._engine.unmark_deleted(label)
                     self._deleted.discard(label)
                     self._live.add(label)
+                    self._unsaved_changes += 1
                 else:
                     self._deleted.discard(label)
                     missing.append(position)
@@ -737,7 +742,15 @@ class HnswIndex:
             _replace_durably(sidecar_temporary, sidecar)
             self._stamp = stamp
             self._identity = identity
+            self._unsaved_changes = 0
         return identity
+
+    def is_saved_at(self, stamp: str) -> bool:
+        """Whether the file holds exactly this index for the database state `stamp`: saved
+        or loaded with that stamp and not changed since (saving again would write the same
+        graph under a new identity)."""
+        with self._lock.reading():
+            return self._identity is not None and self._stamp == stamp and not self._unsaved_changes
 
     def _ensure_capacity(self, needed: int) -> None:
         capacity = int(self._engine.get_max_elements())
@@ -773,6 +786,7 @@ class HnswIndex:
         """Remember tombstones that were never added, so a later add cannot revive them."""
         with self._lock.writing():
             self._deleted.update(labels.tolist())
+            self._unsaved_changes += 1
 
 
 def open_or_rebuild(

@@ -287,3 +287,28 @@ def test_the_first_start_builds_the_index_without_a_warning(
         _assert_index_is_the_databases(rt, index)
     finally:
         rt.close()
+
+
+def test_an_unchanged_index_is_not_written_again_and_a_changed_one_is(
+    template: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    data_dir = tmp_path / "data"
+    shutil.copytree(template, data_dir)
+    rt = _runtime(data_dir, embedder)
+    try:
+        index, rebuilt = rt.open_index()
+        assert rebuilt is None
+        path = rt.config.index_path
+        written = (path.stat().st_mtime_ns, rt.db.get_meta(INDEX_IDENTITY_META_KEY))
+        assert index.is_saved_at(rt.db.change_stamp())
+        save_index(rt.db, index)
+        assert (path.stat().st_mtime_ns, rt.db.get_meta(INDEX_IDENTITY_META_KEY)) == written
+        # A tombstoned chunk leaves the index: the next save writes it, sealed anew.
+        label = min(index.labels() - index.deleted_labels())
+        index.mark_deleted(np.array([label], dtype=np.int64))
+        assert not index.is_saved_at(rt.db.change_stamp())
+        save_index(rt.db, index)
+        assert rt.db.get_meta(INDEX_IDENTITY_META_KEY) not in (None, written[1])
+        assert index.is_saved_at(rt.db.change_stamp())
+    finally:
+        rt.close()
