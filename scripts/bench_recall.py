@@ -11,7 +11,8 @@ embedded by the real model). Then, in one run:
   text, by text with filters, a context bundle (not recorded), and save-then-recall (a new chunk saved, then
   recalled by its text: the pair is timed, and the chunk must come first);
 * the same through a real `dreamcycle run` daemon over its Unix socket (httpx);
-* both again while dream cycles run back to back beside them.
+* both again while dream cycles run back to back beside them, with Reward pulses to
+  propagate (one per cycle in process, one every 0.25 s to the daemon).
 
 p50 and p99 over `--calls` calls each (default 1000), ratios to the baselines
 measured in the same run, and resident memory. Results go to
@@ -47,6 +48,7 @@ from daemon.api import models
 from daemon.api.operations import Operations
 from daemon.config import Config, load_config
 from daemon.cycle import run_cycle_blocking
+from daemon.keys import init_key
 from daemon.runtime import Peer, Runtime
 from scripts.bench_common import (
     BenchmarkError,
@@ -72,6 +74,10 @@ INSERT_BATCH: Final = 5_000
 PROJECTS: Final = 20
 READY_TIMEOUT_S: Final = 600.0
 PERCENTILES: Final = (50, 99)
+#: Pulse texts the cycles-running figures cycle through, and how often one reaches the
+#: daemon (its cycles run back to back: at --interval 0.01 most have one to apply).
+PULSE_TEXTS: Final = 50
+PULSE_EVERY_S: Final = 0.25
 
 Vectors = npt.NDArray[np.float32]
 
@@ -236,13 +242,18 @@ def http_call(client: httpx.Client) -> Callable[[str, Any], Any]:
 
 
 @contextmanager
-def cycles_beside(peer: Peer) -> Iterator[list[int]]:
-    """Dream cycles back to back in a thread, the way the daemon's worker runs them."""
+def cycles_beside(peer: Peer, ops: Operations, corpus: Corpus) -> Iterator[list[int]]:
+    """Dream cycles back to back in a thread, the way the daemon's worker runs them, each
+    with a Reward pulse of its own to propagate (a store where nothing happens has
+    cycles that cost almost nothing)."""
     stop = threading.Event()
     done = [0]
+    texts = [corpus.query() for _ in range(PULSE_TEXTS)]
 
     def loop() -> None:
         while not stop.is_set():
+            text = texts[done[0] % len(texts)]
+            ops.pulse(models.PulseRequest(text=text, nonce=f"bench {done[0]}"))
             run_cycle_blocking(peer)
             done[0] += 1
 
@@ -256,6 +267,40 @@ def cycles_beside(peer: Peer) -> Iterator[list[int]]:
 
 
 @contextmanager
+def pulses_beside(data_dir: Path, corpus: Corpus) -> Iterator[list[int]]:
+    """A Reward pulse sent to the daemon every PULSE_EVERY_S, so its cycles have work."""
+    stop = threading.Event()
+    sent = [0]
+    texts = [corpus.query() for _ in range(PULSE_TEXTS)]
+
+    def loop() -> None:
+        with _socket_client(data_dir) as client:
+            while not stop.wait(PULSE_EVERY_S):
+                request = models.PulseRequest(
+                    text=texts[sent[0] % len(texts)], nonce=f"bench {sent[0]}"
+                )
+                client.post("/v1/pulses", content=request.model_dump_json()).raise_for_status()
+                sent[0] += 1
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield sent
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _socket_client(data_dir: Path) -> httpx.Client:
+    return httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(data_dir / "api.sock")),
+        base_url="http://dreamcycle",
+        headers={"content-type": "application/json"},
+        timeout=60.0,
+    )
+
+
+@contextmanager
 def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, int]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
     env.update({"DREAMCYCLE_API_ENABLED": "1", "DREAMCYCLE_API_PORT": "0",
@@ -265,12 +310,7 @@ def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, in
     log_path = data_dir.parent / f"daemon-{time.monotonic_ns()}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    client = httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(data_dir / "api.sock")),
-        base_url="http://dreamcycle",
-        headers={"content-type": "application/json"},
-        timeout=60.0,
-    )
+    client = _socket_client(data_dir)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
@@ -314,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                        "sweep.enabled": False},
         )  # fmt: skip
         started = time.perf_counter()
+        init_key(config)  # the daemon below signs what it publishes
         build_store(config, corpus, args.chunks)
         print(f"store of {args.chunks} chunks built in {time.perf_counter() - started:.0f} s")
         rt = Runtime.open(config)
@@ -328,9 +369,9 @@ def main(argv: list[str] | None = None) -> int:
                      **measure(args.calls, lambda i: ops._embedder.embed_one(texts[i]))})  # fmt: skip
         workload = Workload(corpus, query_vectors, in_process_call(ops))
         rows += workload.run(args.calls, "in process")
-        with cycles_beside(peer) as cycles:
+        with cycles_beside(peer, ops, corpus) as cycles:
             rows += workload.run(args.calls, "in process, cycles running")
-        print(f"{cycles[0]} cycles ran beside the in-process figures")
+        print(f"{cycles[0]} cycles, each with a pulse, ran beside the in-process figures")
         in_process_rss = rss_mib(os.getpid())
         ops.close()
         peer.save_index()
@@ -342,10 +383,11 @@ def main(argv: list[str] | None = None) -> int:
                 args.calls, "HTTP, Unix socket"
             )
             daemon_rss = rss_mib(pid)
-        with daemon(data_dir, 0.01) as (client, pid):
+        with daemon(data_dir, 0.01) as (client, pid), pulses_beside(data_dir, corpus) as sent:
             rows += Workload(corpus, query_vectors, http_call(client)).run(
                 args.calls, "HTTP, Unix socket, cycles running"
             )
+        print(f"{sent[0]} pulses sent to the daemon while its cycles ran back to back")
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
     idle = {
