@@ -169,6 +169,8 @@ def test_pin_and_unpin_travel_as_revisions_and_explain_shows_them(
     assert explained.history[1].pin_floor == 0.4 and explained.history_total == len(causes)
     assert explained.memory.state == "live" and explained.tombstone_reason is None
     assert explained.downscale.steps >= 1 and explained.downscale.half_life_s is not None
+    # Seconds old: no step has decayed it yet (at most once per downscale.min_step_s).
+    assert explained.downscale.last_at_ms == ms_from_iso(explained.memory.created_at)
 
     with pytest.raises(NotFound):
         memory.pin("0" * 64)

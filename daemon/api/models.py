@@ -428,8 +428,13 @@ class SalienceStep(BaseModel):
 
 
 class DownscaleSummary(BaseModel):
-    steps: int = Field(description="time-decay steps since the memory was admitted")
-    last_at_ms: int | None
+    steps: int = Field(
+        description="downscale steps run since the memory was admitted (each decays the "
+        "memories last decayed downscale.min_step_s or more before, a bounded number)"
+    )
+    last_at_ms: int | None = Field(
+        description="when the memory's decay counts from: its last decay, else its creation"
+    )
     half_life_s: float | None = Field(
         description="of the memory, at the last step: its kind's, scaled by its stability"
     )

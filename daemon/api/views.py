@@ -20,7 +20,7 @@ from pulses.context import Candidate
 from store import checkpoints
 from store import keys as key_store
 from store.database import EFFICACY_TYPE, Database
-from store.timefmt import iso_from_ms
+from store.timefmt import iso_from_ms, ms_from_iso
 
 Vector = np.ndarray[Any, np.dtype[np.float32]]
 
@@ -214,15 +214,19 @@ def _downscale(db: Database, rowid: int, kind: str, stability: float) -> models.
         (rowid,),
     )
     steps, last = int(row[0]), row[1]
+    # A step decays only the chunks due then: when this one's decay counts from is its row's.
+    decayed = db.fetch_one(
+        "SELECT coalesce(last_decay_ts, created_at) FROM observations WHERE id = ?", (rowid,)
+    )
+    last_at_ms = None if decayed is None else ms_from_iso(str(decayed[0]))
     if last is None:
-        return models.DownscaleSummary(steps=0, last_at_ms=None, half_life_s=None)
-    at_ms, body = db.fetch_one("SELECT at_ms, body FROM journal WHERE seq = ?", (last,))
-    step = json.loads(body)
+        return models.DownscaleSummary(steps=0, last_at_ms=last_at_ms, half_life_s=None)
+    step = json.loads(db.fetch_one("SELECT body FROM journal WHERE seq = ?", (last,))[0])
     if kind not in step.get("half_life_s", {}):
-        return models.DownscaleSummary(steps=steps, last_at_ms=int(at_ms), half_life_s=None)
+        return models.DownscaleSummary(steps=steps, last_at_ms=last_at_ms, half_life_s=None)
     half_lives = HalfLives.from_journal(step, DownscaleConfig())
     return models.DownscaleSummary(
-        steps=steps, last_at_ms=int(at_ms), half_life_s=half_lives.of(kind, stability)
+        steps=steps, last_at_ms=last_at_ms, half_life_s=half_lives.of(kind, stability)
     )
 
 
