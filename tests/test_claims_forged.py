@@ -84,3 +84,21 @@ def test_forged_claims_are_not_fences_but_the_same_key_is(tmp_path: Path) -> Non
     )
     restarted = signed_log(backend, rotated, both)
     assert restarted.publish(waiting).key == waiting.key
+
+
+def test_a_forged_claim_far_ahead_does_not_fence_the_peer(tmp_path: Path) -> None:
+    """The high-water mark that fences a second process counts this peer's sealed claims
+    only: a forgery at seq 1000 neither stops the peer nor lets a twin below it through."""
+    backend = DirectoryBackend(tmp_path / "log")
+    alice, stranger = Signer("alice", generate_key()), Signer("alice", generate_key())
+    keyring = Keyring.of([alice.trusted_key()])
+    first = signed_log(backend, alice, keyring)
+    first.publish(first.prepare(one_of_each_kind("alice"), 0))
+    first.publish(first.prepare(one_of_each_kind("alice", BASE_MS + 1), 1))
+    far = segment_key((BASE_MS + 2) << 16, "alice", 1000)
+    backend.create(claim_key("alice", 1000), sealed_claim(stranger, claim_key("alice", 1000), far))
+    restarted = signed_log(backend, alice, keyring)
+    assert restarted.publish(restarted.prepare(one_of_each_kind("alice", BASE_MS + 3), 2)).key
+    twin = signed_log(backend, alice, keyring)
+    with pytest.raises(FencedOut, match="seq 2 is claimed under this peer's key"):
+        twin.publish(twin.prepare(one_of_each_kind("alice", BASE_MS + 4), 1))

@@ -266,10 +266,11 @@ def test_compaction_then_bootstrap_sees_every_entry(backend: LogBackend) -> None
     report = peers["b"].compact(wall.ms)
     assert report is not None and report.outcome is CompactionOutcome.COMPACTED
     assert report.horizon_hlc == hlc_from_ms(start_ms + 35_000)
-    assert (report.segments_folded, report.segments_deleted, report.claims_deleted) == (4, 4, 4)
+    # Each peer's highest folded claim stays (a2, b3): it fences a second process.
+    assert (report.segments_folded, report.segments_deleted, report.claims_deleted) == (4, 4, 2)
     assert report.expired_pulses_dropped == 1 and report.duplicates_dropped == 0
     assert backend.list_after(SEGMENT_PREFIX, "") == keys[4:]
-    assert backend.list_after(claim_prefix("a"), "") == [claim_key("a", 4)]
+    assert backend.list_after(claim_prefix("a"), "") == [claim_key("a", 2), claim_key("a", 4)]
 
     expected = everything - {short_lived.id}
     assert bootstrap_ids(backend, wall) == expected
@@ -289,8 +290,8 @@ def test_compaction_then_bootstrap_sees_every_entry(backend: LogBackend) -> None
     snapshots = backend.list_after(SNAPSHOT_PREFIX, "")
     assert len(snapshots) == 2 and report.snapshot_key not in snapshots
     assert backend.list_after(SEGMENT_PREFIX, "") == []
-    assert backend.list_after(claim_prefix("a"), "") == []
-    assert backend.list_after(claim_prefix("b"), "") == []
+    assert backend.list_after(claim_prefix("a"), "") == [claim_key("a", 6)]
+    assert backend.list_after(claim_prefix("b"), "") == [claim_key("b", 5)]
 
 
 def bootstrap_ids(backend: LogBackend, wall: ManualClock) -> set[str]:

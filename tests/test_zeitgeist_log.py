@@ -16,7 +16,7 @@ from zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, Versioned
 from zeitgeist.directory import DirectoryBackend
 from zeitgeist.entries import Entry, PulseEntry, TombstoneEntry
 from zeitgeist.hlc import COUNTER_BITS, HybridLogicalClock, InvalidHlc, hlc_from_ms
-from zeitgeist.keys import LEASE_KEY, heartbeat_key, parse_segment_key
+from zeitgeist.keys import LEASE_KEY, claim_key, claim_prefix, heartbeat_key, parse_segment_key
 from zeitgeist.log import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_LIVENESS_TIMEOUT_MS,
@@ -24,6 +24,7 @@ from zeitgeist.log import (
     DEFAULT_WINDOW_MS,
     CompactionOutcome,
     EmptySegment,
+    FencedOut,
     Heartbeat,
     InvalidHeartbeat,
     InvalidSetting,
@@ -242,13 +243,29 @@ def test_bad_arguments_are_refused(tmp_path: Path) -> None:
         log.heartbeat(beat("q", 0, wall.ms))
 
 
-def test_last_claimed_seq(tmp_path: Path) -> None:
+def test_a_second_process_is_fenced_below_the_peers_claims_even_after_compaction(
+    tmp_path: Path,
+) -> None:
+    backend = DirectoryBackend(tmp_path)
     wall = ManualClock()
-    log = make_zeitgeist(DirectoryBackend(tmp_path), "p", wall)
-    assert log.last_claimed_seq() is None
-    for seq in (0, 1, 7):
-        log.publish(log.prepare(one_of_each_kind("p", wall.ms), seq))
-    assert log.last_claimed_seq() == 7
+    first = make_zeitgeist(backend, "p", wall, window_ms=10_000)
+    for seq in range(3):
+        first.publish(first.prepare(one_of_each_kind("p", wall.ms), seq))
+        wall.advance(10_000)
+    wall.advance(30_000)
+    first.heartbeat(beat("p", hlc_from_ms(wall.ms), wall.ms))
+    report = first.compact(wall.ms)
+    assert report is not None and report.outcome is CompactionOutcome.COMPACTED
+    assert (report.segments_folded, report.claims_deleted) == (3, 2)
+    assert backend.list_after(claim_prefix("p"), "") == [claim_key("p", 2)]
+    # A second process, or a database from before the last publish: its counter is behind.
+    for seq in (0, 1):
+        second = make_zeitgeist(backend, "p", wall, window_ms=10_000)
+        with pytest.raises(FencedOut, match="seq 2 is claimed under this peer's key"):
+            second.publish(second.prepare(one_of_each_kind("p", wall.ms), seq))
+    # The owner goes on above its claims.
+    first.publish(first.prepare(one_of_each_kind("p", wall.ms), 3))
+    assert backend.list_after(claim_prefix("p"), "") == [claim_key("p", 2), claim_key("p", 3)]
 
 
 # ---- heartbeats ---------------------------------------------------------------------------

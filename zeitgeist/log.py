@@ -104,6 +104,9 @@ HEARTBEAT_FORMAT_VERSION: Final = 1
 MAX_HEARTBEAT_BYTES: Final = 64 * 1024
 #: Largest claim read: a seal and a segment key, a few hundred bytes, are written.
 MAX_CLAIM_BYTES: Final = 64 * 1024
+#: Claims under this peer's name read at most, highest first, to find the highest one a key
+#: of this peer sealed (the others are forgeries and fence nothing).
+FORGED_CLAIMS_CHECKED: Final = 64
 #: Largest compaction lease read: a holder and a time are written.
 MAX_LEASE_BYTES: Final = 64 * 1024
 #: How a claim, heartbeat or lease beyond its limit is counted (segments and snapshots
@@ -295,6 +298,15 @@ class LogOnce:
 RefusalCounter = Callable[[str, int], None]
 
 
+def _claim_seq(key: str) -> int:
+    """The sequence number a claim key names; a malformed one sorts below every claim (it
+    is nothing this layer wrote, and compaction deletes it)."""
+    try:
+        return parse_claim_key(key).seq
+    except InvalidKey:
+        return -1
+
+
 def _positive(value: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidSetting(f"{name} must be a positive number of milliseconds, got {value!r}")
@@ -346,6 +358,10 @@ class Zeitgeist:
         self._listed_at_hlc: int | None = None
         #: Things skipped rather than failed on, by reason (for metrics).
         self.counters: Counter[str] = Counter()
+        #: The highest sequence number this peer id claimed that a key of this peer sealed:
+        #: listed at the first publish, then raised by each claim written here.
+        self._own_claims_high: int | None = None
+        self._own_claims_listed = False
 
     def _refused(
         self, object_key: str, label: str, detail: str, count: int = 1, *, counter: str = ""
@@ -402,8 +418,16 @@ class Zeitgeist:
         )
 
     def publish(self, prepared: PreparedSegment) -> PublishResult:
-        """Claim the sequence number, then create the segment; idempotent for a retry."""
+        """Claim the sequence number, then create the segment; idempotent for a retry.
+
+        A sequence number below one this peer id already claimed elsewhere is refused with
+        FencedOut, even once compaction deleted the claim of that very number: compaction
+        keeps each peer's highest claim, so a second process (or a database restored from
+        before the peer's last publish) cannot publish under numbers already used.
+        """
+        self._refuse_below_own_claims(prepared.seq)
         self._claim(prepared)
+        self._own_claims_high = max(self._own_claims_high or 0, prepared.seq)
         try:
             self.backend.create(prepared.key, prepared.data)
         except KeyExists:
@@ -437,6 +461,32 @@ class Zeitgeist:
             f"another process is publishing as peer {self.peer_id}: claim for seq "
             f"{prepared.seq} names key {named}, not {prepared.key}"
         )
+
+    def _refuse_below_own_claims(self, seq: int) -> None:
+        if not self._own_claims_listed:
+            self._own_claims_high = self._highest_own_claim()
+            self._own_claims_listed = True
+        high = self._own_claims_high
+        if high is not None and seq < high:
+            raise FencedOut(
+                f"another process is publishing as peer {self.peer_id}, or this database is "
+                f"older than the peer's log: seq {high} is claimed under this peer's key, and "
+                f"this database would publish seq {seq}"
+            )
+
+    def _highest_own_claim(self) -> int | None:
+        """The highest claimed sequence number whose claim a key of this peer sealed (any
+        claim when this log does not verify): forged claims fence nothing, so they cannot
+        stop this peer either. At most FORGED_CLAIMS_CHECKED forged ones are read."""
+        seqs = sorted(self._claimed_seqs(), reverse=True)
+        if self.verifier is None:
+            return seqs[0] if seqs else None
+        for seq in seqs[:FORGED_CLAIMS_CHECKED]:
+            claim = claim_key(self.peer_id, seq)
+            verdict, _ = self._claim_verdict(claim, self._read_or_none(claim, MAX_CLAIM_BYTES))
+            if verdict is None:
+                return seq
+        return None
 
     def _claim_body(self, claim: str, segment: str) -> bytes:
         """The segment's key, after a seal over the claim's key and that segment key when
@@ -489,18 +539,14 @@ class Zeitgeist:
         except (KeyError, ObjectTooLarge):
             return False
 
-    def last_claimed_seq(self) -> int | None:
-        """The highest sequence number this peer id has a claim for, if any remains.
-
-        A peer that lost its local state starts above this so it does not fence itself.
-        """
+    def _claimed_seqs(self) -> list[int]:
         seqs = []
         for key in self.backend.list_after(claim_prefix(self.peer_id), ""):
             try:
                 seqs.append(parse_claim_key(key).seq)
             except InvalidKey:
                 self.counters["claim_key_malformed"] += 1
-        return max(seqs, default=None)
+        return seqs
 
     # ---- reading ----------------------------------------------------------------
 
@@ -751,7 +797,18 @@ class Zeitgeist:
         if not self._still_holding(lease):
             return replace(report, outcome=CompactionOutcome.LEASE_LOST)
         segments = [parsed.key for parsed in gathered.keys]
-        claims = [claim_key(parsed.peer_id, parsed.seq) for parsed in gathered.keys]
+        # Each peer's highest folded claim stays, and those below it go (kept by earlier
+        # compactions, or forged): the one kept is what refuses a second process (or a
+        # restored database) that would publish under numbers the peer already used.
+        highest: dict[str, int] = {}
+        for parsed in gathered.keys:
+            highest[parsed.peer_id] = max(highest.get(parsed.peer_id, 0), parsed.seq)
+        claims = [
+            key
+            for peer, top in sorted(highest.items())
+            for key in self.backend.list_after(claim_prefix(peer), "")
+            if _claim_seq(key) < top
+        ]
         # Keep the snapshot this one was folded from as a fallback; delete anything older.
         older = (
             [k for k in self.backend.list_after(SNAPSHOT_PREFIX, "") if k < previous.key]
