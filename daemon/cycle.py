@@ -1,4 +1,4 @@
-"""The eight phases of one dream cycle, in order (DESIGN.md section 6).
+"""The eight phases of one dream cycle, in order (ARCHITECTURE.md: one dream cycle).
 
 scan -> classify -> interleave -> reconsolidate -> salience_pulse_propagate ->
 downscale -> percentile_sweep -> promote

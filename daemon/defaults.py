@@ -52,7 +52,7 @@ S3_PREFIX: Final = "dreamcycle"
 REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 REDIS_PREFIX: Final = "dreamcycle"
 
-#: Defaults of `pulse-emit pulse` (the seed's "cross-topic ripple").
+#: Defaults of `pulse-emit pulse` (the protocol's "cross-topic ripple").
 PULSE_STRENGTH: Final = 0.3
 PULSE_SIGMA: Final = 0.30
 PULSE_MAX_HOPS: Final = 2
@@ -75,7 +75,7 @@ PULSE_BUDGET_WINDOW_S: Final = CYCLE_INTERVAL_S
 #: origin that backdates its pulses gains at most this many windows' budget, once.
 PULSE_BUDGET_LOOKBACK_S: Final = 3_600.0
 
-#: Half-life of salience by chunk kind, from seed 001's daily decay rates (ln 2 / lambda days).
+#: Half-life of salience by chunk kind, from daily decay rates lambda per kind (ln 2 / lambda days).
 _DAY_S: Final = 86_400.0
 HALF_LIFE_S: Final = {
     "fact": math.log(2) / 0.01 * _DAY_S,

@@ -1,4 +1,4 @@
-"""Salience pulse propagation over the local k-NN graph (seed section 4.1, DESIGN.md section 5).
+"""Salience pulse propagation over the local k-NN graph.
 
 Two update rules:
 
@@ -8,7 +8,7 @@ Two update rules:
   Each frontier chunk is queried with its stored vector for k + 1 neighbours and
   itself is dropped, so it contributes up to k real neighbours. Every hop's frontier
   goes to the index in one batched ``knn_many`` call.
-* ``LITERAL`` is the seed's pseudocode as written: no visited set, the frontier is the
+* ``LITERAL`` is the protocol's pseudocode as written: no visited set, the frontier is the
   list of neighbours found (repeats included), a frontier chunk finds itself at
   distance 0. It hits the seed's nearest neighbours again at every hop; it is kept
   for the A/B of seed section 10. Its cost grows as k ** max_hops.

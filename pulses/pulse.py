@@ -191,7 +191,7 @@ class SalientPulse:
     # ---- invariants ---------------------------------------------------------
 
     def validate(self) -> None:
-        """Check every invariant of seed section 4.2 and DESIGN.md section 5, and the bounds
+        """Check every invariant of a pulse (convergence, ranges), and the bounds
         of the module docstring."""
         validate_parameters(
             kind=self.kind,

@@ -9,7 +9,7 @@ observation rowids) one HNSW index is built with store.index.HnswIndex and then:
 * daemon path: the same over store.salience.SalienceCache on a real database, with
   what the daemon writes per pulse (journal row, applied_pulses row) and one
   transaction plus cache flush per batch of pulses;
-* literal reference: the seed's pseudocode rule (UpdateRule.LITERAL) against a
+* literal reference: the protocol's pseudocode rule (UpdateRule.LITERAL) against a
   naive SalienceState that reads with a SELECT and writes with one SQL UPDATE per
   chunk touched, once with every statement committed on its own and once with
   one transaction per pulse.
@@ -181,7 +181,7 @@ class SqlPerUpdateSalience:
     """A SalienceState straight over SQL: a SELECT per read, an UPDATE per write.
 
     Outside `transaction()` every statement commits on its own (an fsync each, as
-    synchronous = FULL asks), which is what a store written from the seed's
+    synchronous = FULL asks), which is what a store written from the protocol's
     pseudocode does; inside it, the statements of one pulse commit together.
     """
 

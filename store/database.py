@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -30,7 +30,7 @@ from store.timefmt import iso_from_ms
 
 #: How long a writer waits for another process's transaction before failing.
 BUSY_TIMEOUT_MS: Final = 10_000
-#: Kinds of chunk; each has its own decay half-life (seed 001's memory kinds).
+#: Kinds of chunk; each has its own decay half-life (fact, preference, insight, summary, note).
 CHUNK_KINDS: Final = ("fact", "preference", "insight", "summary", "note")
 DELETION_POLICIES: Final = ("auto_prune", "manual_only", "never")
 #: Metadata a `reconsolidate` entry may change without changing the chunk's content.
@@ -50,7 +50,34 @@ def initial_salience(importance: int) -> float:
     return INITIAL_SALIENCE_BASE + INITIAL_SALIENCE_PER_IMPORTANCE * importance
 
 
-apsw.bestpractice.apply(apsw.bestpractice.recommended)
+#: How long closing a connection may wait to refresh the planner's statistics: a command
+#: ending under another process's lock does not wait out the busy timeout for them.
+OPTIMIZE_TIMEOUT_MS: Final = 100
+
+
+def connection_busy_timeout_first(connection: apsw.Connection) -> None:
+    """The full busy timeout, before anything else touches the file: bestpractice's own is
+    100 ms, and its set-up of a new connection already waits for locks."""
+    connection.set_busy_timeout(BUSY_TIMEOUT_MS)
+
+
+# bestpractice's `PRAGMA optimize` at open needs the write lock whenever statistics are
+# stale: under another process's transaction every command failed after 100 ms. It runs
+# when a connection closes instead (Database.close), and never waits long there.
+apsw.bestpractice.apply(
+    (
+        connection_busy_timeout_first,
+        *(
+            setup
+            for setup in apsw.bestpractice.recommended
+            if setup
+            not in (
+                apsw.bestpractice.connection_busy_timeout,
+                apsw.bestpractice.connection_optimize,
+            )
+        ),
+    )
+)
 
 
 class DatabaseError(Exception):
@@ -240,6 +267,12 @@ class Database:
             raise DatabaseError(f"{self.path} failed its integrity check: {rows[0][0]}")
 
     def close(self) -> None:
+        # Statistics are an optimisation: a lock, a full disk, a read-only file (or a
+        # connection closed already) leaves them as they were.
+        with suppress(apsw.Error):
+            if not self.conn.readonly("main"):
+                self.conn.set_busy_timeout(OPTIMIZE_TIMEOUT_MS)
+                self.conn.execute("PRAGMA optimize")
         self.conn.close()
 
     # apsw types a column as a union of every SQLite type; callers know the schema.

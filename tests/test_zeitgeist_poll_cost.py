@@ -1,4 +1,4 @@
-"""An idle poll costs one request, however many peers share the log (DESIGN.md section 4)."""
+"""An idle poll costs one request, however many peers share the log."""
 
 from __future__ import annotations
 

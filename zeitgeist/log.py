@@ -1,6 +1,6 @@
 """The zeitgeist log on top of a LogBackend: publish, poll, heartbeats, snapshots, compaction.
 
-Guarantees (DESIGN.md section 4):
+Guarantees:
 
 * Segments are immutable and created only if absent. Before a segment, its
   writer creates `claim/<peer>/<seq>` naming it (sealed by the writer's key when it
