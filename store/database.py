@@ -992,9 +992,13 @@ class Database:
             "observations": one(
                 f"SELECT count(*) FROM observations WHERE type != '{EFFICACY_TYPE}'"
             ),
+            # Each count below is read from an index alone: asking for live and not cold
+            # at once, or for pending, read every row (a quarter second each at 100k).
             "live": one(
-                "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND cold_at IS NULL "
-                f"AND type != '{EFFICACY_TYPE}'"
+                "SELECT (SELECT count(*) FROM observations "
+                f"WHERE deleted_at IS NULL AND type != '{EFFICACY_TYPE}') - (SELECT count(*) "
+                "FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL "
+                f"AND type != '{EFFICACY_TYPE}')"
             ),
             "cold": one(
                 "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND cold_at IS NOT NULL"
@@ -1014,7 +1018,8 @@ class Database:
             "segments_applied": one("SELECT count(*) FROM applied_segments"),
             "outbox_unpublished": one("SELECT count(*) FROM outbox WHERE segment_seq IS NULL"),
             "pending_admission": one(
-                "SELECT count(*) FROM observations WHERE admitted_seq IS NULL AND deleted_at IS NULL"
+                "SELECT count(*) FROM observations INDEXED BY observations_pending "
+                "WHERE admitted_seq IS NULL AND deleted_at IS NULL"
             ),
         }
 
@@ -1027,13 +1032,22 @@ class Database:
         }
 
     def live_saliences(self) -> npt.NDArray[np.float64]:
-        values = [
-            float(r[0])
+        """The salience of every chunk neither tombstoned nor cold, in rowid order: read from
+        observations_live and the cold tier's index, not from every row (0.4 s at 100k)."""
+        rows = self._all(
+            "SELECT id, salience FROM observations INDEXED BY observations_live "
+            "WHERE deleted_at IS NULL"
+        )
+        cold = [
+            r[0]
             for r in self._all(
-                "SELECT salience FROM observations WHERE deleted_at IS NULL AND cold_at IS NULL"
+                "SELECT id FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
             )
         ]
-        return np.array(values, dtype=np.float64)
+        table = np.array(rows, dtype=np.float64).reshape(len(rows), 2)
+        table = table[~np.isin(table[:, 0], np.array(cold, dtype=np.float64))]
+        ordered: npt.NDArray[np.float64] = table[np.argsort(table[:, 0], kind="stable"), 1]
+        return ordered
 
     def change_stamp(self) -> str:
         """Changes whenever chunks are added, embedded, tombstoned, swept or revived: the

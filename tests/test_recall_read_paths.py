@@ -13,6 +13,7 @@ import apsw
 import pytest
 
 import migrations
+from store import tiers
 from store.database import Database, NewObservation
 from store.lexical import search_lexical
 from store.migrations import apply_migrations
@@ -87,5 +88,36 @@ def test_filters_read_the_covering_index(tmp_path: Path) -> None:
             )
         )
         assert "USING COVERING INDEX observations_filters" in plan
+    finally:
+        db.close()
+
+
+def test_status_counts_and_saliences_read_from_indexes_equal_the_plain_queries(
+    tmp_path: Path,
+) -> None:
+    db = Database(tmp_path / "d.db")
+    try:
+        texts = [f"note {n}: the deploy script step {n}" for n in range(12)]
+        with db.transaction():
+            added = db.add_observations([NewObservation(content=t) for t in texts], now_ms=NOW_MS)
+            rowids = [a.rowid for a in added]
+            db.write_salience({r: 0.05 * i for i, r in enumerate(rowids)})
+            # Admitted but the last two, three cold, two tombstoned.
+            db.conn.executemany(
+                "UPDATE observations SET admitted_seq = 0 WHERE id = ?",
+                [(r,) for r in rowids[:10]],
+            )
+            tiers.move_to_cold(db, rowids[2:5], reason="test", now_ms=NOW_MS)
+        _tombstone(db, added[6].content_hash)
+        _tombstone(db, added[3].content_hash)  # a cold one
+        plain = db.fetch_all(
+            "SELECT salience FROM observations WHERE deleted_at IS NULL AND cold_at IS NULL "
+            "ORDER BY id"
+        )
+        assert db.live_saliences().tolist() == [float(r[0]) for r in plain]
+        counts = db.counts()
+        assert counts["live"] == 12 - 3 - 1 == len(plain)
+        assert counts["cold"] == 2
+        assert counts["pending_admission"] == 2
     finally:
         db.close()
