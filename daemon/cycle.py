@@ -117,6 +117,10 @@ class CycleState:
     own_keys: list[str] = field(default_factory=list)  # this peer's segments, listed
     seal_problems: dict[str, Verdict] = field(default_factory=dict)  # segment key -> why
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: True once SIGTERM / SIGINT asked the daemon to stop (read from the phase's thread):
+    #: long phases return between batches, and what they did not commit waits for the
+    #: next start.
+    stop_requested: Callable[[], bool] = field(default=lambda: False, repr=False)
 
 
 PhaseFn = Callable[[Peer, CycleState], dict[str, Any]]
@@ -243,15 +247,22 @@ def _admit_pending(peer: Peer, st: CycleState) -> int:
     """Embed (if `ingest` did not already) and index new chunks; queue asserts for local ones."""
     db = peer.db
     pending = db.pending_admission(peer.config.cycle.max_embed)
-    if not pending:
-        return 0
-    vectors, fresh = admission_vectors(peer.embedder, pending)
-    with db.transaction():
-        record_admission(peer, db, pending, vectors, fresh, st.now_ms)
-    # After the commit: the index is derived state, and its stamp tells when it lags.
-    peer.index.add(np.array([c.rowid for c in pending], dtype=np.int64), vectors)
-    peer.salience.refresh()
-    return len(pending)
+    # One embedding batch per transaction: a stop request waits for one batch, not all.
+    step = peer.config.embedding.batch_size
+    admitted = 0
+    for start in range(0, len(pending), step):
+        if st.stop_requested():
+            break
+        batch = pending[start : start + step]
+        vectors, fresh = admission_vectors(peer.embedder, batch)
+        with db.transaction():
+            record_admission(peer, db, batch, vectors, fresh, st.now_ms)
+        # After the commit: the index is derived state, and its stamp tells when it lags.
+        peer.index.add(np.array([c.rowid for c in batch], dtype=np.int64), vectors)
+        admitted += len(batch)
+    if admitted:
+        peer.salience.refresh()
+    return admitted
 
 
 # ---- interleave -----------------------------------------------------------------------
@@ -642,6 +653,10 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
     charges = _charge_budgets(peer, st, pulses, queued_here)
     stats["over_budget"] = sum(not c.admitted for c in charges.values())
     for start in range(0, len(pulses), PULSES_PER_TRANSACTION):
+        if st.stop_requested():
+            # Segments and the cursor stay unrecorded: the next start reads them again
+            # and skips the pulses applied.
+            return {**stats, "interrupted": True}
         batch = pulses[start : start + PULSES_PER_TRANSACTION]
         with db.transaction():
             for entry in batch:
@@ -833,6 +848,8 @@ def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
         )
         changed += _downscale_batch(peer, st, rows[:DOWNSCALE_ROWS_PER_TRANSACTION], half_lives)
     for start in range(DOWNSCALE_ROWS_PER_TRANSACTION, len(rows), DOWNSCALE_ROWS_PER_TRANSACTION):
+        if st.stop_requested():
+            break
         batch = rows[start : start + DOWNSCALE_ROWS_PER_TRANSACTION]
         with db.transaction():
             changed += _downscale_batch(peer, st, batch, half_lives)
@@ -969,7 +986,9 @@ def _publish_outbox(peer: Peer, st: CycleState, stats: dict[str, Any]) -> None:
     # Segments prepared before a crash or an outage go first, byte for byte.
     for seq, key, data, hlc in db.prepared_segments():
         _publish(peer, PreparedSegment(key=key, data=data, hlc=hlc, seq=seq), stats)
-    while pending := db.outbox_unpublished(MAX_ENTRIES_PER_SEGMENT):
+    while not st.stop_requested() and (
+        pending := db.outbox_unpublished(MAX_ENTRIES_PER_SEGMENT)
+    ):
         entries = [decode_entry(body) for _, body in pending]
         prepared = _prepare(peer, entries, [entry_id for entry_id, _ in pending], st.now_ms)
         started = time.monotonic()

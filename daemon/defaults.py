@@ -271,6 +271,21 @@ HEALTH_MIN_CYCLE_AGE_S: Final = 300.0
 #: How long /readyz waits for a lock on the database before calling it unusable.
 HEALTH_DATABASE_TIMEOUT_MS: Final = 1_000
 
+#: After a cycle met a storage fault (another process's write lock past the busy timeout,
+#: a full disk, a read-only data directory) the next attempt waits this long, doubling per
+#: failure up to the maximum; reads are served meanwhile.
+STORAGE_RETRY_INITIAL_S: Final = 1.0
+STORAGE_RETRY_MAX_S: Final = 60.0
+#: A lasting storage fault is logged when it starts, then at most once per this many seconds.
+STORAGE_FAULT_LOG_INTERVAL_S: Final = 300.0
+#: The zeitgeist probe at start-up gives up after this long: an outage at boot is waited
+#: out by the cycles (entries queue in the outbox), not by the start.
+STARTUP_PROBE_DEADLINE_S: Final = 5.0
+#: After SIGTERM / SIGINT a phase gets this long to reach a point where it can stop (between
+#: batches); past it the process exits at once (1), leaving what it did not commit for the
+#: next start, as a crash would.
+STOP_DEADLINE_S: Final = 8.0
+
 #: `dreamcycle doctor` gives the backend this long to answer (the daemon's retries wait 20 s).
 DOCTOR_BACKEND_DEADLINE_S: Final = 5.0
 #: A clock further than this from the backend's: HLCs and expiries drift (pulse TTLs, windows).

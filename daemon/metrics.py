@@ -102,6 +102,20 @@ LAST_PUBLISH = Gauge(
     namespace=NAMESPACE,
     registry=REGISTRY,
 )
+STORAGE_FAULT = Gauge(
+    "storage_fault",
+    "1 while writes to the data directory fail for this reason (busy, disk_full, read_only)",
+    ["kind"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
+STORAGE_FAULTS = Counter(
+    "storage_faults",
+    "Cycles that could not write the data directory, by reason",
+    ["kind"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
 READY = Gauge(
     "ready",
     "1 when /readyz answers ready (database, index, backend usable, a recent cycle)",

@@ -4,9 +4,19 @@ Phases are blocking (apsw, hnswlib, fastembed, boto3) and run one at a time in
 a worker thread behind a limiter, so the Trio loop stays free to answer
 signals and check progress. Each step of a cycle is marked in `Health`; the
 systemd watchdog is fed only while the step under way is younger than the
-watchdog's timeout, so a stuck cycle gets the daemon restarted. A stop request
-lets the running phase finish, skips the rest (the next start redoes them),
-saves the index and returns 0.
+watchdog's timeout, so a stuck cycle gets the daemon restarted.
+
+A stop request (SIGTERM, SIGINT) reaches the running phase, which returns at its next
+batch boundary; the rest of the cycle is skipped (the next start redoes it), the index
+is saved and the service returns 0. A phase that does not return within
+STOP_DEADLINE_S (a backend waiting out its retries) is left behind: the process exits 1
+at once, and what was not committed is redone at the next start, as after a crash.
+
+Storage faults (another process's write lock past the busy timeout, a full disk, a
+data directory made read-only) never stop the daemon: the cycle's open transaction is
+rolled back, the fault is logged once and then at a bounded rate, shown in /readyz and
+`dreamcycle_storage_fault`, and the cycle is retried with backoff while the API keeps
+serving reads; the first cycle that writes again clears it.
 
 With `[api] enabled`, the same nursery serves the local API (daemon/api/http.py):
 it listens from the start (/healthz), answers operations once the index is
@@ -17,14 +27,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
 import trio
 
-from daemon import metrics, systemd
+from daemon import defaults, metrics, systemd
 from daemon.api import http
 from daemon.api.operations import Operations
 from daemon.cycle import (
@@ -35,13 +47,15 @@ from daemon.cycle import (
     record_cycle_end,
     record_cycle_start,
 )
-from daemon.health import Health, outbox_depth
+from daemon.health import Health, StorageFault, outbox_depth, storage_fault
 from daemon.runtime import Peer, Runtime
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")
 
 EXIT_OK: Final = 0
+#: A phase did not stop within STOP_DEADLINE_S of a stop request.
+EXIT_STOP_ABANDONED: Final = 1
 EXIT_FATAL: Final = 3
 
 
@@ -53,6 +67,10 @@ class Service:
         self.max_cycles = max_cycles
         self.health = health if health is not None else service_health(rt)
         self.stop = trio.Event()
+        #: The same request, for the phase running in a worker thread.
+        self.stop_requested = threading.Event()
+        #: A phase failed on a storage fault: memory may be ahead of what was rolled back.
+        self._reload_due = False
         self.cycles_done = 0
         # Phases share one database connection and the salience cache: one at a time.
         self._limiter = trio.CapacityLimiter(1)
@@ -63,7 +81,7 @@ class Service:
         code = EXIT_OK
         async with trio.open_nursery() as nursery:
             # Signals are watched from the start: a stop during a long index load is honoured.
-            nursery.start_soon(self._watch_signals)
+            nursery.start_soon(self._watch_signals, nursery)
             try:
                 code = await self._start_and_loop(nursery)
             except Exception as exc:
@@ -115,8 +133,16 @@ class Service:
             await self._blocking(functools.partial(_save_and_close, peer))
 
     def _abandon_interrupted_cycles(self) -> None:
-        with self.rt.db.transaction():
-            count = self.rt.db.abandon_running_cycles()
+        try:
+            with self.rt.db.transaction():
+                count = self.rt.db.abandon_running_cycles()
+        except Exception as exc:
+            fault = storage_fault(exc)
+            if fault is None:
+                raise
+            # Only bookkeeping: the rows stay 'running' until a start that can write.
+            self.health.storage.failed(fault, exc)
+            return
         if count:
             log.info("cycles interrupted by a crash marked", extra={"cycles": count})
 
@@ -132,14 +158,28 @@ class Service:
             self.cycles_done += 1
             if self.max_cycles is not None and self.cycles_done >= self.max_cycles:
                 break
-            with trio.move_on_after(max(0.0, interval - (time.monotonic() - started))):
+            if self.health.storage.fault is not None:
+                wait_s = self.health.storage.retry_delay_s()
+            else:
+                wait_s = interval - (time.monotonic() - started)
+            with trio.move_on_after(max(0.0, wait_s)):
                 await self.stop.wait()
         return EXIT_OK
 
     async def run_cycle(self, peer: Peer) -> CycleState:
-        st = CycleState(now_ms=self.rt.clock.now_ms())
+        st = CycleState(now_ms=self.rt.clock.now_ms(), stop_requested=self.stop_requested.is_set)
+        if self._reload_due:
+            self.health.step("reloading state after a storage fault")
+            if isinstance(await self._storage_guarded(peer.reload), StorageFault):
+                self.health.idle()
+                return st
+            self._reload_due = False
         self.health.step("starting the cycle")
-        cycle_id = await self._blocking(lambda: record_cycle_start(self.rt, st.now_ms))
+        cycle_id = await self._storage_guarded(lambda: record_cycle_start(self.rt, st.now_ms))
+        if isinstance(cycle_id, StorageFault):
+            self.health.idle()
+            return st
+        started_id: int = cycle_id
         status = "done"
         try:
             for name in PHASES:
@@ -147,6 +187,7 @@ class Service:
                     status = "interrupted"
                     break
                 self.health.step(name)
+                log.debug("phase started", extra={"phase": name})
                 started = time.monotonic()
                 phase = PHASE_FUNCTIONS[name]
                 stats = await self._blocking(functools.partial(phase, peer, st))
@@ -157,19 +198,31 @@ class Service:
             status = "fatal"
             raise
         except Exception as exc:
-            status = "failed"
             metrics.CYCLE_ERRORS.labels(type(exc).__name__).inc()
-            log.exception("cycle failed; state reloaded, retrying next cycle")
-            self.health.step("reloading state after a failed phase")
-            try:
-                await self._blocking(peer.reload)
-            except Exception as reload_error:
-                raise FatalCycleError(
-                    f"cannot reload state after a failed cycle: {reload_error}"
-                ) from reload_error
+            fault = storage_fault(exc)
+            if fault is not None:
+                # Rolled back; memory is reloaded before the next attempt, which redoes it.
+                status = "deferred"
+                self.health.storage.failed(fault, exc)
+                self._reload_due = True
+            else:
+                status = "failed"
+                log.exception("cycle failed; state reloaded, retrying next cycle")
+                self.health.step("reloading state after a failed phase")
+                try:
+                    reloaded = await self._storage_guarded(peer.reload)
+                except Exception as reload_error:
+                    raise FatalCycleError(
+                        f"cannot reload state after a failed cycle: {reload_error}"
+                    ) from reload_error
+                self._reload_due = isinstance(reloaded, StorageFault)
         finally:
             self.health.step("recording the cycle")
-            await self._blocking(lambda: record_cycle_end(self.rt, cycle_id, status, st))
+            recorded = await self._storage_guarded(
+                lambda: record_cycle_end(self.rt, started_id, status, st)
+            )
+            if not isinstance(recorded, StorageFault) and status != "deferred":
+                self.health.storage.recovered()
             depth = await self._blocking(lambda: outbox_depth(self.rt.db))
             metrics.OUTBOX_ENTRIES.set(depth)
             self.health.cycle_finished(status)
@@ -177,14 +230,41 @@ class Service:
         log.info("cycle %s", status, extra={"phases": st.stats})
         return st
 
+    async def _storage_guarded(self, fn: Callable[[], T]) -> T | StorageFault:
+        """`fn` in the phases' thread; the fault (recorded) when a storage fault stopped it,
+        which the next attempt retries."""
+        try:
+            return await self._blocking(fn)
+        except Exception as exc:
+            fault = storage_fault(exc)
+            if fault is None:
+                raise
+            self.health.storage.failed(fault, exc)
+            return fault
+
     async def _blocking(self, fn: Callable[[], T]) -> T:
         return await trio.to_thread.run_sync(fn, limiter=self._limiter)
 
-    async def _watch_signals(self) -> None:
+    async def _watch_signals(self, nursery: trio.Nursery) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 log.info("stop requested", extra={"signal": signal.Signals(signum).name})
+                if not self.stop.is_set():
+                    nursery.start_soon(self._enforce_stop_deadline)
+                self.stop_requested.set()
                 self.stop.set()
+
+    async def _enforce_stop_deadline(self) -> None:
+        """Cancelled when the service stops in time; otherwise leave the phase behind."""
+        await trio.sleep(defaults.STOP_DEADLINE_S)
+        log.error(
+            "a phase did not stop in time; exiting without it, the next start redoes it",
+            extra={"step": (self.health.stalled() or ("none", 0.0))[0]},
+        )
+        logging.shutdown()
+        # Committed work is durable; the open transaction is rolled back by SQLite at the
+        # next open, exactly as after a crash.
+        os._exit(EXIT_STOP_ABANDONED)
 
     async def _feed_watchdog(self, interval_s: float) -> None:
         """Every `interval_s` (half the watchdog's timeout): feed it unless a step of the

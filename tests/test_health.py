@@ -77,7 +77,7 @@ def test_probes_answer_json_and_readiness_follows_the_backend(peer: Peer) -> Non
         assert status == 200, body
         assert ready["status"] == "ready"
         assert {name for name, check in ready["checks"].items() if check["ok"]} == {
-            "database", "index", "backend", "cycle",
+            "database", "index", "backend", "storage", "cycle",
         }  # fmt: skip
         assert ready["checks"]["backend"]["last_poll_age_s"] < 30
         assert ready["checks"]["backend"]["last_publish_age_s"] < 30  # the ingested chunks
