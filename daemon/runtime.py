@@ -14,8 +14,10 @@ import numpy as np
 import numpy.typing as npt
 
 from daemon import metrics
+from daemon.backend_probe import probed_backend
 from daemon.clock import Clock, clock_from_config
 from daemon.config import Config
+from daemon.defaults import STARTUP_PROBE_DEADLINE_S
 from daemon.health import BackendHealth, ObservedBackend
 from daemon.keys import EntryGate, open_keys
 from daemon.memo import StampedCache
@@ -257,9 +259,16 @@ class Runtime:
         index, reason = self.open_index(progress=_log_rebuild_progress)
         inner = open_backend(self.config)
         backend_health = BackendHealth(inner.name)
-        backend = ObservedBackend(inner, backend_health, self.clock.now_ms)
-        # Refuse a store that would silently overwrite log entries before writing any.
-        backend.probe()
+        # Refuse a store that would silently overwrite log entries before writing any; one
+        # that does not answer at start-up is probed again before its first write.
+        backend = probed_backend(
+            ObservedBackend(inner, backend_health, self.clock.now_ms),
+            lambda: ObservedBackend(
+                open_backend(self.config, retry=RetryPolicy(deadline_s=STARTUP_PROBE_DEADLINE_S)),
+                backend_health,
+                self.clock.now_ms,
+            ),
+        )
         hlc = persistent_clock(self.db, self.clock.now_ms)
         signer, verifier = open_keys(self.config)
         zeitgeist = Zeitgeist(
