@@ -401,9 +401,13 @@ class LogConfig:
 class ClockConfig:
     source: str = defaults.CLOCK_SOURCE
     file: str = ""  # with source = "file": holds milliseconds since the Unix epoch
+    #: The most time one cycle accounts for, whatever the clock jumped (daemon/accounted.py).
+    max_step_s: float = defaults.CLOCK_MAX_STEP_S
 
     def check(self) -> None:
         _one_of("clock.source", self.source, defaults.CLOCK_SOURCES)
+        if not (math.isfinite(self.max_step_s) and self.max_step_s > 0):
+            raise ConfigError(f"clock.max_step_s must be finite and > 0, got {self.max_step_s}")
         if self.source == "file" and not self.file:
             raise ConfigError("clock.file must be set when clock.source = 'file'")
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from daemon import audit, authority, efficacy, hostile, metrics
+from daemon import accounted, audit, authority, efficacy, hostile, metrics
 from daemon.admission import admission_vectors, chunk_journal, persist_clock, record_admission
 from daemon.confidence import HalfLives
 from daemon.defaults import (
@@ -121,6 +121,8 @@ class CycleState:
     #: long phases return between batches, and what they did not commit waits for the
     #: next start.
     stop_requested: Callable[[], bool] = field(default=lambda: False, repr=False)
+    #: The time decay and the sweep measure against (daemon/accounted.py), set once.
+    accounted_ms: int | None = None
 
 
 PhaseFn = Callable[[Peer, CycleState], dict[str, Any]]
@@ -817,7 +819,9 @@ def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
 
     Only chunks last decayed `downscale.min_step_s` or more ago are decayed, the longest
     waiting first and `downscale.max_chunks_per_cycle` at most (pulses.sweep.due_for_decay):
-    decay composes, so the others lose nothing by waiting for a later cycle.
+    decay composes, so the others lose nothing by waiting for a later cycle. "Now" is the
+    cycle's accounted time, so a clock stepped forward decays one bounded step per cycle
+    and a clock stepped back decays nothing until it passes the time already accounted.
 
     Chunks commit in batches, so a save through the API waits for one batch, not for
     every chunk decayed. The step is journaled with the first batch, with the rule's
@@ -836,34 +840,48 @@ def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
     half_lives = HalfLives.from_config(config)
     min_step_ms = round(config.min_step_s * 1000)
     with db.transaction():
+        now_ms = accounted_now(peer, st)
+        # "now_ms" is the accounted time replay decays to; "observed_ms" what the clock
+        # said, for the audit trail (steps journaled before accounted time carry the clock).
         body = {
-            "now_ms": st.now_ms,
+            "now_ms": now_ms,
+            "observed_ms": st.now_ms,
             **half_lives.journal(),
             "min_step_ms": min_step_ms,
             "max_chunks": config.max_chunks_per_cycle,
         }
-        db.journal("downscale", str(st.now_ms), body, now_ms=st.now_ms)
+        db.journal("downscale", str(now_ms), body, now_ms=st.now_ms)
         rows = db.decay_candidates(
-            due_by_ms=st.now_ms - min_step_ms, limit=config.max_chunks_per_cycle
+            due_by_ms=now_ms - min_step_ms, limit=config.max_chunks_per_cycle
         )
-        changed += _downscale_batch(peer, st, rows[:DOWNSCALE_ROWS_PER_TRANSACTION], half_lives)
+        changed += _downscale_batch(peer, now_ms, rows[:DOWNSCALE_ROWS_PER_TRANSACTION], half_lives)
     for start in range(DOWNSCALE_ROWS_PER_TRANSACTION, len(rows), DOWNSCALE_ROWS_PER_TRANSACTION):
         if st.stop_requested():
             break
         batch = rows[start : start + DOWNSCALE_ROWS_PER_TRANSACTION]
         with db.transaction():
-            changed += _downscale_batch(peer, st, batch, half_lives)
-    return {"decayed": len(rows), "changed": changed}
+            changed += _downscale_batch(peer, now_ms, batch, half_lives)
+    return {"decayed": len(rows), "changed": changed, "accounted_lag_ms": st.now_ms - now_ms}
+
+
+def accounted_now(peer: Peer, st: CycleState) -> int:
+    """The cycle's accounted time, advanced once per cycle by whichever phase asks first
+    (in the caller's transaction if there is one)."""
+    if st.accounted_ms is None:
+        with peer.db.transaction():
+            st.accounted_ms = accounted.advance(peer.db, st.now_ms, peer.config.clock.max_step_s)
+    return st.accounted_ms
 
 
 def _downscale_batch(
-    peer: Peer, st: CycleState, rows: list[tuple[int, str, str, float]], half_lives: HalfLives
+    peer: Peer, now_ms: int, rows: list[tuple[int, str, str, float]], half_lives: HalfLives
 ) -> int:
-    """Decay these chunks and record them decayed (inside the caller's transaction)."""
+    """Decay these chunks up to `now_ms` and record them decayed (inside the caller's
+    transaction)."""
     cache = peer.salience
     changed = 0
     for rowid, kind, decay_from, stability in rows:
-        elapsed_s = (st.now_ms - ms_from_iso(decay_from)) / 1000.0
+        elapsed_s = (now_ms - ms_from_iso(decay_from)) / 1000.0
         before = cache.salience(rowid)
         half_life = half_lives.of(kind, stability)
         after = downscale(before, cache.pin_floor(rowid), elapsed_s, half_life)
@@ -871,7 +889,7 @@ def _downscale_batch(
             cache.set_salience(rowid, after)
             changed += 1
     cache.flush()
-    peer.db.mark_decayed(st.now_ms, [row[0] for row in rows])
+    peer.db.mark_decayed(now_ms, [row[0] for row in rows])
     return changed
 
 
@@ -880,14 +898,20 @@ def _downscale_batch(
 
 def percentile_sweep(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Revive re-ingested cold chunks; expire cold ones past retention; when due, sweep the
-    bottom percentile into the cold tier (local curation; not published)."""
+    bottom percentile into the cold tier (local curation; not published).
+
+    The interval, the grace period and retention are measured in accounted time, so a clock
+    stepped forward brings none of them closer than one bounded step per cycle, and a
+    clock stepped back brings nothing at all.
+    """
     sweep = peer.config.sweep
     db = peer.db
-    result: dict[str, Any] = {"revived": revive_reingested(peer, st.now_ms)}
-    expired = expire_cold(peer, st.now_ms)
+    now_ms = accounted_now(peer, st)
+    result: dict[str, Any] = {"revived": revive_reingested(peer, now_ms)}
+    expired = expire_cold(peer, now_ms)
     if expired:
         result["expired"] = len(
-            tombstone_hashes(peer, expired, reason=RETENTION_REASON, now_ms=st.now_ms)
+            tombstone_hashes(peer, expired, reason=RETENTION_REASON, now_ms=now_ms)
         )
     if not sweep.enabled:
         return {**result, "skipped": "disabled"}
@@ -895,15 +919,15 @@ def percentile_sweep(peer: Peer, st: CycleState) -> dict[str, Any]:
     if last is None and sweep.interval_s > 0:
         # The interval starts with the first cycle: a fresh store is not swept at once.
         with db.transaction():
-            db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
+            db.set_meta(LAST_SWEEP_META_KEY, str(now_ms))
         return {**result, "skipped": "first interval"}
-    if sweep.interval_s > 0 and st.now_ms - int(last or "0") < sweep.interval_s * 1000:
+    if sweep.interval_s > 0 and now_ms - int(last or "0") < sweep.interval_s * 1000:
         return {**result, "skipped": "interval"}
     if not sweep.dry_run:
         # Recorded first: a crash between the two skips one sweep instead of sweeping twice.
         with db.transaction():
-            db.set_meta(LAST_SWEEP_META_KEY, str(st.now_ms))
-    return {**result, **run_sweep(peer, st.now_ms, dry_run=sweep.dry_run)}
+            db.set_meta(LAST_SWEEP_META_KEY, str(now_ms))
+    return {**result, **run_sweep(peer, now_ms, dry_run=sweep.dry_run)}
 
 
 def hide_chunk(

@@ -185,6 +185,11 @@ AUDIT_RETENTION_S: Final = 90 * _DAY_S
 #: Where "now" comes from: "system" (real time) or "file" (simulated time shared by processes).
 CLOCK_SOURCE: Final = "system"
 CLOCK_SOURCES: Final = ("system", "file")
+#: The most time one cycle accounts for (daemon/accounted.py): decay, the sweep's interval
+#: and grace period and cold retention follow a clock stepped forward by at most this much
+#: per cycle (one hour, 120 cycles of 30 s; a downscale step); a week of real downtime is
+#: caught up within 168 cycles.
+CLOCK_MAX_STEP_S: Final = 3_600.0
 
 #: The local HTTP API (off unless enabled): loopback TCP, and a Unix socket in the data
 #: directory whose file mode (0600) is its access control.

@@ -68,6 +68,21 @@ def due_for_decay(
     return [label for _, label in due[:limit]]
 
 
+def accounted_step(accounted_ms: int | None, observed_ms: int, max_step_ms: int) -> int:
+    """The time a cycle accounts for, given what was accounted before and the clock it reads.
+
+    It follows the clock forward by at most `max_step_ms` per cycle and never goes back:
+    a clock stepped forward moves it one bounded step per cycle (a real downtime is caught
+    up over later cycles), and a clock stepped back leaves it where it was until the clock
+    passes it again. With nothing accounted yet, the clock is taken as it is.
+    """
+    if max_step_ms <= 0:
+        raise InvalidSweep(f"max_step_ms must be > 0, got {max_step_ms}")
+    if accounted_ms is None:
+        return observed_ms
+    return accounted_ms + min(max(observed_ms - accounted_ms, 0), max_step_ms)
+
+
 #: How salience and intrinsic value mix into the value the sweep ranks by (sums to 1).
 DEFAULT_SALIENCE_SHARE: Final = 0.5
 DEFAULT_INFORMATION_SHARE: Final = 0.4

@@ -14,6 +14,10 @@ computed once by the real model and shared between them.
     python -m scripts.efficacy --data locomo10.json --format locomo
     python -m scripts.efficacy --data longmemeval_s.json --format longmemeval
 
+One cycle stands for a whole simulated day, so the configurations let a cycle account
+for a day (`clock.max_step_s`): a daemon accounts for at most an hour per cycle by
+default, which is a day's worth of its 30 s cycles but would hold one cycle a day back.
+
 The simulated agent: a training question is recalled (top 10); if an evidence
 chunk is among the results the outcome is +1 citing the evidence chunks found
 (a success); otherwise -1 citing the top result (it relied on it and failed).
@@ -202,6 +206,8 @@ def _config(data_dir: Path, variant: Variant) -> Config:
         "metrics.listen": "",
         "log.level": "warning",
         "sweep.interval_s": 86_400.0,
+        # One cycle per simulated day (module docstring).
+        "clock.max_step_s": DAY_MS / 1000,
         **variant.overrides,
     }
     return load_config(None, environ={}, overrides=overrides)

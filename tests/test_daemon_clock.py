@@ -150,6 +150,8 @@ def test_cycles_and_decay_follow_a_manual_clock(tmp_path: Path) -> None:
             "peer.data_dir": str(tmp_path / "a"),
             "zeitgeist.dir": str(tmp_path / "zeitgeist"),
             "metrics.listen": "",
+            # One cycle accounts for the whole step (tests/test_clock_jumps.py: the bound).
+            "clock.max_step_s": TWO_DAYS_MS / 1000,
         },
     )
     clock = ManualClock(START_MS)

@@ -78,6 +78,8 @@ def open_runtime(tmp_path: Path, clock: ManualClock, **settings: Any) -> Runtime
         "peer.data_dir": str(tmp_path / "a"),
         "zeitgeist.dir": str(tmp_path / "zeitgeist"),
         "metrics.listen": "",
+        # A cycle stands for a simulated day here (the bound: tests/test_clock_jumps.py).
+        "clock.max_step_s": DAY_MS / 1000,
         **QUIET,
         **settings,
     }

@@ -44,6 +44,8 @@ def _config(root: Path) -> Config:
             "metrics.listen": "",
             "sweep.enabled": False,
             "zeitgeist.dir": str(root / "zeitgeist"),
+            # Cycles days apart decay the whole gap (the bound: tests/test_clock_jumps.py).
+            "clock.max_step_s": 3 * DAY_MS / 1000,
         },
     )
 
