@@ -33,6 +33,7 @@ from daemon.defaults import (
 )
 from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
 from daemon.forgetting import sweep as run_sweep
+from daemon.hlc_recovery import recover_hlc
 from daemon.keys import count_rejection
 from daemon.learning import convert_outcomes, teach_key
 from daemon.runtime import Peer, Runtime
@@ -135,6 +136,8 @@ def scan(peer: Peer, st: CycleState) -> dict[str, Any]:
     """New log segments (after the cursor, inside the window) and local unapplied entries."""
     zg, db = peer.zeitgeist, peer.db
     fetched = rejected_lines = 0
+    # Before anything is stamped this cycle: a wall clock back from a jump ahead.
+    recover_hlc(peer, st.now_ms)
     try:
         if peer.snapshot_check_due:
             _read_snapshot(peer, st)
@@ -276,6 +279,7 @@ def interleave(peer: Peer, st: CycleState) -> dict[str, Any]:
     merged: list[Entry] = []
     duplicates = 0
     horizon = hlc_from_ms(peer.now_ms() + peer.zeitgeist.max_future_ms)
+    local_ids = {e.id for e in st.local}
     for entry in _all_entries(st):
         if entry.id in seen or peer.db.entry_seen(entry.id):
             duplicates += 1
@@ -284,7 +288,10 @@ def interleave(peer: Peer, st: CycleState) -> dict[str, Any]:
         merged.append(entry)
         if entry.hlc > horizon:
             # Observing it would drag this peer's clock, and so its keys, into the future.
-            st.rejected[entry.id] = f"hlc {entry.hlc:016x} is more than the allowed skew ahead"
+            # This host's own entries still apply: its own clock stamped them while the wall
+            # clock was ahead (daemon/hlc_recovery.py); only other peers' are refused.
+            if entry.id not in local_ids:
+                st.rejected[entry.id] = f"hlc {entry.hlc:016x} is more than the allowed skew ahead"
             continue
         peer.clock.observe(entry.hlc)
     merged.sort(key=entry_order_key)

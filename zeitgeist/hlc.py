@@ -97,6 +97,14 @@ class HybridLogicalClock:
             self._last = check_hlc(candidate, "next hlc")
             return candidate
 
+    def rewind(self, value: int) -> None:
+        """Lower the high-water mark to `value` (never raise it): for a peer whose own wall
+        clock had run ahead, once nothing it must stay above is that high (the caller's
+        judgement; see daemon/hlc_recovery.py). Later now() values exceed `value`."""
+        check_hlc(value, "rewound hlc")
+        with self._lock:
+            self._last = min(self._last, value)
+
     def observe(self, remote: int) -> None:
         """Record a value read from another peer; later now() values exceed it."""
         check_hlc(remote, "observed hlc")
