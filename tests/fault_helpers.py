@@ -52,6 +52,12 @@ def storage_check(url: str) -> dict[str, Any] | None:
     return None if document is None else dict(document["checks"]["storage"])
 
 
+def storage_fault_reported(url: str) -> dict[str, Any] | None:
+    """/readyz's storage check while it fails, None while it passes or nothing answers."""
+    check = storage_check(url)
+    return None if check is None or check["ok"] else check
+
+
 def metric_value(url: str, name: str, labels: str) -> float | None:
     """One sample of the daemon's Prometheus exposition (next to /readyz)."""
     metrics_url = url.rsplit("/", 1)[0] + "/metrics"

@@ -12,7 +12,13 @@ import apsw
 import pytest
 
 from tests.daemon_helpers import documentation_chunks, emitted_id, wait_until, write_jsonl
-from tests.fault_helpers import metric_value, peer_with_probes, readiness, storage_check
+from tests.fault_helpers import (
+    metric_value,
+    peer_with_probes,
+    readiness,
+    storage_check,
+    storage_fault_reported,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +53,7 @@ def test_a_foreign_write_lock_is_waited_out_by_commands_and_the_daemon(tmp_path:
         # Reads go on under the lock (WAL): a command that only reads answers at once.
         assert "chunks" in peer.dreamcycle("status").stdout.lower()
         check = wait_until(
-            lambda: (c := storage_check(readyz)) and not c["ok"] and c,
+            lambda: storage_fault_reported(readyz),
             what="/readyz to report the lock",
             timeout_s=LONG_LOCK_S + 10,
             context=daemon.log_tail,

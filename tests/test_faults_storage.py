@@ -23,6 +23,7 @@ from tests.fault_helpers import (
     remount,
     small_tmpfs,
     storage_check,
+    storage_fault_reported,
 )
 
 pytestmark = pytest.mark.slow
@@ -48,7 +49,7 @@ def test_a_full_disk_is_waited_out_and_nothing_is_lost(tmp_path: Path) -> None:
             )  # fmt: skip
             filler = fill(fs)
             check = wait_until(
-                lambda: (c := storage_check(readyz)) and not c["ok"] and c,
+                lambda: storage_fault_reported(readyz),
                 what="/readyz to report the full disk",
                 context=daemon.log_tail,
             )
