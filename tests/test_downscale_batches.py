@@ -142,11 +142,11 @@ def test_each_transaction_decays_one_batch(
         return True
 
     def batch(
-        peer: Peer, st: CycleState, rows: list[tuple[int, str, str, float]], half_lives: HalfLives
+        peer: Peer, now_ms: int, rows: list[tuple[int, str, str, float]], half_lives: HalfLives
     ) -> int:
         assert peer.db.conn.in_transaction
         batch_sizes.append(len(rows))
-        return original(peer, st, rows, half_lives)
+        return original(peer, now_ms, rows, half_lives)
 
     monkeypatch.setattr(cycle, "_downscale_batch", batch)
     try:
