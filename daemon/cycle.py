@@ -1017,9 +1017,7 @@ def _publish_outbox(peer: Peer, st: CycleState, stats: dict[str, Any]) -> None:
     # Segments prepared before a crash or an outage go first, byte for byte.
     for seq, key, data, hlc in db.prepared_segments():
         _publish(peer, PreparedSegment(key=key, data=data, hlc=hlc, seq=seq), stats)
-    while not st.stop_requested() and (
-        pending := db.outbox_unpublished(MAX_ENTRIES_PER_SEGMENT)
-    ):
+    while not st.stop_requested() and (pending := db.outbox_unpublished(MAX_ENTRIES_PER_SEGMENT)):
         entries = [decode_entry(body) for _, body in pending]
         prepared = _prepare(peer, entries, [entry_id for entry_id, _ in pending], st.now_ms)
         started = time.monotonic()
