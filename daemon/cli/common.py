@@ -163,7 +163,7 @@ def bounded(
         (above, ">", operator.gt),
         (below, "<", operator.lt),
     ]
-    wanted = ", ".join(f"{sign} {bound:g}" for bound, sign, _ in rules if bound is not None)
+    wanted = ", ".join(f"{sign} {_shown(bound)}" for bound, sign, _ in rules if bound is not None)
     noun = "an integer" if parse is int else "a finite number"
 
     def convert(text: str) -> Number:
@@ -179,6 +179,10 @@ def bounded(
 
     convert.__name__ = parse.__name__
     return convert
+
+
+def _shown(bound: float) -> str:
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def reason_text(text: str) -> str:
