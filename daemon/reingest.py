@@ -27,13 +27,13 @@ from typing import Any, Final
 
 from daemon.emit import emit_revision
 from daemon.runtime import Runtime
-from store.database import Database, NewObservation
+from store.database import LOCAL_METADATA_COLUMNS, Database, NewObservation
 from store.hashing import content_hash
 
 #: Fields queued as a revision (reconsolidate entry).
 REVISED: Final = ("title", "topic_key", "importance", "pin_floor")
 #: Fields updated in place, here only.
-LOCAL: Final = ("project", "scope", "session_id", "tool_name")
+LOCAL: Final = LOCAL_METADATA_COLUMNS
 #: Fields that do not change without new content.
 FIXED: Final = ("type", "kind", "deletion_policy")
 
@@ -107,8 +107,5 @@ def apply_metadata(rt: Runtime, items: Sequence[NewObservation]) -> MetadataRepo
 
 
 def _update_here(rt: Runtime, rowid: int, changes: dict[str, Any]) -> None:
-    # updated_at is left alone: it names the state a queued revision revises.
     with rt.db.transaction():
-        for name, value in sorted(changes.items()):
-            # The names are this module's own constants, never input.
-            rt.db.conn.execute(f"UPDATE observations SET {name} = ? WHERE id = ?", (value, rowid))
+        rt.db.update_local_metadata(rowid, changes)

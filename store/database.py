@@ -42,6 +42,11 @@ INITIAL_SALIENCE_BASE: Final = 0.25
 INITIAL_SALIENCE_PER_IMPORTANCE: Final = 0.05
 #: meta key counting moves between the live and the cold tier (part of the index's stamp).
 TIER_EPOCH_META_KEY: Final = "tier_epoch"
+#: meta key counting changes of the metadata recall filters on (project, scope, session,
+#: tool, topic key), which the index's stamp does not see: part of the filters' stamp.
+METADATA_EPOCH_META_KEY: Final = "metadata_epoch"
+#: Metadata a peer may change here alone (re-ingest): filters read it, peers never see it.
+LOCAL_METADATA_COLUMNS: Final = ("project", "scope", "session_id", "tool_name")
 #: Observations of this type record the daemon's own efficacy; they are not memory to recall.
 EFFICACY_TYPE: Final = "efficacy"
 
@@ -592,6 +597,22 @@ class Database:
                 "revision_count = revision_count + 1 WHERE id = ?",
                 (value, iso_from_ms(now_ms), rowid),
             )
+        self.next_counter(METADATA_EPOCH_META_KEY)
+
+    def update_local_metadata(self, rowid: int, changes: dict[str, Any]) -> None:
+        """Change metadata of LOCAL_METADATA_COLUMNS here only; updated_at is left alone (it
+        names the state a queued revision revises). Call inside a transaction."""
+        unknown = set(changes) - set(LOCAL_METADATA_COLUMNS)
+        if unknown:
+            raise InvalidObservation(f"cannot change {', '.join(sorted(unknown))} here")
+        for column, value in sorted(changes.items()):
+            self.conn.execute(f"UPDATE observations SET {column} = ? WHERE id = ?", (value, rowid))
+        self.next_counter(METADATA_EPOCH_META_KEY)
+
+    def filter_stamp(self) -> str:
+        """Changes whenever the chunks a recall filter matches may have: the index's stamp
+        (chunks added, tombstoned, moved between tiers) and the metadata epoch."""
+        return f"{self.change_stamp()}/{self.get_meta(METADATA_EPOCH_META_KEY) or '0'}"
 
     def rowids_by_hash(self) -> dict[str, int]:
         return {str(h): int(r) for r, h in self._all("SELECT id, content_hash FROM observations")}

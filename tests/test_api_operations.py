@@ -322,3 +322,19 @@ def test_a_swept_memory_revived_through_the_api_is_live_after_the_next_cycle(
             memory.revive(live)
         with pytest.raises(NotFound):
             memory.revive("0" * 64)
+
+
+def test_a_filtered_recall_follows_a_project_changed_by_ingest_while_the_daemon_runs(
+    served: ApiDaemon, memory: MemoryClient, tmp_path: Path
+) -> None:
+    """The daemon keeps each filter's matches until they may change: a project changed by
+    re-ingest (a local update, not a new chunk) must reach them at once."""
+    before, after = _project(), _project()
+    text = "The staging database is restored from the nightly dump every Monday."
+    memory.save(text, project=before)
+    assert [h.content for h in memory.recall(text, filters={"project": before}).hits] == [text]
+    assert memory.recall(text, filters={"project": after}).hits == []
+    lines = write_jsonl(tmp_path / "again.jsonl", [{"content": text, "project": after}])
+    served.peer.dreamcycle("ingest", str(lines))
+    assert [h.content for h in memory.recall(text, filters={"project": after}).hits] == [text]
+    assert memory.recall(text, filters={"project": before}).hits == []

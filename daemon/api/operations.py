@@ -553,10 +553,10 @@ class Operations:
 
 
 def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
-    """Chunks matching the filters, kept per filter until the database changes: matching
-    scans the table, and agents repeat the same few filters (their project, say)."""
+    """Chunks matching the filters, kept per filter until the chunks or their metadata
+    change: agents repeat the same few filters (their project, say)."""
     name = f"filter:{json.dumps(filters.model_dump(), sort_keys=True)}"
-    stamp = view.db.change_stamp()
+    stamp = view.db.filter_stamp()
     cached: frozenset[int] | None = view.recall_cache.get(name, stamp)
     if cached is None:
         stale = [key for key in view.recall_cache.entries if key.startswith("filter:")]
