@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import pytest
 
+from daemon.cli.main import main
 from daemon.clock import FileClock, ManualClock
 from daemon.confidence import HalfLives
 from daemon.config import Config, load_config
@@ -87,6 +88,12 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @contextmanager
 def _peer(template: Path, data_dir: Path, clock: ManualClock, **overrides: Any) -> Iterator[Peer]:
     shutil.copytree(template, data_dir)
+    with _peer_again(data_dir, clock, **overrides) as peer:
+        yield peer
+
+
+@contextmanager
+def _peer_again(data_dir: Path, clock: ManualClock, **overrides: Any) -> Iterator[Peer]:
     rt = Runtime.open(_config(data_dir, **overrides), clock=clock)
     try:
         peer = rt.open_peer()
@@ -415,3 +422,38 @@ def test_a_daemon_on_a_file_clock_jumped_ahead_and_back(template: Path, tmp_path
             context=daemon.log_tail,
         )
         assert daemon.terminate() == 0
+
+
+def test_the_sweep_command_counts_grace_in_accounted_time(
+    template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dreamcycle sweep` under a clock stepped three days ahead dooms nothing young, as
+    the daemon's own sweep would not; the same command at the accounted time's own
+    distance, once the cycles caught up, does."""
+    data_dir = tmp_path / "manual"
+    clock = ManualClock(START_MS)
+    with _peer(template, data_dir, clock) as peer:
+        _cycle(peer)
+    clock_file = tmp_path / "clock"
+
+    def doomed_at(now_ms: int) -> int:
+        clock_file.write_text(str(now_ms))
+        argv = ["sweep", "--dry-run", "--data-dir", str(data_dir), "--peer-id", "a",
+                "--zeitgeist-dir", str(tmp_path / "manual-zeitgeist"), "--min-population", "10"]  # fmt: skip
+        environ = {"DREAMCYCLE_CLOCK_SOURCE": "file", "DREAMCYCLE_CLOCK_FILE": str(clock_file),
+                   "DREAMCYCLE_SWEEP_GRACE_S": str(2 * DAY_MS / 1000),
+                   "DREAMCYCLE_KEYS_MODE": "permissive"}  # fmt: skip
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in environ.items():
+                patch.setenv(name, value)
+            assert main(argv) == 0
+        printed = capsys.readouterr().out
+        return int(printed.split("doomed ")[1].split()[0])
+
+    assert doomed_at(START_MS + JUMP_MS) == 0
+    # The cycles account for three days (an hour each), then the same sweep dooms chunks.
+    with _peer_again(data_dir, clock, **{"sweep.enabled": False}) as peer:
+        for _ in range(3 * 24 + 1):
+            clock.advance(HOUR_MS)
+            _cycle(peer)
+    assert doomed_at(START_MS + JUMP_MS) > 0

@@ -50,7 +50,7 @@ def register(verbs: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from daemon import forgetting
+    from daemon import accounted, forgetting
     from daemon.runtime import Runtime
     from store.salience import SalienceCache
 
@@ -62,7 +62,9 @@ def _sweep(args: argparse.Namespace) -> int:
     config.sweep.check()
     rt = Runtime.open(config)
     try:
-        now_ms = rt.clock.now_ms()
+        # The grace period counts in the time the cycles accounted for, as the daemon's own
+        # sweeps do: a clock stepped ahead must not make young chunks sweepable here either.
+        now_ms = accounted.stored(rt.db) or rt.clock.now_ms()
         plan = forgetting.plan(rt, SalienceCache(rt.db), now_ms)
         print(
             f"population {plan.population}  already cold {plan.already_cold}  "
