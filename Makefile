@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Two test processes, each taking whole files (their module fixtures start servers and
+# daemons once): most tests wait on daemons and servers, so two share two cores well.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint setup setup-test servers clean
 
@@ -13,7 +16,7 @@ demo: setup
 	$(BIN)/python scripts/demo.py
 
 test: setup-test servers
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: setup-test
 	$(BIN)/ruff check .
