@@ -662,18 +662,24 @@ def salience_pulse_propagate(peer: Peer, st: CycleState) -> dict[str, Any]:
     charges = _charge_budgets(peer, st, pulses, queued_here)
     stats["over_budget"] = sum(not c.admitted for c in charges.values())
     for start in range(0, len(pulses), PULSES_PER_TRANSACTION):
-        if st.stop_requested():
-            # Segments and the cursor stay unrecorded: the next start reads them again
-            # and skips the pulses applied.
-            return {**stats, "interrupted": True}
         batch = pulses[start : start + PULSES_PER_TRANSACTION]
+        done: list[PulseEntry] = []
         with db.transaction():
             for entry in batch:
+                # Checked before every pulse (a batch of wide pulses takes seconds): the
+                # pulses applied so far commit as a smaller batch would have.
+                if st.stop_requested():
+                    break
                 _apply_pulse_entry(peer, st, entry, stats, local=entry.id in queued_here)
                 if entry.id in charges:
                     budget.record_charge(db, entry.pulse.pulse_id, charges[entry.id])
+                done.append(entry)
             peer.salience.flush()
-            db.outbox_mark_applied([e.id for e in batch if e.id in queued_here])
+            db.outbox_mark_applied([e.id for e in done if e.id in queued_here])
+        if len(done) < len(batch):
+            # Segments and the cursor stay unrecorded: the next start reads them again
+            # and skips the pulses applied.
+            return {**stats, "interrupted": True}
     with db.transaction():
         db.outbox_mark_applied([e.id for e in st.local])
         cursor = _cursor(peer)

@@ -1,8 +1,10 @@
-"""SIGTERM while the daemon admits a large batch (embedding): the process ends within
-10 s, every chunk admitted is admitted whole, and the next start goes on from there."""
+"""SIGTERM while the daemon admits a large batch (embedding) or propagates many wide
+pulses: the process ends within 10 s, what was applied was applied whole and once, and
+the next start goes on from there."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -10,6 +12,10 @@ from pydoc_data.topics import topics
 
 import pytest
 
+from daemon.config import load_config
+from daemon.emit import PulseRequest, emit_pulse
+from daemon.runtime import Runtime
+from pulses.pulse import PulseKind
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks, wait_until, write_jsonl
 from tests.fault_helpers import STOP_LIMIT_S, admission_consistent
 
@@ -45,3 +51,84 @@ def test_sigterm_during_admission_stops_within_seconds_and_loses_nothing(tmp_pat
         DREAMCYCLE, "run", "--once", settings={"DREAMCYCLE_CYCLE_MAX_EMBED": str(NEXT_BATCH)}
     )
     assert admission_consistent(peer) == admitted + NEXT_BATCH
+
+
+#: Pulses queued for the propagation phase: wide ones (every chunk within a few hops), so
+#: applying them all takes seconds.
+PULSES = 600
+PROPAGATION_CHUNKS = 80
+#: No decay and no sweep: salience is a function of the pulses applied and their order.
+QUIET = {"DREAMCYCLE_DOWNSCALE_ENABLED": "false", "DREAMCYCLE_SWEEP_ENABLED": "false"}
+
+
+def _queue_wide_pulses(peer: Peer, count: int) -> None:
+    """Reward pulses seeded at stored chunks (no text to embed), queued as pulse-emit does."""
+    config = load_config(
+        None,
+        environ=peer.environment(),
+        overrides={
+            "peer.data_dir": str(peer.data_dir),
+            "peer.id": peer.peer_id,
+            "zeitgeist.dir": str(peer.zeitgeist_dir),
+        },
+    )
+    rt = Runtime.open(config)
+    try:
+        seeds = [
+            str(r[0])
+            for r in rt.db.fetch_all(
+                "SELECT content_hash FROM observations WHERE embedding IS NOT NULL "
+                "AND type != 'efficacy'"
+            )
+        ]
+        for n in range(count):
+            request = PulseRequest(
+                text="", kind=PulseKind.REWARD, strength=0.5, sigma=0.5, k=16, max_hops=6,
+                decay_per_hop=0.06, ttl_s=86_400.0, reason="", nonce=str(n),
+                seed_chunk=seeds[n % len(seeds)],
+            )  # fmt: skip
+            emit_pulse(rt, request)
+    finally:
+        rt.close()
+
+
+def _pulses_applied(peer: Peer) -> int:
+    applied = int(peer.scalar("SELECT count(*) FROM applied_pulses WHERE status = 'applied'"))
+    journaled = int(peer.scalar("SELECT count(*) FROM journal WHERE kind = 'pulse'"))
+    assert applied == journaled, f"{applied} pulses applied, {journaled} journaled"
+    return applied
+
+
+def test_sigterm_during_propagation_stops_within_seconds_and_applies_each_pulse_once(
+    tmp_path: Path,
+) -> None:
+    peer = Peer(tmp_path / "a", "a", tmp_path / "zeitgeist", dict(QUIET))
+    rows = documentation_chunks(sorted(topics), PROPAGATION_CHUNKS)
+    peer.dreamcycle("ingest", str(write_jsonl(tmp_path / "c.jsonl", rows)))
+    peer.dreamcycle("run", "--once")
+    _queue_wide_pulses(peer, PULSES)
+    # The same state, with a log of its own: two processes publishing as one peer id in
+    # one log are fenced, rightly.
+    shutil.copytree(peer.zeitgeist_dir, tmp_path / "reference-zeitgeist")
+    reference = peer.copy_to(tmp_path / "reference", zeitgeist_dir=tmp_path / "reference-zeitgeist")
+    with peer.start("--interval", "0.5", "--log-level", "debug") as daemon:
+        wait_until(
+            lambda: "phase started phase=salience_pulse_propagate" in daemon.log(),
+            what="propagation to start",
+            context=daemon.log_tail,
+        )
+        time.sleep(INTO_THE_PHASE_S)
+        stopped_at = time.monotonic()
+        daemon.process.send_signal(signal.SIGTERM)
+        assert daemon.wait_exit(STOP_LIMIT_S + 5) == 0, daemon.log_tail()
+        took_s = time.monotonic() - stopped_at
+    assert took_s < STOP_LIMIT_S, f"took {took_s:.1f} s to stop\n{daemon.log_tail()}"
+    applied = _pulses_applied(peer)
+    assert 0 < applied < PULSES, f"{applied} of {PULSES} applied: the signal missed the phase"
+
+    # The next start applies the rest, each once, to the same salience as one uninterrupted
+    # cycle over the same queue.
+    peer.dreamcycle("run", "--once")
+    reference.dreamcycle("run", "--once")
+    assert _pulses_applied(peer) == PULSES == _pulses_applied(reference)
+    assert peer.salience() == reference.salience()
