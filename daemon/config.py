@@ -140,11 +140,16 @@ class IndexConfig:
     m: int = DEFAULT_M
     ef_construction: int = DEFAULT_EF_CONSTRUCTION
     ef: int = DEFAULT_EF
+    save_interval_s: float = defaults.INDEX_SAVE_INTERVAL_S
 
     def check(self) -> None:
         _positive("index.m", self.m)
         _positive("index.ef_construction", self.ef_construction)
         _positive("index.ef", self.ef)
+        if not (math.isfinite(self.save_interval_s) and self.save_interval_s >= 0):
+            raise ConfigError(
+                f"index.save_interval_s must be finite and >= 0, got {self.save_interval_s}"
+            )
 
 
 @dataclass

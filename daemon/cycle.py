@@ -997,8 +997,9 @@ def tombstone_hashes(peer: Peer, digests: Iterable[str], *, reason: str, now_ms:
 
 
 def promote(peer: Peer, st: CycleState) -> dict[str, Any]:
-    """Publish this cycle's own entries, heartbeat, save the index, compact when due,
-    checkpoint the journal and prune it when due.
+    """Publish this cycle's own entries, heartbeat, compact when due, checkpoint the
+    journal and prune it when due, and write the index when it changed and
+    `index.save_interval_s` passed (the service writes it at stop too).
 
     While the log is unreachable, entries wait in the outbox (prepared segments
     are retried byte for byte) and the index is still saved.
@@ -1014,7 +1015,7 @@ def promote(peer: Peer, st: CycleState) -> dict[str, Any]:
         stats["stalled"] = str(exc)
     stats["efficacy"] = efficacy.maybe_record(peer, st.now_ms)
     stats["audit"] = audit.maybe_checkpoint(peer, st.now_ms)
-    peer.save_index()
+    stats["index_saved"] = peer.save_index_when_due(st.now_ms)
     return stats
 
 

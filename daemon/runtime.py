@@ -328,6 +328,8 @@ class Peer:
     #: and while the index is saved or replaced: a saved index's stamp then never names
     #: a commit whose chunks it lacks.
     index_writes: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: When this process last wrote the index (None: not yet).
+    index_saved_ms: int | None = None
 
     @property
     def config(self) -> Config:
@@ -352,6 +354,16 @@ class Peer:
     def save_index(self) -> None:
         with self.index_writes:
             save_index(self.db, self.index)
+        self.index_saved_ms = self.now_ms()
+
+    def save_index_when_due(self, now_ms: int) -> bool:
+        """Write the index if `index.save_interval_s` passed since this process last did
+        (at once the first time); whether it was due. An unchanged index is not written."""
+        last = self.index_saved_ms
+        if last is not None and now_ms - last < self.config.index.save_interval_s * 1000:
+            return False
+        self.save_index()
+        return True
 
     def reload(self) -> None:
         """Drop in-memory state that a failed phase may have left ahead of the database."""

@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 
 from daemon import defaults, metrics
-from daemon.clock import SystemClock
+from daemon.clock import ManualClock, SystemClock
 from daemon.config import Config, load_config
+from daemon.cycle import run_cycle_blocking
 from daemon.ingest import ingest
 from daemon.recall import recall
 from daemon.runtime import INDEX_FILE_LABEL, INDEX_IDENTITY_META_KEY, Runtime, save_index
@@ -310,5 +311,39 @@ def test_an_unchanged_index_is_not_written_again_and_a_changed_one_is(
         save_index(rt.db, index)
         assert rt.db.get_meta(INDEX_IDENTITY_META_KEY) not in (None, written[1])
         assert index.is_saved_at(rt.db.change_stamp())
+    finally:
+        rt.close()
+
+
+def test_the_daemon_writes_a_changed_index_at_most_once_per_save_interval(
+    template: Path, tmp_path: Path, embedder: Embedder
+) -> None:
+    data_dir = tmp_path / "data"
+    shutil.copytree(template, data_dir)
+    config = _config(data_dir)
+    config.index.save_interval_s = 300.0
+    clock = ManualClock(1_900_000_000_000)
+    rt = Runtime(config, Database(config.database_path), embedder, clock)
+    try:
+        peer = rt.open_peer()
+
+        def admit_one(text: str) -> dict[str, object]:
+            ingest(rt, [[NewObservation(content=text)]])
+            return run_cycle_blocking(peer).stats["promote"]
+
+        def written() -> tuple[int, str | None]:
+            return config.index_path.stat().st_mtime_ns, rt.db.get_meta(INDEX_IDENTITY_META_KEY)
+
+        assert admit_one(UNRELATED_CHUNK)["index_saved"] is True  # the first time: at once
+        first = written()
+        clock.advance(60_000)
+        assert admit_one("The build cache is pruned every Sunday night.")["index_saved"] is False
+        assert written() == first
+        # Not written, so a process starting now would rebuild: the stamp moved on.
+        assert not peer.index.is_saved_at(rt.db.change_stamp())
+        clock.advance(300_000)
+        assert admit_one("Release tags are signed with the team's key.")["index_saved"] is True
+        assert written() != first and peer.index.is_saved_at(rt.db.change_stamp())
+        peer.close()
     finally:
         rt.close()
