@@ -863,18 +863,24 @@ def downscale_phase(peer: Peer, st: CycleState) -> dict[str, Any]:
             "min_step_ms": min_step_ms,
             "max_chunks": config.max_chunks_per_cycle,
         }
-        db.journal("downscale", str(now_ms), body, now_ms=st.now_ms)
+        seq = db.journal("downscale", str(now_ms), body, now_ms=st.now_ms)
         rows = db.decay_candidates(
             due_by_ms=now_ms - min_step_ms, limit=config.max_chunks_per_cycle
         )
-        changed += _downscale_batch(peer, now_ms, rows[:DOWNSCALE_ROWS_PER_TRANSACTION], half_lives)
+        first = rows[:DOWNSCALE_ROWS_PER_TRANSACTION]
+        changed += _downscale_batch(peer, now_ms, first, half_lives)
+    decayed = len(first)
     for start in range(DOWNSCALE_ROWS_PER_TRANSACTION, len(rows), DOWNSCALE_ROWS_PER_TRANSACTION):
-        if st.stop_requested():
-            break
         batch = rows[start : start + DOWNSCALE_ROWS_PER_TRANSACTION]
         with db.transaction():
+            if st.stop_requested():
+                # Stopped between batches: the step says how many it decayed, so replay
+                # decays the same ones and leaves the rest to the next step, as here.
+                db.amend_journal(seq, {"decayed": decayed})
+                break
             changed += _downscale_batch(peer, now_ms, batch, half_lives)
-    return {"decayed": len(rows), "changed": changed, "accounted_lag_ms": st.now_ms - now_ms}
+            decayed += len(batch)
+    return {"decayed": decayed, "changed": changed, "accounted_lag_ms": st.now_ms - now_ms}
 
 
 def accounted_now(peer: Peer, st: CycleState) -> int:

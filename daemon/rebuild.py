@@ -179,7 +179,7 @@ def replay_steps(
                 now_ms,
                 int(body.get("min_step_ms", 0)),
                 body.get("max_chunks"),
-            )
+            )[: body.get("decayed")]  # a step stopped between batches decayed the first ones
             for label in due:
                 elapsed_s = (now_ms - decayed_at[label]) / 1000.0
                 half_life = half_lives.of(kinds[label], stabilities[label])

@@ -691,6 +691,17 @@ class Database:
         )
         return self.conn.last_insert_rowid()
 
+    def amend_journal(self, seq: int, changes: dict[str, Any]) -> None:
+        """Add fields to a step's body (a step that ended early says where it stopped)."""
+        row = self._one("SELECT body FROM journal WHERE seq = ?", (seq,))
+        if row is None:
+            raise KeyError(f"no journal step {seq}")
+        body = {**json.loads(row[0]), **changes}
+        self.conn.execute(
+            "UPDATE journal SET body = ? WHERE seq = ?",
+            (json.dumps(body, sort_keys=True, separators=(",", ":")), seq),
+        )
+
     def journal_entries(self) -> Iterator[tuple[int, str, str, dict[str, Any], int]]:
         for seq, kind, ref, body, at_ms in self._all(
             "SELECT seq, kind, ref, body, at_ms FROM journal ORDER BY seq"

@@ -8,6 +8,7 @@ a write from another connection must get in between two batches.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -216,5 +217,47 @@ def test_a_capped_step_decays_the_due_chunks_the_rule_names_and_replay_agrees(
         assert counts == [25, 25, CHUNKS - 50, 0, 25]
         replayed = replay_steps(peer.runtime)
         assert replayed.decayed_at == _decay_from(peer.db)
+    finally:
+        peer.close()
+
+
+def test_a_step_stopped_between_batches_leaves_the_rest_due_and_replay_agrees(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM reaches downscale as a stop request: it returns after the batch under way,
+    the step records how many chunks it decayed, the next step decays the rest, and replay
+    picks the same chunks at each step."""
+    shutil.copytree(template, tmp_path / "copy")
+    monkeypatch.setattr(cycle, "DOWNSCALE_ROWS_PER_TRANSACTION", SMALL_BATCH)
+    clock = ManualClock(START_MS + DAY_MS)
+    peer = Runtime.open(_config(tmp_path / "copy"), clock=clock).open_peer()
+    try:
+        peer.salience.reload()
+        asked: list[int] = []
+
+        def after_two_batches() -> bool:
+            asked.append(1)
+            return len(asked) >= 2
+
+        before = _decay_from(peer.db)
+        expected = due_for_decay(before, clock.now_ms(), 3_600_000, None)
+        stopped = downscale_phase(
+            peer, CycleState(now_ms=clock.now_ms(), stop_requested=after_two_batches)
+        )
+        assert stopped["decayed"] == 2 * SMALL_BATCH < CHUNKS
+        after = _decay_from(peer.db)
+        assert sorted(r for r in after if after[r] != before[r]) == sorted(
+            expected[: 2 * SMALL_BATCH]
+        )
+        step = peer.db.fetch_one(
+            "SELECT body FROM journal WHERE kind = 'downscale' ORDER BY seq DESC LIMIT 1"
+        )
+        assert json.loads(step[0])["decayed"] == 2 * SMALL_BATCH
+        assert replay_steps(peer.runtime).decayed_at == after
+
+        clock.advance(60_000)
+        resumed = downscale_phase(peer, CycleState(now_ms=clock.now_ms()))
+        assert resumed["decayed"] == CHUNKS - 2 * SMALL_BATCH
+        assert replay_steps(peer.runtime).decayed_at == _decay_from(peer.db)
     finally:
         peer.close()
