@@ -16,6 +16,9 @@ from typing import Any, Final
 
 import pytest
 
+from daemon.emit import PulseRequest, emit_pulse
+from daemon.runtime import Runtime
+from pulses.pulse import PulseKind
 from scripts.local_servers import pick_free_ports
 from tests.daemon_helpers import Peer
 
@@ -129,3 +132,24 @@ def admission_consistent(peer: Peer) -> int:
     for digest in pending:
         assert journaled[digest] == 0 and announced[digest] == 0, f"{digest} half admitted"
     return len(admitted)
+
+
+def queue_seeded_pulses(
+    rt: Runtime, count: int, *, strength: float, k: int, max_hops: int, decay_per_hop: float
+) -> None:
+    """`count` Reward pulses queued as pulse-emit does, each seeded at a stored chunk in turn
+    (no text to embed), with the given shape."""
+    seeds = [
+        str(r[0])
+        for r in rt.db.fetch_all(
+            "SELECT content_hash FROM observations WHERE embedding IS NOT NULL "
+            "AND type != 'efficacy'"
+        )
+    ]
+    for n in range(count):
+        request = PulseRequest(
+            text="", kind=PulseKind.REWARD, strength=strength, sigma=0.5, k=k,
+            max_hops=max_hops, decay_per_hop=decay_per_hop, ttl_s=86_400.0, reason="",
+            nonce=str(n), seed_chunk=seeds[n % len(seeds)],
+        )  # fmt: skip
+        emit_pulse(rt, request)

@@ -13,11 +13,9 @@ from pydoc_data.topics import topics
 import pytest
 
 from daemon.config import load_config
-from daemon.emit import PulseRequest, emit_pulse
 from daemon.runtime import Runtime
-from pulses.pulse import PulseKind
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks, wait_until, write_jsonl
-from tests.fault_helpers import STOP_LIMIT_S, admission_consistent
+from tests.fault_helpers import STOP_LIMIT_S, admission_consistent, queue_seeded_pulses
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +26,13 @@ NEXT_BATCH = 32
 INTO_THE_PHASE_S = 1.5
 
 
-def test_sigterm_during_admission_stops_within_seconds_and_loses_nothing(tmp_path: Path) -> None:
-    peer = Peer(tmp_path / "a", "a", tmp_path / "zeitgeist")
-    rows = documentation_chunks(sorted(topics), CHUNKS)
-    peer.dreamcycle("ingest", str(write_jsonl(tmp_path / "c.jsonl", rows)), "--no-embed")
+def _stop_during(peer: Peer, phase: str) -> None:
+    """Start the daemon, send SIGTERM INTO_THE_PHASE_S after `phase` starts, and check it
+    exits 0 within STOP_LIMIT_S."""
     with peer.start("--interval", "0.5", "--log-level", "debug") as daemon:
         wait_until(
-            lambda: "phase started phase=classify" in daemon.log(),
-            what="admission to start",
+            lambda: f"phase started phase={phase}" in daemon.log(),
+            what=f"{phase} to start",
             context=daemon.log_tail,
         )
         time.sleep(INTO_THE_PHASE_S)
@@ -44,6 +41,13 @@ def test_sigterm_during_admission_stops_within_seconds_and_loses_nothing(tmp_pat
         assert daemon.wait_exit(STOP_LIMIT_S + 5) == 0, daemon.log_tail()
         took_s = time.monotonic() - stopped_at
     assert took_s < STOP_LIMIT_S, f"took {took_s:.1f} s to stop\n{daemon.log_tail()}"
+
+
+def test_sigterm_during_admission_stops_within_seconds_and_loses_nothing(tmp_path: Path) -> None:
+    peer = Peer(tmp_path / "a", "a", tmp_path / "zeitgeist")
+    rows = documentation_chunks(sorted(topics), CHUNKS)
+    peer.dreamcycle("ingest", str(write_jsonl(tmp_path / "c.jsonl", rows)), "--no-embed")
+    _stop_during(peer, "classify")
     admitted = admission_consistent(peer)
     assert admitted < CHUNKS, "admission finished before the signal: nothing was tested"
 
@@ -62,7 +66,7 @@ QUIET = {"DREAMCYCLE_DOWNSCALE_ENABLED": "false", "DREAMCYCLE_SWEEP_ENABLED": "f
 
 
 def _queue_wide_pulses(peer: Peer, count: int) -> None:
-    """Reward pulses seeded at stored chunks (no text to embed), queued as pulse-emit does."""
+    """Wide Reward pulses queued in the peer's data directory, as pulse-emit would."""
     config = load_config(
         None,
         environ=peer.environment(),
@@ -74,20 +78,8 @@ def _queue_wide_pulses(peer: Peer, count: int) -> None:
     )
     rt = Runtime.open(config)
     try:
-        seeds = [
-            str(r[0])
-            for r in rt.db.fetch_all(
-                "SELECT content_hash FROM observations WHERE embedding IS NOT NULL "
-                "AND type != 'efficacy'"
-            )
-        ]
-        for n in range(count):
-            request = PulseRequest(
-                text="", kind=PulseKind.REWARD, strength=0.5, sigma=0.5, k=16, max_hops=6,
-                decay_per_hop=0.06, ttl_s=86_400.0, reason="", nonce=str(n),
-                seed_chunk=seeds[n % len(seeds)],
-            )  # fmt: skip
-            emit_pulse(rt, request)
+        # Wide: every chunk within a few hops, so applying them all takes seconds.
+        queue_seeded_pulses(rt, count, strength=0.5, k=16, max_hops=6, decay_per_hop=0.06)
     finally:
         rt.close()
 
@@ -111,18 +103,7 @@ def test_sigterm_during_propagation_stops_within_seconds_and_applies_each_pulse_
     # one log are fenced, rightly.
     shutil.copytree(peer.zeitgeist_dir, tmp_path / "reference-zeitgeist")
     reference = peer.copy_to(tmp_path / "reference", zeitgeist_dir=tmp_path / "reference-zeitgeist")
-    with peer.start("--interval", "0.5", "--log-level", "debug") as daemon:
-        wait_until(
-            lambda: "phase started phase=salience_pulse_propagate" in daemon.log(),
-            what="propagation to start",
-            context=daemon.log_tail,
-        )
-        time.sleep(INTO_THE_PHASE_S)
-        stopped_at = time.monotonic()
-        daemon.process.send_signal(signal.SIGTERM)
-        assert daemon.wait_exit(STOP_LIMIT_S + 5) == 0, daemon.log_tail()
-        took_s = time.monotonic() - stopped_at
-    assert took_s < STOP_LIMIT_S, f"took {took_s:.1f} s to stop\n{daemon.log_tail()}"
+    _stop_during(peer, "salience_pulse_propagate")
     applied = _pulses_applied(peer)
     assert 0 < applied < PULSES, f"{applied} of {PULSES} applied: the signal missed the phase"
 

@@ -14,9 +14,8 @@ import pytest
 from daemon import cycle
 from daemon.clock import ManualClock
 from daemon.cycle import CycleState, run_cycle_blocking
-from daemon.emit import PulseRequest, emit_pulse
 from daemon.runtime import Runtime
-from pulses.pulse import PulseKind
+from tests.fault_helpers import queue_seeded_pulses
 from tests.test_downscale_batches import DAY_MS, START_MS, _config, template
 
 __all__ = ["template"]  # the fixture, shared with the downscale tests
@@ -33,21 +32,7 @@ def test_publication_stopped_between_segments_publishes_the_rest_once_next_time(
     clock = ManualClock(START_MS + DAY_MS)
     rt = Runtime.open(_config(tmp_path / "copy"), clock=clock)
     try:
-        seeds = [
-            str(r[0])
-            for r in rt.db.fetch_all(
-                "SELECT content_hash FROM observations WHERE embedding IS NOT NULL"
-            )
-        ]
-        for n in range(ENTRIES):
-            emit_pulse(
-                rt,
-                PulseRequest(
-                    text="", kind=PulseKind.REWARD, strength=0.1, sigma=0.5, k=3, max_hops=1,
-                    decay_per_hop=0.3, ttl_s=86_400.0, reason="", nonce=str(n),
-                    seed_chunk=seeds[n % len(seeds)],
-                ),
-            )  # fmt: skip
+        queue_seeded_pulses(rt, ENTRIES, strength=0.1, k=3, max_hops=1, decay_per_hop=0.3)
         peer = rt.open_peer()
 
         def unpublished() -> int:
