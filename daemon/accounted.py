@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from pulses.sweep import accounted_step
-from store.database import Database
+from dreamcycle.pulses.sweep import accounted_step
+from dreamcycle.store.database import Database
 
 #: meta key holding the accounted time (milliseconds since the Unix epoch).
 ACCOUNTED_META_KEY: Final = "accounted_ms"

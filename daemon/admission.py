@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from daemon.runtime import HLC_META_KEY, Peer
-from store.database import Database, Observation, PendingChunk
-from store.embedder import Embedder
-from store.timefmt import ms_from_iso
-from zeitgeist.entries import AssertEntry, encode_entry
-from zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.daemon.runtime import HLC_META_KEY, Peer
+from dreamcycle.store.database import Database, Observation, PendingChunk
+from dreamcycle.store.embedder import Embedder
+from dreamcycle.store.timefmt import ms_from_iso
+from dreamcycle.zeitgeist.entries import AssertEntry, encode_entry
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
 
 Vectors = npt.NDArray[np.float32]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.runtime import Peer
-from store import checkpoints
+from dreamcycle.daemon.runtime import Peer
+from dreamcycle.store import checkpoints
 
 
 def maybe_checkpoint(peer: Peer, now_ms: int) -> dict[str, Any]:

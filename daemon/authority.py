@@ -23,10 +23,10 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from daemon.keys import count_rejection
-from daemon.runtime import Peer
-from pulses.pulse import PulseKind
-from zeitgeist.entries import (
+from dreamcycle.daemon.keys import count_rejection
+from dreamcycle.daemon.runtime import Peer
+from dreamcycle.pulses.pulse import PulseKind
+from dreamcycle.zeitgeist.entries import (
     AttributionEntry,
     Entry,
     OutcomeEntry,
@@ -36,7 +36,7 @@ from zeitgeist.entries import (
     SupersedeEntry,
     TombstoneEntry,
 )
-from zeitgeist.signing import Rejection, Verdict
+from dreamcycle.zeitgeist.signing import Rejection, Verdict
 
 log = logging.getLogger("dreamcycle.authority")
 

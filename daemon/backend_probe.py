@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from zeitgeist.backend import (
+from dreamcycle.zeitgeist.backend import (
     MAX_OBJECT_BYTES,
     BackendError,
     LogBackend,

@@ -25,9 +25,9 @@ from typing import Any, Final, Generic, Literal, Self, TypedDict, TypeVar, Unpac
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from daemon import defaults
-from daemon.api import models
-from daemon.config import Config, load_config
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.config import Config, load_config
 
 Req = TypeVar("Req", bound=BaseModel | None)
 Resp = TypeVar("Resp", bound=BaseModel)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from daemon.config import Config
+from dreamcycle.daemon.config import Config
 
 
 class ClockFileError(ValueError):

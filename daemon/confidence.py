@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from daemon import defaults
-from daemon.config import DownscaleConfig
-from pulses.confidence import default_stability, doubted, stable_half_life, verified
-from store.database import CHUNK_KINDS, Added, Database
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.config import DownscaleConfig
+from dreamcycle.pulses.confidence import default_stability, doubted, stable_half_life, verified
+from dreamcycle.store.database import CHUNK_KINDS, Added, Database
 
 #: The journal's kind of step for a change of confidence.
 CONFIDENCE_STEP: Final = "confidence"

@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from daemon import defaults
-from pulses.credit import CreditRule
-from pulses.pulse import InvalidPulse, PulseKind, preview, validate_parameters
-from pulses.ranking import InvalidRanking, RankingWeights
-from pulses.sweep import SweepMix
-from store.database import CHUNK_KINDS
-from store.embedder import DEFAULT_MODEL
-from store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M
-from zeitgeist.entries import SegmentLimits
+from dreamcycle.daemon import defaults
+from dreamcycle.pulses.credit import CreditRule
+from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, preview, validate_parameters
+from dreamcycle.pulses.ranking import InvalidRanking, RankingWeights
+from dreamcycle.pulses.sweep import SweepMix
+from dreamcycle.store.database import CHUNK_KINDS
+from dreamcycle.store.embedder import DEFAULT_MODEL
+from dreamcycle.store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M
+from dreamcycle.zeitgeist.entries import SegmentLimits
 
 
 class ConfigError(ValueError):

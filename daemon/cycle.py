@@ -21,34 +21,39 @@ from typing import Any, Final
 
 import numpy as np
 
-from daemon import accounted, audit, authority, efficacy, hostile, metrics
-from daemon.admission import admission_vectors, chunk_journal, persist_clock, record_admission
-from daemon.confidence import HalfLives
-from daemon.defaults import (
+from dreamcycle.daemon import accounted, audit, authority, efficacy, hostile, metrics
+from dreamcycle.daemon.admission import (
+    admission_vectors,
+    chunk_journal,
+    persist_clock,
+    record_admission,
+)
+from dreamcycle.daemon.confidence import HalfLives
+from dreamcycle.daemon.defaults import (
     EMBEDDING_MATCH_MIN_COSINE,
     FORGED_CLAIMS_PER_PUBLISH,
     MAX_ENTRIES_PER_SEGMENT,
     PULSE_BUDGET_LOOKBACK_S,
     PULSE_BUDGET_WINDOW_S,
 )
-from daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
-from daemon.forgetting import sweep as run_sweep
-from daemon.hlc_recovery import recover_hlc
-from daemon.keys import count_rejection
-from daemon.learning import convert_outcomes, teach_key
-from daemon.runtime import Peer, Runtime
-from pulses.budget import admit_within_budget, cost_units
-from pulses.outcome import Attribution, Outcome
-from pulses.propagate import UpdateRule, propagate
-from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
-from pulses.sweep import downscale
-from store import budget, tiers
-from store.database import Database, NewObservation
-from store.hashing import content_hash
-from store.salience import SalienceCache
-from store.timefmt import ms_from_iso
-from zeitgeist.backend import BackendError
-from zeitgeist.entries import (
+from dreamcycle.daemon.forgetting import RETENTION_REASON, expire_cold, revive, revive_reingested
+from dreamcycle.daemon.forgetting import sweep as run_sweep
+from dreamcycle.daemon.hlc_recovery import recover_hlc
+from dreamcycle.daemon.keys import count_rejection
+from dreamcycle.daemon.learning import convert_outcomes, teach_key
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.pulses.budget import admit_within_budget, cost_units
+from dreamcycle.pulses.outcome import Attribution, Outcome
+from dreamcycle.pulses.propagate import UpdateRule, propagate
+from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse
+from dreamcycle.pulses.sweep import downscale
+from dreamcycle.store import budget, tiers
+from dreamcycle.store.database import Database, NewObservation
+from dreamcycle.store.hashing import content_hash
+from dreamcycle.store.salience import SalienceCache
+from dreamcycle.store.timefmt import ms_from_iso
+from dreamcycle.zeitgeist.backend import BackendError
+from dreamcycle.zeitgeist.entries import (
     AssertEntry,
     AttributionEntry,
     CorruptSegment,
@@ -63,10 +68,10 @@ from zeitgeist.entries import (
     decode_segment,
     entry_order_key,
 )
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from zeitgeist.keys import claim_key, parse_segment_key, parse_snapshot_key
-from zeitgeist.log import ClaimTaken, FencedOut, Heartbeat, PreparedSegment
-from zeitgeist.signing import Rejection, Verdict
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
+from dreamcycle.zeitgeist.keys import claim_key, parse_segment_key, parse_snapshot_key
+from dreamcycle.zeitgeist.log import ClaimTaken, FencedOut, Heartbeat, PreparedSegment
+from dreamcycle.zeitgeist.signing import Rejection, Verdict
 
 log = logging.getLogger("dreamcycle.cycle")
 

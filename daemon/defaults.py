@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from pulses import confidence, credit, keys, ranking
-from pulses import sweep as sweep_math
+from dreamcycle.pulses import confidence, credit, keys, ranking
+from dreamcycle.pulses import sweep as sweep_math
 
 #: Where a user's config is looked for when --config is not given.
 CONFIG_ENV: Final = "DREAMCYCLE_CONFIG"

@@ -21,22 +21,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, cast
 
-from daemon import metrics
-from daemon.config import Config
-from daemon.forgetting import prune_gate
-from daemon.runtime import Peer, Runtime
-from pulses.efficacy import (
+from dreamcycle.daemon import metrics
+from dreamcycle.daemon.config import Config
+from dreamcycle.daemon.forgetting import prune_gate
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.pulses.efficacy import (
     ATTRIBUTION_CORRELATION,
     COUNTERFACTUAL_REPLAY,
     RECALL_HIT_RATE,
     attribution_correlation,
     recall_hit_rate,
 )
-from store import efficacy_rows
-from store.database import Database
-from store.index import HnswIndex
-from store.salience import SalienceCache
-from store.timefmt import iso_from_ms
+from dreamcycle.store import efficacy_rows
+from dreamcycle.store.database import Database
+from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.salience import SalienceCache
+from dreamcycle.store.timefmt import iso_from_ms
 
 log = logging.getLogger("dreamcycle.efficacy")
 

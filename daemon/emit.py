@@ -18,13 +18,13 @@ from typing import Any, Final
 
 import blake3
 
-from daemon.runtime import Runtime, issue_hlc
-from pulses.constants import REASON_MAX_CHARS
-from pulses.outcome import Outcome
-from pulses.pulse import PulseKind, SalientPulse, check_length, validate_parameters
-from store.database import hashes_with_prefix, outcomes_of_decision
-from store.hashing import content_hash
-from zeitgeist.entries import (
+from dreamcycle.daemon.runtime import Runtime, issue_hlc
+from dreamcycle.pulses.constants import REASON_MAX_CHARS
+from dreamcycle.pulses.outcome import Outcome
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse, check_length, validate_parameters
+from dreamcycle.store.database import hashes_with_prefix, outcomes_of_decision
+from dreamcycle.store.hashing import content_hash
+from dreamcycle.zeitgeist.entries import (
     ChangeValue,
     Entry,
     OutcomeEntry,

@@ -31,12 +31,12 @@ from urllib.parse import quote
 import apsw
 import blake3
 
-from daemon.emit import emit_revision, emit_supersede, emit_tombstone
-from daemon.ingest import INGEST_BATCH, embed_stored
-from daemon.runtime import Runtime
-from store.database import Database, InvalidObservation, NewObservation
-from store.engram_imports import ImportRecord, import_records, save_import_record
-from store.hashing import content_hash
+from dreamcycle.daemon.emit import emit_revision, emit_supersede, emit_tombstone
+from dreamcycle.daemon.ingest import INGEST_BATCH, embed_stored
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.store.database import Database, InvalidObservation, NewObservation
+from dreamcycle.store.engram_imports import ImportRecord, import_records, save_import_record
+from dreamcycle.store.hashing import content_hash
 
 #: engram's observation types -> the chunk kind whose decay half-life suits them.
 KIND_BY_TYPE: Final = {

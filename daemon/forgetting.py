@@ -19,12 +19,18 @@ from typing import Final
 
 import numpy as np
 
-from daemon.recall import rank_query
-from daemon.runtime import Peer, Runtime
-from pulses.sweep import SweepCandidate, SweepPlan, information_content, plan_sweep, spare
-from store import tiers
-from store.salience import SalienceCache
-from store.timefmt import ms_from_iso
+from dreamcycle.daemon.recall import rank_query
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.pulses.sweep import (
+    SweepCandidate,
+    SweepPlan,
+    information_content,
+    plan_sweep,
+    spare,
+)
+from dreamcycle.store import tiers
+from dreamcycle.store.salience import SalienceCache
+from dreamcycle.store.timefmt import ms_from_iso
 
 SWEEP_REASON: Final = "percentile_sweep"
 RETENTION_REASON: Final = "cold retention expired"

@@ -25,9 +25,9 @@ from typing import Any, Final
 
 import apsw
 
-from daemon import defaults, metrics
-from store.database import Database
-from zeitgeist.backend import (
+from dreamcycle.daemon import defaults, metrics
+from dreamcycle.store.database import Database
+from dreamcycle.zeitgeist.backend import (
     MAX_OBJECT_BYTES,
     BackendError,
     KeyExists,
@@ -36,7 +36,7 @@ from zeitgeist.backend import (
     PreconditionFailed,
     Versioned,
 )
-from zeitgeist.keys import SEGMENT_PREFIX
+from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX
 
 log = logging.getLogger("dreamcycle.health")
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import logging
 
-from daemon.runtime import HLC_META_KEY, Peer
-from zeitgeist.backend import BackendError
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
+from dreamcycle.daemon.runtime import HLC_META_KEY, Peer
+from dreamcycle.zeitgeist.backend import BackendError
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 
 log = logging.getLogger("dreamcycle.hlc")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final
 
-from daemon import defaults, metrics
+from dreamcycle.daemon import defaults, metrics
 
 #: A claim of one of this peer's sequence numbers that no key of this peer sealed.
 FORGED_CLAIM: Final = "forged_claim"

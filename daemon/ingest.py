@@ -14,9 +14,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, get_args, get_type_hints
 
-from daemon.confidence import corroborate
-from daemon.runtime import Runtime
-from store.database import InvalidObservation, NewObservation
+from dreamcycle.daemon.confidence import corroborate
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.store.database import InvalidObservation, NewObservation
 
 #: Rows written per transaction while ingesting.
 INGEST_BATCH: Final = 256

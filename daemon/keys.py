@@ -25,10 +25,10 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from daemon import defaults, metrics
-from daemon.config import Config
-from zeitgeist.entries import Entry
-from zeitgeist.signing import (
+from dreamcycle.daemon import defaults, metrics
+from dreamcycle.daemon.config import Config
+from dreamcycle.zeitgeist.entries import Entry
+from dreamcycle.zeitgeist.signing import (
     InvalidKeyring,
     Keyring,
     Rejection,

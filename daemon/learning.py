@@ -16,16 +16,16 @@ import logging
 import numpy as np
 import numpy.typing as npt
 
-from daemon.config import Config
-from daemon.runtime import Peer
-from pulses import fusion
-from pulses.credit import Credit, CreditRule, assign_credit
-from pulses.keys import LearnedKey, learn
-from pulses.outcome import Attribution, Outcome, outcome_to_pulses
-from store import keys as key_store
-from store.database import AttributionRecord, Database
-from store.lexical import search_lexical
-from zeitgeist.entries import PulseEntry, RetrievalKeyEntry, encode_entry
+from dreamcycle.daemon.config import Config
+from dreamcycle.daemon.runtime import Peer
+from dreamcycle.pulses import fusion
+from dreamcycle.pulses.credit import Credit, CreditRule, assign_credit
+from dreamcycle.pulses.keys import LearnedKey, learn
+from dreamcycle.pulses.outcome import Attribution, Outcome, outcome_to_pulses
+from dreamcycle.store import keys as key_store
+from dreamcycle.store.database import AttributionRecord, Database
+from dreamcycle.store.lexical import search_lexical
+from dreamcycle.zeitgeist.entries import PulseEntry, RetrievalKeyEntry, encode_entry
 
 log = logging.getLogger("dreamcycle.learning")
 

@@ -16,15 +16,15 @@ from itertools import takewhile
 
 import numpy as np
 
-from daemon.confidence import HalfLives
-from daemon.runtime import Runtime, save_index
-from pulses.memory import InMemorySalience
-from pulses.propagate import UpdateRule, propagate
-from pulses.pulse import SalientPulse
-from pulses.sweep import downscale, due_for_decay
-from store import checkpoints
-from store.checkpoints import Checkpoint, ChunkState
-from store.index import HnswIndex
+from dreamcycle.daemon.confidence import HalfLives
+from dreamcycle.daemon.runtime import Runtime, save_index
+from dreamcycle.pulses.memory import InMemorySalience
+from dreamcycle.pulses.propagate import UpdateRule, propagate
+from dreamcycle.pulses.pulse import SalientPulse
+from dreamcycle.pulses.sweep import downscale, due_for_decay
+from dreamcycle.store import checkpoints
+from dreamcycle.store.checkpoints import Checkpoint, ChunkState
+from dreamcycle.store.index import HnswIndex
 
 
 class RebuildError(RuntimeError):

@@ -20,16 +20,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from daemon.learning import fusion_weights
-from daemon.runtime import Runtime, issue_hlc
-from pulses.keys import alive
-from pulses.outcome import decision_hash
-from pulses.ranking import CandidateColumns, Ranked, lexical_ranks, rank_columns
-from store import keys as key_store
-from store.database import Database
-from store.index import HnswIndex
-from store.lexical import LEARNED_COLUMN, search_lexical
-from zeitgeist.entries import AttributionEntry, encode_entry
+from dreamcycle.daemon.learning import fusion_weights
+from dreamcycle.daemon.runtime import Runtime, issue_hlc
+from dreamcycle.pulses.keys import alive
+from dreamcycle.pulses.outcome import decision_hash
+from dreamcycle.pulses.ranking import CandidateColumns, Ranked, lexical_ranks, rank_columns
+from dreamcycle.store import keys as key_store
+from dreamcycle.store.database import Database
+from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
+from dreamcycle.zeitgeist.entries import AttributionEntry, encode_entry
 
 Vector = npt.NDArray[np.float32]
 

@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from daemon.emit import emit_revision
-from daemon.runtime import Runtime
-from store.database import LOCAL_METADATA_COLUMNS, Database, NewObservation
-from store.hashing import content_hash
+from dreamcycle.daemon.emit import emit_revision
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.store.database import LOCAL_METADATA_COLUMNS, Database, NewObservation
+from dreamcycle.store.hashing import content_hash
 
 #: Fields queued as a revision (reconsolidate entry).
 REVISED: Final = ("title", "topic_key", "importance", "pin_floor")

@@ -13,23 +13,23 @@ from typing import IO
 import numpy as np
 import numpy.typing as npt
 
-from daemon import metrics
-from daemon.backend_probe import probed_backend
-from daemon.clock import Clock, clock_from_config
-from daemon.config import Config
-from daemon.defaults import STARTUP_PROBE_DEADLINE_S
-from daemon.health import BackendHealth, ObservedBackend
-from daemon.keys import EntryGate, open_keys
-from daemon.memo import StampedCache
-from store import tiers
-from store.database import Database
-from store.embedder import Embedder
-from store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
-from store.salience import SalienceCache
-from zeitgeist.backend import LogBackend
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.log import Zeitgeist
-from zeitgeist.retry import RetryPolicy
+from dreamcycle.daemon import metrics
+from dreamcycle.daemon.backend_probe import probed_backend
+from dreamcycle.daemon.clock import Clock, clock_from_config
+from dreamcycle.daemon.config import Config
+from dreamcycle.daemon.defaults import STARTUP_PROBE_DEADLINE_S
+from dreamcycle.daemon.health import BackendHealth, ObservedBackend
+from dreamcycle.daemon.keys import EntryGate, open_keys
+from dreamcycle.daemon.memo import StampedCache
+from dreamcycle.store import tiers
+from dreamcycle.store.database import Database
+from dreamcycle.store.embedder import Embedder
+from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
+from dreamcycle.store.salience import SalienceCache
+from dreamcycle.zeitgeist.backend import LogBackend
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.log import Zeitgeist
+from dreamcycle.zeitgeist.retry import RetryPolicy
 
 log = logging.getLogger("dreamcycle.runtime")
 
@@ -56,11 +56,11 @@ def open_backend(config: Config, retry: RetryPolicy | None = None) -> LogBackend
     a diagnosis that should not wait out an outage)."""
     zg = config.zeitgeist
     if zg.backend == "dir":
-        from zeitgeist.directory import DirectoryBackend
+        from dreamcycle.zeitgeist.directory import DirectoryBackend
 
         return DirectoryBackend(config.zeitgeist_dir)
     if zg.backend == "s3":
-        from zeitgeist.s3 import S3Backend
+        from dreamcycle.zeitgeist.s3 import S3Backend
 
         return S3Backend(
             bucket=zg.s3.bucket,
@@ -69,7 +69,7 @@ def open_backend(config: Config, retry: RetryPolicy | None = None) -> LogBackend
             region=zg.s3.region,
             retry=retry,
         )
-    from zeitgeist.redis_streams import RedisStreamsBackend
+    from dreamcycle.zeitgeist.redis_streams import RedisStreamsBackend
 
     return RedisStreamsBackend(url=zg.redis.url, prefix=zg.redis.prefix, retry=retry)
 

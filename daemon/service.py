@@ -36,10 +36,10 @@ from typing import Final, TypeVar
 
 import trio
 
-from daemon import defaults, metrics, systemd
-from daemon.api import http
-from daemon.api.operations import Operations
-from daemon.cycle import (
+from dreamcycle.daemon import defaults, metrics, systemd
+from dreamcycle.daemon.api import http
+from dreamcycle.daemon.api.operations import Operations
+from dreamcycle.daemon.cycle import (
     PHASE_FUNCTIONS,
     PHASES,
     CycleState,
@@ -47,8 +47,8 @@ from daemon.cycle import (
     record_cycle_end,
     record_cycle_start,
 )
-from daemon.health import Health, StorageFault, outbox_depth, storage_fault
-from daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.health import Health, StorageFault, outbox_depth, storage_fault
+from dreamcycle.daemon.runtime import Peer, Runtime
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")

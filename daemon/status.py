@@ -6,7 +6,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from store.database import Database
+from dreamcycle.store.database import Database
 
 HISTOGRAM_BINS: Final = 10
 

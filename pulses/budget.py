@@ -51,7 +51,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from pulses.pulse import SalientPulse
+from dreamcycle.pulses.pulse import SalientPulse
 
 #: Costs and budgets are counted in these whole units (a billionth of a unit of salience):
 #: exact to sum in any grouping, far finer than any pulse's bound.

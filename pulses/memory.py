@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from pulses.constants import SALIENCE_MAX, SALIENCE_MIN
+from dreamcycle.pulses.constants import SALIENCE_MAX, SALIENCE_MIN
 
 
 class InvalidSalience(ValueError):

@@ -13,7 +13,7 @@ import blake3
 import numpy as np
 import numpy.typing as npt
 
-from pulses.constants import (
+from dreamcycle.pulses.constants import (
     ATTRIBUTION_MAX_CHUNKS,
     DECISION_TEXT_MAX_CHARS,
     OUTCOME_DECAY_PER_HOP,
@@ -24,8 +24,8 @@ from pulses.constants import (
     PEER_ID_MAX_CHARS,
     REASON_MAX_CHARS,
 )
-from pulses.credit import Credit
-from pulses.pulse import PulseKind, SalientPulse, check_length, preview
+from dreamcycle.pulses.credit import Credit
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse, check_length, preview
 
 #: Rewards are scores of one decision, from fully wrong to fully right.
 REWARD_MIN: Final = -1.0

@@ -56,7 +56,7 @@ import blake3
 import numpy as np
 import numpy.typing as npt
 
-from pulses.constants import (
+from dreamcycle.pulses.constants import (
     EMBEDDING_DIM_MAX,
     EPSILON,
     INDEX_VERSION_MAX_CHARS,

@@ -14,7 +14,7 @@ from typing import Final
 
 import numpy as np
 
-from pulses.constants import EPSILON, SALIENCE_MIN
+from dreamcycle.pulses.constants import EPSILON, SALIENCE_MIN
 
 #: The bottom 60 % by value is kept in the cold tier.
 DEFAULT_SWEEP_PERCENTILE: Final = 60.0

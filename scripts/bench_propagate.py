@@ -43,16 +43,19 @@ if __package__ in (None, ""):
     # Run as a file (python scripts/bench_propagate.py): make `scripts` importable.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pulses.constants import (
+from dreamcycle.pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
     OUTCOME_MAX_HOPS,
     OUTCOME_SIGMA,
 )
-from pulses.graph import SalienceState
-from pulses.memory import InMemorySalience
-from pulses.propagate import UpdateRule, propagate
-from pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.pulses.graph import SalienceState
+from dreamcycle.pulses.memory import InMemorySalience
+from dreamcycle.pulses.propagate import UpdateRule, propagate
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.store.database import Database, NewObservation
+from dreamcycle.store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M, HnswIndex
+from dreamcycle.store.salience import SalienceCache
 from scripts.bench_common import (
     BenchmarkError,
     Column,
@@ -63,9 +66,6 @@ from scripts.bench_common import (
     stopwatch,
     write_json,
 )
-from store.database import Database, NewObservation
-from store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M, HnswIndex
-from store.salience import SalienceCache
 
 DEFAULT_SIZES: Final = "10000,100000"
 DEFAULT_PULSES: Final = 2_000

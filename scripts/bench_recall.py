@@ -44,12 +44,14 @@ from pydantic import BaseModel
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.api import models
-from daemon.api.operations import Operations
-from daemon.config import Config, load_config
-from daemon.cycle import run_cycle_blocking
-from daemon.keys import init_key
-from daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.operations import Operations
+from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.keys import init_key
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.store.database import NewObservation
+from dreamcycle.store.embedder import DEFAULT_DIM
 from scripts.bench_common import (
     BenchmarkError,
     Column,
@@ -58,8 +60,6 @@ from scripts.bench_common import (
     print_table,
     write_json,
 )
-from store.database import NewObservation
-from store.embedder import DEFAULT_DIM
 
 DEFAULT_CHUNKS: Final = 100_000
 DEFAULT_CALLS: Final = 1_000

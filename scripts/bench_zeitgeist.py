@@ -46,21 +46,33 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import numpy as np
 import numpy.typing as npt
 
-from daemon.clock import SystemClock
-from daemon.config import load_config
-from daemon.cycle import CURSOR_META_KEY, PHASE_FUNCTIONS, CycleState, run_cycle_blocking
-from daemon.ingest import ingest, read_files
-from daemon.keys import write_keyring
-from daemon.runtime import Peer, Runtime
-from pulses.constants import (
+from dreamcycle.daemon.clock import SystemClock
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.cycle import CURSOR_META_KEY, PHASE_FUNCTIONS, CycleState, run_cycle_blocking
+from dreamcycle.daemon.ingest import ingest, read_files
+from dreamcycle.daemon.keys import write_keyring
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
     OUTCOME_MAX_HOPS,
     OUTCOME_PULSE_TTL_S,
     OUTCOME_SIGMA,
 )
-from pulses.outcome import decision_hash
-from pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.pulses.outcome import decision_hash
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.zeitgeist.entries import (
+    AttributionEntry,
+    Entry,
+    OutcomeEntry,
+    PulseEntry,
+    decode_segment,
+)
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key, segment_listing_start
+from dreamcycle.zeitgeist.log import PreparedSegment, Zeitgeist
+from dreamcycle.zeitgeist.s3 import S3Backend
+from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 from scripts.bench_common import (
     BenchmarkError,
     Column,
@@ -77,12 +89,6 @@ from scripts.local_servers import (
     find_binary,
     start_seaweedfs,
 )
-from zeitgeist.entries import AttributionEntry, Entry, OutcomeEntry, PulseEntry, decode_segment
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key, segment_listing_start
-from zeitgeist.log import PreparedSegment, Zeitgeist
-from zeitgeist.s3 import S3Backend
-from zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 
 DEFAULT_OUT: Final = Path("bench-results/zeitgeist.json")
 DEFAULT_SEGMENTS: Final = 300

@@ -46,11 +46,11 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from daemon.cli.common import print_table
-from daemon.defaults import DATABASE_FILE, ENV_PREFIX
-from store.database import Database
-from store.embedder import Embedder
-from store.hashing import content_hash
+from dreamcycle.daemon.cli.common import print_table
+from dreamcycle.daemon.defaults import DATABASE_FILE, ENV_PREFIX
+from dreamcycle.store.database import Database
+from dreamcycle.store.embedder import Embedder
+from dreamcycle.store.hashing import content_hash
 
 DEFAULT_DEMO_DIR: Final = Path("demo-data")
 #: Written into the demo directory, so a later run may wipe it (and nothing else).
@@ -272,8 +272,8 @@ def _program(name: str, module: str) -> list[str]:
 
 
 PROGRAMS: Final = {
-    "dreamcycle": ("dreamcycle", "daemon.cli.main"),
-    "pulse-emit": ("pulse-emit", "daemon.cli.pulse_emit"),
+    "dreamcycle": ("dreamcycle", "dreamcycle.daemon.cli.main"),
+    "pulse-emit": ("pulse-emit", "dreamcycle.daemon.cli.pulse_emit"),
 }
 
 

@@ -39,15 +39,19 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from daemon.clock import ManualClock
-from daemon.config import Config, load_config
-from daemon.cycle import run_cycle_blocking
-from daemon.emit import emit_outcome
-from daemon.ingest import ingest
-from daemon.keys import init_key
-from daemon.learning import fusion_weights
-from daemon.recall import rank_query, recall
-from daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.emit import emit_outcome
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.keys import init_key
+from dreamcycle.daemon.learning import fusion_weights
+from dreamcycle.daemon.recall import rank_query, recall
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.store.database import NewObservation
+from dreamcycle.store.embedder import Embedder
+from dreamcycle.store.hashing import content_hash
+from dreamcycle.zeitgeist.entries import SupersedeEntry, encode_entry
 from scripts.efficacy_corpus import FORMATS, Corpus, Question, load_corpus
 from scripts.efficacy_report import (
     Ranking,
@@ -59,10 +63,6 @@ from scripts.efficacy_report import (
     write_html,
     write_json,
 )
-from store.database import NewObservation
-from store.embedder import Embedder
-from store.hashing import content_hash
-from zeitgeist.entries import SupersedeEntry, encode_entry
 
 DAY_MS: Final = 86_400_000
 #: The simulation starts here (2026-01-01), so dates and ISO times stay readable.

@@ -59,11 +59,11 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import blake3
 import numpy as np
 
-from daemon import defaults
-from daemon.cli import main as dreamcycle_cli
-from daemon.cli import pulse_emit as pulse_emit_cli
-from daemon.config import Config, ConfigError, load_config
-from pulses.constants import (
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.cli import main as dreamcycle_cli
+from dreamcycle.daemon.cli import pulse_emit as pulse_emit_cli
+from dreamcycle.daemon.config import Config, ConfigError, load_config
+from dreamcycle.pulses.constants import (
     K_MAX,
     MAX_HOPS_MAX,
     MOVED_SALIENCE_MAX,
@@ -71,8 +71,8 @@ from pulses.constants import (
     STRENGTH_MAX,
     TTL_MAX_S,
 )
-from pulses.outcome import Attribution, InvalidOutcome, Outcome
-from pulses.pulse import (
+from dreamcycle.pulses.outcome import Attribution, InvalidOutcome, Outcome
+from dreamcycle.pulses.pulse import (
     InvalidPulse,
     PulseKind,
     SalientPulse,
@@ -80,15 +80,8 @@ from pulses.pulse import (
     moved_salience_bound,
     validate_parameters,
 )
-from scripts.bench_common import (
-    Column,
-    describe_machine,
-    machine_summary,
-    print_table,
-    write_json,
-)
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import (
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import (
     ENTRY_TYPES,
     MAX_SEGMENT_BYTES,
     SNAPSHOT_LIMITS,
@@ -110,10 +103,17 @@ from zeitgeist.entries import (
     encode_segment,
     entry_order_key,
 )
-from zeitgeist.hlc import HLC_MAX, HybridLogicalClock, hlc_from_ms
-from zeitgeist.keys import snapshot_key
-from zeitgeist.log import Heartbeat, InvalidHeartbeat, Zeitgeist
-from zeitgeist.snapshot import fold_entries
+from dreamcycle.zeitgeist.hlc import HLC_MAX, HybridLogicalClock, hlc_from_ms
+from dreamcycle.zeitgeist.keys import snapshot_key
+from dreamcycle.zeitgeist.log import Heartbeat, InvalidHeartbeat, Zeitgeist
+from dreamcycle.zeitgeist.snapshot import fold_entries
+from scripts.bench_common import (
+    Column,
+    describe_machine,
+    machine_summary,
+    print_table,
+    write_json,
+)
 
 DEFAULT_CASES: Final = 100_000
 DEFAULT_SEED: Final = 0

@@ -31,8 +31,8 @@ from botocore.exceptions import (
     ClientError,
 )
 
-from zeitgeist.redis_streams import RedisStreamsBackend
-from zeitgeist.s3 import DEFAULT_REGION, S3Backend
+from dreamcycle.zeitgeist.redis_streams import RedisStreamsBackend
+from dreamcycle.zeitgeist.s3 import DEFAULT_REGION, S3Backend
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pulses.budget import WindowState, from_units
-from store.database import Database
+from dreamcycle.pulses.budget import WindowState, from_units
+from dreamcycle.store.database import Database
 
 
 @dataclass(frozen=True)

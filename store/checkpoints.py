@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from store.database import EFFICACY_TYPE, Database
-from store.timefmt import ms_from_iso
+from dreamcycle.store.database import EFFICACY_TYPE, Database
+from dreamcycle.store.timefmt import ms_from_iso
 
 #: meta key: the newest journal step deleted (every step up to it is gone).
 PRUNED_SEQ_META_KEY: Final = "journal_pruned_seq"

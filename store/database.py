@@ -18,15 +18,15 @@ import apsw.bestpractice
 import numpy as np
 import numpy.typing as npt
 
-from pulses.confidence import (
+from dreamcycle.pulses.confidence import (
     InvalidConfidence,
     check_unit,
     default_confidence,
     default_stability,
 )
-from store.hashing import content_hash, normalise_content
-from store.migrations import apply_migrations
-from store.timefmt import iso_from_ms
+from dreamcycle.store.hashing import content_hash, normalise_content
+from dreamcycle.store.migrations import apply_migrations
+from dreamcycle.store.timefmt import iso_from_ms
 
 #: How long a writer waits for another process's transaction before failing.
 BUSY_TIMEOUT_MS: Final = 10_000

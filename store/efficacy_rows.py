@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from store.database import EFFICACY_TYPE, Database, initial_salience
-from store.hashing import content_hash
-from store.timefmt import iso_from_ms
+from dreamcycle.store.database import EFFICACY_TYPE, Database, initial_salience
+from dreamcycle.store.hashing import content_hash
+from dreamcycle.store.timefmt import iso_from_ms
 
 #: Not memory: the lowest importance, a summary, never pruned.
 EFFICACY_KIND: Final = "summary"

@@ -27,7 +27,6 @@ DEFAULT_DIM: Final = 384
 #: fastembed requires a source for a registered model; it is never contacted because
 #: the weights come from an absolute file path and the tokenizer from package data.
 _DEFAULT_MODEL_UPSTREAM: Final = "sentence-transformers/all-MiniLM-L6-v2"
-_TOKENIZER_PACKAGE: Final = "store"
 _TOKENIZER_FOLDER: Final = "tokenizer"
 
 Embeddings = npt.NDArray[np.float32]
@@ -78,7 +77,8 @@ def _register_default_model() -> None:
 
 
 def _tokenizer_folder() -> str:
-    return str(files(_TOKENIZER_PACKAGE) / _TOKENIZER_FOLDER)
+    # Package data of this package, wherever it is installed.
+    return str(files(__name__.rpartition(".")[0]) / _TOKENIZER_FOLDER)
 
 
 def _unavailable(model_name: str, cause: BaseException) -> EmbedderUnavailable:

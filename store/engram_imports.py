@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass, fields
 from typing import Final
 
-from store.database import Database
+from dreamcycle.store.database import Database
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from store.database import Database, blob_to_vector, vector_to_blob
+from dreamcycle.store.database import Database, blob_to_vector, vector_to_blob
 
 #: meta key counting changes to learned keys (recall caches the key matrix until it moves).
 KEYS_EPOCH_META_KEY: Final = "keys_epoch"

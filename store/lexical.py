@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from store.database import Database
+from dreamcycle.store.database import Database
 
 #: The columns of recall_fts: a chunk's own words, and the words of the questions it
 #: learned to answer (searched as separate lists, see daemon/recall.py).

@@ -7,7 +7,7 @@ from typing import Final
 
 import apsw
 
-import migrations
+from dreamcycle import migrations
 
 _NAME: Final = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 

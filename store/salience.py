@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from store.database import Database
+from dreamcycle.store.database import Database
 
 
 @dataclass

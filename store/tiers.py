@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from store.database import EFFICACY_TYPE, TIER_EPOCH_META_KEY, Database
-from store.timefmt import iso_from_ms
+from dreamcycle.store.database import EFFICACY_TYPE, TIER_EPOCH_META_KEY, Database
+from dreamcycle.store.timefmt import iso_from_ms
 
 
 @dataclass(frozen=True)

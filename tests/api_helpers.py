@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final
 
-from daemon.client import MemoryClient, Unavailable
+from dreamcycle.daemon.client import MemoryClient, Unavailable
 from tests.daemon_helpers import Daemon, Peer, wait_until
 
 TOKEN: Final = "token-for-tests"

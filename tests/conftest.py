@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zeitgeist.backend import LogBackend
+from dreamcycle.zeitgeist.backend import LogBackend
 
 pytest_plugins = ["tests.servers"]
 
@@ -18,7 +18,7 @@ def make_backend(request: pytest.FixtureRequest, name: str, tmp_path: Path) -> L
     """A fresh, empty backend of kind `name`, under a prefix no other test uses."""
     prefix = f"t-{uuid.uuid4().hex[:12]}"
     if name == "dir":
-        from zeitgeist.directory import DirectoryBackend
+        from dreamcycle.zeitgeist.directory import DirectoryBackend
 
         return DirectoryBackend(tmp_path / "zeitgeist" / prefix)
     if name == "s3":

@@ -30,7 +30,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from zeitgeist.signing import Signer
+from dreamcycle.zeitgeist.signing import Signer
 
 T = TypeVar("T")
 
@@ -352,9 +352,9 @@ def provision_key(data_dir: Path, peer_id: str, keyring_path: Path) -> None:
     """What `dreamcycle keys init` and an operator distributing the keyring do, in process
     (a command per peer would cost a second each): a key file in the data directory, its
     public key in the shared keyring. Peers set up side by side take turns on the keyring."""
-    from daemon.defaults import KEYS_KEY_FILE
-    from daemon.keys import write_private_key
-    from zeitgeist.signing import generate_key
+    from dreamcycle.daemon.defaults import KEYS_KEY_FILE
+    from dreamcycle.daemon.keys import write_private_key
+    from dreamcycle.zeitgeist.signing import generate_key
 
     key_path = data_dir / KEYS_KEY_FILE
     if key_path.exists():
@@ -372,7 +372,7 @@ def provision_key(data_dir: Path, peer_id: str, keyring_path: Path) -> None:
 def trust_key(keyring_path: Path, signer: Signer, roles: Sequence[str] = ("peer",)) -> None:
     """Add `signer`'s public key, trusted for `roles`, to the keyring at `keyring_path`
     (others may do so too)."""
-    from daemon.keys import read_keyring, write_keyring
+    from dreamcycle.daemon.keys import read_keyring, write_keyring
 
     keyring_path.parent.mkdir(parents=True, exist_ok=True)
     with (keyring_path.parent / f".{keyring_path.name}.lock").open("a") as lock:

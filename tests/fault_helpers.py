@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import pytest
 
-from daemon.emit import PulseRequest, emit_pulse
-from daemon.runtime import Runtime
-from pulses.pulse import PulseKind
+from dreamcycle.daemon.emit import PulseRequest, emit_pulse
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.pulses.pulse import PulseKind
 from scripts.local_servers import pick_free_ports
 from tests.daemon_helpers import Peer
 

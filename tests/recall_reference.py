@@ -11,12 +11,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from daemon.learning import fusion_weights
-from daemon.recall import Hit, Vector, _best, _cold_candidates, _key_scores, _nearest
-from daemon.runtime import Runtime
-from pulses.ranking import Candidate, lexical_ranks, rank_candidates
-from store.index import HnswIndex
-from store.lexical import LEARNED_COLUMN, search_lexical
+from dreamcycle.daemon.learning import fusion_weights
+from dreamcycle.daemon.recall import Hit, Vector, _best, _cold_candidates, _key_scores, _nearest
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.pulses.ranking import Candidate, lexical_ranks, rank_candidates
+from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
 
 
 def reference_rank_query(

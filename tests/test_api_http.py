@@ -20,8 +20,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Ok
 
-from daemon.api import models
-from daemon.api.operations import Operations
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.operations import Operations
 from tests.daemon_helpers import Daemon, Peer, wait_until
 
 TOKEN: Final = "token-for-tests"
@@ -343,9 +343,9 @@ def test_a_chunk_saved_after_the_cycle_loaded_salience_is_decayed_not_missed(
 ) -> None:
     """A save commits between a cycle's refresh and its downscale: the phase must meet the
     new chunk, not fail on it."""
-    from daemon.config import load_config
-    from daemon.cycle import CycleState, downscale_phase
-    from daemon.runtime import Runtime
+    from dreamcycle.daemon.config import load_config
+    from dreamcycle.daemon.cycle import CycleState, downscale_phase
+    from dreamcycle.daemon.runtime import Runtime
 
     config = load_config(
         None,

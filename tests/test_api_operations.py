@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api import models
-from daemon.client import BadRequest, Conflict, MemoryClient, NotFound
-from store.timefmt import ms_from_iso
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.client import BadRequest, Conflict, MemoryClient, NotFound
+from dreamcycle.store.timefmt import ms_from_iso
 from tests.api_helpers import ApiDaemon, running_api, wait_applied
 from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
 

@@ -15,18 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from daemon.api import models
-from daemon.api.operations import Operations
-from daemon.clock import ManualClock
-from daemon.config import Config, load_config
-from daemon.cycle import run_cycle_blocking
-from daemon.emit import PulseRequest, emit_pulse, emit_revision, emit_tombstone
-from daemon.ingest import ingest
-from daemon.rebuild import rebuild, replay_steps
-from daemon.runtime import Peer, Runtime
-from pulses.pulse import PulseKind
-from store import checkpoints, tiers
-from store.database import NewObservation
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.operations import Operations
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.emit import PulseRequest, emit_pulse, emit_revision, emit_tombstone
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.rebuild import rebuild, replay_steps
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.pulses.pulse import PulseKind
+from dreamcycle.store import checkpoints, tiers
+from dreamcycle.store.database import NewObservation
 from tests.daemon_helpers import documentation_chunks
 
 START_MS = 1_800_000_000_000

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon import metrics
-from daemon.cycle import run_cycle_blocking
-from daemon.defaults import KEYS_KEYRING_FILE
-from daemon.keys import read_keyring, write_keyring
-from daemon.recall import recall
-from daemon.runtime import Peer
+from dreamcycle.daemon import metrics
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.keys import read_keyring, write_keyring
+from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.runtime import Peer
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import OutcomeEntry, ReconsolidateEntry, encode_segment
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.keys import segment_key
+from dreamcycle.zeitgeist.signing import Signer, generate_key
 from tests.daemon_helpers import trust_key
 from tests.test_daemon_robustness import entry_status, peer, publish_as, wall_clock_ms
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import OutcomeEntry, ReconsolidateEntry, encode_segment
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import segment_key
-from zeitgeist.signing import Signer, generate_key
 
 __all__ = ["peer"]  # the fixture, shared with the robustness tests
 

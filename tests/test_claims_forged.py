@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import payload_digest
+from dreamcycle.zeitgeist.keys import claim_key, segment_key
+from dreamcycle.zeitgeist.log import ClaimTaken, FencedOut, Zeitgeist
+from dreamcycle.zeitgeist.signing import Keyring, Rejection, Signer, Verifier, generate_key
 from tests.test_zeitgeist_codec import BASE_MS, one_of_each_kind
 from tests.test_zeitgeist_log import ManualClock, make_zeitgeist
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import payload_digest
-from zeitgeist.keys import claim_key, segment_key
-from zeitgeist.log import ClaimTaken, FencedOut, Zeitgeist
-from zeitgeist.signing import Keyring, Rejection, Signer, Verifier, generate_key
 
 
 def signed_log(backend: DirectoryBackend, signer: Signer, keyring: Keyring) -> Zeitgeist:

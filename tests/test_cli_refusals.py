@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from daemon.cli import main as dreamcycle_cli
-from daemon.cli import pulse_emit as pulse_emit_cli
+from dreamcycle.daemon.cli import main as dreamcycle_cli
+from dreamcycle.daemon.cli import pulse_emit as pulse_emit_cli
 from tests.daemon_helpers import Peer, documentation_chunks, write_jsonl
 
 EXIT_USAGE = 2
@@ -271,10 +271,10 @@ def test_blank_reasons_are_refused(peer: Peer) -> None:
 
 
 def test_blank_reasons_are_refused_below_the_command_line(peer: Peer) -> None:
-    from daemon.config import load_config
-    from daemon.emit import PulseRequest, emit_outcome, emit_pulse, emit_supersede
-    from daemon.runtime import Runtime
-    from pulses.pulse import PulseKind
+    from dreamcycle.daemon.config import load_config
+    from dreamcycle.daemon.emit import PulseRequest, emit_outcome, emit_pulse, emit_supersede
+    from dreamcycle.daemon.runtime import Runtime
+    from dreamcycle.pulses.pulse import PulseKind
 
     decision, recalled = decision_of(peer)
     before = peer.dump()

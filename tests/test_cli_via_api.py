@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import pytest
 
-from store.timefmt import iso_from_ms
+from dreamcycle.store.timefmt import iso_from_ms
 from tests.api_helpers import running_api
 from tests.daemon_helpers import Peer, documentation_chunks, write_jsonl
 

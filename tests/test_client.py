@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.api import models
-from daemon.client import (
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.client import (
     AsyncMemoryClient,
     BadRequest,
     Conflict,

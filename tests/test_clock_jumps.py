@@ -16,26 +16,26 @@ from typing import Any, Final
 
 import pytest
 
-from daemon.cli.main import main
-from daemon.clock import FileClock, ManualClock
-from daemon.confidence import HalfLives
-from daemon.config import Config, load_config
-from daemon.cycle import run_cycle_blocking
-from daemon.emit import PulseRequest, emit_pulse
-from daemon.forgetting import move_to_cold
-from daemon.ingest import ingest
-from daemon.rebuild import replay
-from daemon.runtime import HLC_META_KEY, Peer, Runtime
-from pulses.pulse import PulseKind
-from pulses.sweep import SweepPlan
-from store.database import NewObservation
+from dreamcycle.daemon.cli.main import main
+from dreamcycle.daemon.clock import FileClock, ManualClock
+from dreamcycle.daemon.confidence import HalfLives
+from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.emit import PulseRequest, emit_pulse
+from dreamcycle.daemon.forgetting import move_to_cold
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.rebuild import replay
+from dreamcycle.daemon.runtime import HLC_META_KEY, Peer, Runtime
+from dreamcycle.pulses.pulse import PulseKind
+from dreamcycle.pulses.sweep import SweepPlan
+from dreamcycle.store.database import NewObservation
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import TombstoneEntry, encode_segment
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
+from dreamcycle.zeitgeist.keys import heartbeat_key, segment_key
+from dreamcycle.zeitgeist.log import DEFAULT_MAX_FUTURE_MS, Heartbeat
 from tests.daemon_helpers import Peer as ProcessPeer
 from tests.daemon_helpers import documentation_chunks, emitted_id, wait_until
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import TombstoneEntry, encode_segment
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from zeitgeist.keys import heartbeat_key, segment_key
-from zeitgeist.log import DEFAULT_MAX_FUTURE_MS, Heartbeat
 
 START_MS: Final = 1_700_000_000_000
 HOUR_MS: Final = 3_600_000

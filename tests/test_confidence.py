@@ -16,10 +16,10 @@ from pathlib import Path
 import apsw
 import pytest
 
-from daemon.client import BadRequest, MemoryClient
-from daemon.confidence import HalfLives
-from daemon.config import DownscaleConfig
-from pulses.confidence import (
+from dreamcycle.daemon.client import BadRequest, MemoryClient
+from dreamcycle.daemon.confidence import HalfLives
+from dreamcycle.daemon.config import DownscaleConfig
+from dreamcycle.pulses.confidence import (
     CONFIDENCE_BY_TYPE,
     CONFIDENCE_CAP_BY_KIND,
     STABILITY_BY_KIND,
@@ -30,15 +30,15 @@ from pulses.confidence import (
     stable_half_life,
     verified,
 )
-from pulses.ranking import (
+from dreamcycle.pulses.ranking import (
     Candidate,
     InvalidRanking,
     RankingWeights,
     confidence_multiplier,
     rank_candidates,
 )
-from pulses.sweep import SweepCandidate, SweepMix, downscale, plan_sweep
-from store.database import CHUNK_KINDS, InvalidObservation, NewObservation
+from dreamcycle.pulses.sweep import SweepCandidate, SweepMix, downscale, plan_sweep
+from dreamcycle.store.database import CHUNK_KINDS, InvalidObservation, NewObservation
 from tests.api_helpers import ApiDaemon, running_api
 from tests.daemon_helpers import Peer, write_jsonl
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli.main import build_parser as dreamcycle_parser
-from daemon.cli.pulse_emit import build_parser as pulse_emit_parser
-from store.database import initial_salience
+from dreamcycle.daemon.cli.main import build_parser as dreamcycle_parser
+from dreamcycle.daemon.cli.pulse_emit import build_parser as pulse_emit_parser
+from dreamcycle.store.database import initial_salience
 from tests.daemon_helpers import (
     CLI_TIMEOUT_S,
     DREAMCYCLE,

@@ -9,19 +9,19 @@ from typing import Final
 
 import pytest
 
-from daemon.clock import (
+from dreamcycle.daemon.clock import (
     ClockFileError,
     FileClock,
     ManualClock,
     SystemClock,
     clock_from_config,
 )
-from daemon.config import Config, ConfigError, load_config
-from daemon.cycle import run_cycle_blocking
-from daemon.ingest import ingest
-from daemon.runtime import Runtime
-from store.database import NewObservation, initial_salience
-from store.timefmt import iso_from_ms
+from dreamcycle.daemon.config import Config, ConfigError, load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.store.database import NewObservation, initial_salience
+from dreamcycle.store.timefmt import iso_from_ms
 
 #: 2023-11-14T22:13:20Z: far enough from today that a stray system-time read shows.
 START_MS: Final = 1_700_000_000_000

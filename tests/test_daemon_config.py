@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon import defaults
-from daemon.config import ConfigError, default_peer_id, load_config
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.config import ConfigError, default_peer_id, load_config
 
 
 def write_toml(tmp_path: Path, text: str) -> Path:

@@ -19,10 +19,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daemon import defaults
-from daemon.clock import SystemClock
-from pulses.budget import admit_within_budget
-from pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.clock import SystemClock
+from dreamcycle.pulses.budget import admit_within_budget
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import PulseEntry
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.log import Zeitgeist
+from dreamcycle.zeitgeist.signing import Signer, generate_key
 from tests.daemon_helpers import (
     Daemon,
     Peer,
@@ -31,11 +36,6 @@ from tests.daemon_helpers import (
     wait_until,
     write_jsonl,
 )
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import PulseEntry
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.log import Zeitgeist
-from zeitgeist.signing import Signer, generate_key
 
 pytestmark = pytest.mark.slow
 

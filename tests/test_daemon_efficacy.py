@@ -11,11 +11,11 @@ from typing import Any, Final
 
 import pytest
 
-from daemon import metrics
-from daemon.clock import ManualClock
-from daemon.config import Config, load_config
-from daemon.cycle import run_cycle_blocking
-from daemon.efficacy import (
+from dreamcycle.daemon import metrics
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.efficacy import (
     LAST_EFFICACY_META_KEY,
     Inputs,
     gather,
@@ -24,16 +24,21 @@ from daemon.efficacy import (
     topic_key,
     window_label,
 )
-from daemon.emit import emit_outcome
-from daemon.ingest import ingest
-from daemon.recall import recall
-from daemon.runtime import Peer as DaemonPeer
-from daemon.runtime import Runtime
-from pulses.efficacy import ATTRIBUTION_CORRELATION, COUNTERFACTUAL_REPLAY, METRICS, RECALL_HIT_RATE
-from store import efficacy_rows
-from store.database import EFFICACY_TYPE, Database, NewObservation
-from store.index import HnswIndex
-from store.lexical import search_lexical
+from dreamcycle.daemon.emit import emit_outcome
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.runtime import Peer as DaemonPeer
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.pulses.efficacy import (
+    ATTRIBUTION_CORRELATION,
+    COUNTERFACTUAL_REPLAY,
+    METRICS,
+    RECALL_HIT_RATE,
+)
+from dreamcycle.store import efficacy_rows
+from dreamcycle.store.database import EFFICACY_TYPE, Database, NewObservation
+from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.lexical import search_lexical
 from tests.daemon_helpers import Peer, documentation_chunks
 
 #: 2023-11-14T22:13:20Z, as in the clock tests.

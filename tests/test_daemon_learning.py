@@ -17,26 +17,26 @@ import apsw
 import numpy as np
 import pytest
 
-import migrations
-from daemon.clock import ManualClock
-from daemon.config import load_config
-from daemon.cycle import run_cycle_blocking
-from daemon.emit import emit_outcome
-from daemon.forgetting import move_to_cold
-from daemon.ingest import ingest
-from daemon.learning import FUSION_META_KEY, fusion_weights, split_scores
-from daemon.recall import Hit, recall
-from daemon.runtime import Peer, Runtime
-from pulses.constants import OUTCOME_DECAY_PER_HOP
-from pulses.credit import MISS_FACTOR
-from pulses.fusion import MIN_EVIDENCE, SHARES, SplitScores, observe
-from pulses.sweep import SweepPlan
-from store import keys as key_store
-from store import tiers
-from store.database import Database, NewObservation, initial_salience
-from store.lexical import search_lexical
-from store.migrations import apply_migrations
-from store.timefmt import iso_from_ms
+from dreamcycle import migrations
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.emit import emit_outcome
+from dreamcycle.daemon.forgetting import move_to_cold
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.learning import FUSION_META_KEY, fusion_weights, split_scores
+from dreamcycle.daemon.recall import Hit, recall
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.pulses.constants import OUTCOME_DECAY_PER_HOP
+from dreamcycle.pulses.credit import MISS_FACTOR
+from dreamcycle.pulses.fusion import MIN_EVIDENCE, SHARES, SplitScores, observe
+from dreamcycle.pulses.sweep import SweepPlan
+from dreamcycle.store import keys as key_store
+from dreamcycle.store import tiers
+from dreamcycle.store.database import Database, NewObservation, initial_salience
+from dreamcycle.store.lexical import search_lexical
+from dreamcycle.store.migrations import apply_migrations
+from dreamcycle.store.timefmt import iso_from_ms
 
 #: 2023-11-14T22:13:20Z: simulated time, far from today.
 START_MS: Final = 1_700_000_000_000

@@ -12,26 +12,25 @@ from pydoc_data.topics import topics
 
 import pytest
 
-from daemon.clock import SystemClock
-from daemon.config import load_config
-from daemon.cycle import (
+from dreamcycle.daemon.clock import SystemClock
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.cycle import (
     CURSOR_META_KEY,
     LAST_SWEEP_META_KEY,
     CycleState,
     percentile_sweep,
     run_cycle_blocking,
 )
-from daemon.defaults import KEYS_KEYRING_FILE
-from daemon.ingest import ingest
-from daemon.recall import recall
-from daemon.runtime import Peer, Runtime
-from pulses.outcome import decision_hash
-from pulses.pulse import PulseKind, SalientPulse
-from store import tiers as store_tiers
-from store.database import NewObservation, initial_salience
-from tests.daemon_helpers import trust_key
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import (
+from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.pulses.outcome import decision_hash
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.store import tiers as store_tiers
+from dreamcycle.store.database import NewObservation, initial_salience
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import (
     Entry,
     OutcomeEntry,
     PulseEntry,
@@ -39,10 +38,11 @@ from zeitgeist.entries import (
     TombstoneEntry,
     encode_segment,
 )
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from zeitgeist.keys import segment_key
-from zeitgeist.log import PreparedSegment, PublishResult
-from zeitgeist.signing import Signer, generate_key
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
+from dreamcycle.zeitgeist.keys import segment_key
+from dreamcycle.zeitgeist.log import PreparedSegment, PublishResult
+from dreamcycle.zeitgeist.signing import Signer, generate_key
+from tests.daemon_helpers import trust_key
 
 CHUNKS = 40
 CENTURY_MS = 100 * 365 * 86_400_000

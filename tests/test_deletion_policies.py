@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from daemon.clock import ManualClock
-from daemon.cycle import run_cycle_blocking
-from daemon.emit import emit_tombstone
-from daemon.ingest import ingest
-from store.database import NewObservation
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.emit import emit_tombstone
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.store.database import NewObservation
 from tests.test_daemon_learning import (
     DAY_MS,
     START_MS,

@@ -16,17 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daemon import cycle
-from daemon.clock import ManualClock
-from daemon.confidence import HalfLives
-from daemon.config import Config, load_config
-from daemon.cycle import CycleState, downscale_phase, run_cycle_blocking
-from daemon.ingest import ingest
-from daemon.rebuild import replay_steps
-from daemon.runtime import Peer, Runtime
-from pulses.sweep import InvalidSweep, due_for_decay
-from store.database import EFFICACY_TYPE, Database, NewObservation
-from store.timefmt import iso_from_ms, ms_from_iso
+from dreamcycle.daemon import cycle
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.confidence import HalfLives
+from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.cycle import CycleState, downscale_phase, run_cycle_blocking
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.rebuild import replay_steps
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.pulses.sweep import InvalidSweep, due_for_decay
+from dreamcycle.store.database import EFFICACY_TYPE, Database, NewObservation
+from dreamcycle.store.timefmt import iso_from_ms, ms_from_iso
 from tests.daemon_helpers import documentation_chunks
 
 START_MS = 1_800_000_000_000

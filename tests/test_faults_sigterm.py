@@ -12,8 +12,8 @@ from pydoc_data.topics import topics
 
 import pytest
 
-from daemon.config import load_config
-from daemon.runtime import Runtime
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.runtime import Runtime
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks, wait_until, write_jsonl
 from tests.fault_helpers import STOP_LIMIT_S, admission_consistent, queue_seeded_pulses
 

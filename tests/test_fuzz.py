@@ -16,19 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.config import ConfigError, load_config
-from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
-from scripts.fuzz import (
-    TARGETS,
-    CommandLine,
-    _reset_peak_rss,
-    _status_kib,
-    pulse_wire_id,
-    run_target,
-    valid_entry,
-    valid_pulse,
-)
-from zeitgeist.entries import (
+from dreamcycle.daemon.config import ConfigError, load_config
+from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse
+from dreamcycle.zeitgeist.entries import (
     ENTRY_TYPES,
     CorruptSegment,
     InvalidEntry,
@@ -39,7 +29,17 @@ from zeitgeist.entries import (
     encode_entry,
     encode_segment,
 )
-from zeitgeist.log import MAX_HEARTBEAT_BYTES, Heartbeat, InvalidHeartbeat
+from dreamcycle.zeitgeist.log import MAX_HEARTBEAT_BYTES, Heartbeat, InvalidHeartbeat
+from scripts.fuzz import (
+    TARGETS,
+    CommandLine,
+    _reset_peak_rss,
+    _status_kib,
+    pulse_wire_id,
+    run_target,
+    valid_entry,
+    valid_pulse,
+)
 
 #: Cases per target here; the CLI's cost a process start's worth of work each.
 CASES = {

@@ -19,10 +19,10 @@ from typing import Any, Final
 
 import pytest
 
-from daemon.clock import ManualClock
-from daemon.config import load_config
-from daemon.cycle import SUPERSEDED_REASON, run_cycle_blocking
-from daemon.engram_import import (
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.cycle import SUPERSEDED_REASON, run_cycle_blocking
+from dreamcycle.daemon.engram_import import (
     SESSION_SUMMARY_KIND,
     TOMBSTONE_REASON,
     Action,
@@ -31,8 +31,8 @@ from daemon.engram_import import (
     normalized_hash,
     read_engram,
 )
-from daemon.recall import recall
-from daemon.runtime import Runtime
+from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.runtime import Runtime
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks
 
 START_MS: Final = 1_700_000_000_000

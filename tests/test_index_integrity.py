@@ -18,17 +18,17 @@ from typing import Final
 import numpy as np
 import pytest
 
-from daemon import defaults, metrics
-from daemon.clock import ManualClock, SystemClock
-from daemon.config import Config, load_config
-from daemon.cycle import run_cycle_blocking
-from daemon.ingest import ingest
-from daemon.recall import recall
-from daemon.runtime import INDEX_FILE_LABEL, INDEX_IDENTITY_META_KEY, Runtime, save_index
-from daemon.service import serve
-from store.database import Database, NewObservation
-from store.embedder import Embedder
-from store.index import HnswIndex, Unusable, meta_path
+from dreamcycle.daemon import defaults, metrics
+from dreamcycle.daemon.clock import ManualClock, SystemClock
+from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.runtime import INDEX_FILE_LABEL, INDEX_IDENTITY_META_KEY, Runtime, save_index
+from dreamcycle.daemon.service import serve
+from dreamcycle.store.database import Database, NewObservation
+from dreamcycle.store.embedder import Embedder
+from dreamcycle.store.index import HnswIndex, Unusable, meta_path
 from tests.daemon_helpers import Peer, documentation_chunks
 
 TOPICS: Final = ("typesmapping", "typesseq")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import defaults
+from dreamcycle.daemon import defaults
 from tests.daemon_helpers import BASE_SETTINGS, DREAMCYCLE
 
 ANALYZE = shutil.which("systemd-analyze")

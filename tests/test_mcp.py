@@ -21,8 +21,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from daemon.api.mcp_tools import MCP_PATH, TOOLS
-from daemon.cli.common import EXIT_UNAVAILABLE
+from dreamcycle.daemon.api.mcp_tools import MCP_PATH, TOOLS
+from dreamcycle.daemon.cli.common import EXIT_UNAVAILABLE
 from tests.api_helpers import TOKEN, ApiDaemon, running_api
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks, write_jsonl
 

@@ -24,12 +24,15 @@ from typing import Final
 import numpy as np
 import pytest
 
-from daemon.clock import SystemClock
-from daemon.defaults import PULSE_BUDGET_WINDOW_S
-from pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.daemon.clock import SystemClock
+from dreamcycle.daemon.defaults import PULSE_BUDGET_WINDOW_S
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.store.embedder import Embedder
+from dreamcycle.store.hashing import content_hash
+from dreamcycle.zeitgeist.entries import AssertEntry, Entry, PulseEntry
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
+from dreamcycle.zeitgeist.keys import claim_key, segment_key
 from scripts.local_servers import RunningS3
-from store.embedder import Embedder
-from store.hashing import content_hash
 from tests.daemon_helpers import Peer, emitted_id, wait_until, write_jsonl
 from tests.test_mesh_s3 import ingest_all, make_peer, mesh_settings, wait_started
 from tests.test_mesh_signed import (
@@ -42,9 +45,6 @@ from tests.test_mesh_signed import (
     sealed_segment,
     signer_of,
 )
-from zeitgeist.entries import AssertEntry, Entry, PulseEntry
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from zeitgeist.keys import claim_key, segment_key
 
 pytestmark = pytest.mark.slow
 

@@ -35,15 +35,19 @@ from typing import Final
 import numpy as np
 import pytest
 
-from daemon.clock import SystemClock
-from daemon.keys import read_keyring
-from pulses.memory import InMemorySalience
-from pulses.propagate import UpdateRule, propagate
-from pulses.pulse import SalientPulse
+from dreamcycle.daemon.clock import SystemClock
+from dreamcycle.daemon.keys import read_keyring
+from dreamcycle.pulses.memory import InMemorySalience
+from dreamcycle.pulses.propagate import UpdateRule, propagate
+from dreamcycle.pulses.pulse import SalientPulse
+from dreamcycle.store.database import initial_salience
+from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.timefmt import ms_from_iso
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key
+from dreamcycle.zeitgeist.log import CompactionOutcome, CompactionReport, Zeitgeist
+from dreamcycle.zeitgeist.signing import Signer, Verifier, generate_key
 from scripts.local_servers import RunningS3
-from store.database import initial_salience
-from store.index import HnswIndex
-from store.timefmt import ms_from_iso
 from tests.daemon_helpers import (
     Daemon,
     Peer,
@@ -53,10 +57,6 @@ from tests.daemon_helpers import (
     wait_until,
     write_jsonl,
 )
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key
-from zeitgeist.log import CompactionOutcome, CompactionReport, Zeitgeist
-from zeitgeist.signing import Signer, Verifier, generate_key
 
 pytestmark = pytest.mark.slow
 

@@ -42,9 +42,22 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from daemon.clock import SystemClock
-from daemon.defaults import KEYS_KEY_FILE
-from pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.daemon.clock import SystemClock
+from dreamcycle.daemon.defaults import KEYS_KEY_FILE
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.zeitgeist.entries import (
+    AttributionEntry,
+    Entry,
+    OutcomeEntry,
+    PulseEntry,
+    ReconsolidateEntry,
+    SupersedeEntry,
+    TombstoneEntry,
+    encode_segment,
+)
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key, segment_key
+from dreamcycle.zeitgeist.signing import Signer, generate_key
 from scripts.local_servers import RunningS3
 from tests.daemon_helpers import (
     HEX_DECISION,
@@ -55,19 +68,6 @@ from tests.daemon_helpers import (
     write_jsonl,
 )
 from tests.test_mesh_s3 import ingest_all, make_peer, mesh_settings, wait_started
-from zeitgeist.entries import (
-    AttributionEntry,
-    Entry,
-    OutcomeEntry,
-    PulseEntry,
-    ReconsolidateEntry,
-    SupersedeEntry,
-    TombstoneEntry,
-    encode_segment,
-)
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key, segment_key
-from zeitgeist.signing import Signer, generate_key
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from daemon import cycle
-from daemon.clock import ManualClock
-from daemon.cycle import CycleState, run_cycle_blocking
-from daemon.runtime import Runtime
+from dreamcycle.daemon import cycle
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.cycle import CycleState, run_cycle_blocking
+from dreamcycle.daemon.runtime import Runtime
 from tests.fault_helpers import queue_seeded_pulses
 from tests.test_downscale_batches import DAY_MS, START_MS, _config, template
 

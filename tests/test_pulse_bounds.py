@@ -17,17 +17,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon import defaults
-from daemon.api import models
-from daemon.config import ConfigError, load_config
-from pulses.budget import (
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.config import ConfigError, load_config
+from dreamcycle.pulses.budget import (
     InvalidBudget,
     WindowState,
     admit_within_budget,
     cost_units,
     to_units,
 )
-from pulses.constants import (
+from dreamcycle.pulses.constants import (
     ATTRIBUTION_MAX_CHUNKS,
     DECISION_TEXT_MAX_CHARS,
     K_MAX,
@@ -42,11 +42,11 @@ from pulses.constants import (
     STRENGTH_MAX,
     TTL_MAX_S,
 )
-from pulses.credit import assign_credit
-from pulses.memory import InMemorySalience
-from pulses.outcome import Attribution, InvalidOutcome, Outcome, outcome_to_pulses
-from pulses.propagate import propagate, total_delta_bound
-from pulses.pulse import InvalidPulse, PulseKind, SalientPulse, max_hops_allowed
+from dreamcycle.pulses.credit import assign_credit
+from dreamcycle.pulses.memory import InMemorySalience
+from dreamcycle.pulses.outcome import Attribution, InvalidOutcome, Outcome, outcome_to_pulses
+from dreamcycle.pulses.propagate import propagate, total_delta_bound
+from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse, max_hops_allowed
 from tests.api_helpers import TOKEN, running_api
 from tests.bruteforce import BruteForceIndex
 from tests.daemon_helpers import PULSE_EMIT, Peer

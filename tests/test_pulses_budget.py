@@ -16,22 +16,22 @@ import apsw
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulses.budget import (
+from dreamcycle.pulses.budget import (
     BudgetVerdict,
     WindowState,
     admit_within_budget,
     cost_units,
     to_units,
 )
-from pulses.constants import (
+from dreamcycle.pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
     OUTCOME_MAX_HOPS,
     OUTCOME_SIGMA,
 )
-from pulses.pulse import SalientPulse
-from store import budget as stored
-from store.database import Database
+from dreamcycle.pulses.pulse import SalientPulse
+from dreamcycle.store import budget as stored
+from dreamcycle.store.database import Database
 from tests.test_pulses_pulse import make_pulse
 
 MIGRATIONS = Path(__file__).parent.parent / "migrations"

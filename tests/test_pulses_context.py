@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from pulses.context import (
+from dreamcycle.pulses.context import (
     CUT_MARK,
     Candidate,
     InvalidBundle,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulses.credit import (
+from dreamcycle.pulses.credit import (
     MISS_FACTOR,
     STRONG_OUTCOME,
     UNCITED_STEP,

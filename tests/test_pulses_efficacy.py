@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pulses.efficacy import (
+from dreamcycle.pulses.efficacy import (
     ATTRIBUTION_CORRELATION,
     COUNTERFACTUAL_REPLAY,
     METRICS,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pulses.fusion import (
+from dreamcycle.pulses.fusion import (
     ALPHA,
     MIN_EVIDENCE,
     SHARES,

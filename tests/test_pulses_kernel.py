@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulses.kernel import InvalidKernelInput, cosine_distance, gaussian_kernel
+from dreamcycle.pulses.kernel import InvalidKernelInput, cosine_distance, gaussian_kernel
 
 
 def test_kernel_is_one_at_zero_distance() -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pulses.keys import (
+from dreamcycle.pulses.keys import (
     KEY_HALF_LIFE_S,
     MAX_KEY_WEIGHT,
     MAX_KEYS_PER_CHUNK,

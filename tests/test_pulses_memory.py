@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pulses.memory import InMemorySalience, InvalidSalience
+from dreamcycle.pulses.memory import InMemorySalience, InvalidSalience
 
 
 def test_unknown_chunk_is_new_live_and_unpinned() -> None:

@@ -10,23 +10,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulses.constants import (
+from dreamcycle.pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
     OUTCOME_MAX_HOPS,
     OUTCOME_PULSE_TTL_S,
     OUTCOME_SIGMA,
 )
-from pulses.memory import InMemorySalience
-from pulses.outcome import (
+from dreamcycle.pulses.memory import InMemorySalience
+from dreamcycle.pulses.outcome import (
     Attribution,
     InvalidOutcome,
     Outcome,
     decision_hash,
     outcome_to_pulses,
 )
-from pulses.propagate import propagate
-from pulses.pulse import PulseKind
+from dreamcycle.pulses.propagate import propagate
+from dreamcycle.pulses.pulse import PulseKind
 from tests.bruteforce import BruteForceIndex
 
 CHUNKS = {f"{n:064x}": np.eye(4, dtype=np.float32)[n] for n in range(3)}

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulses.graph import Vectors
-from pulses.memory import InMemorySalience
-from pulses.propagate import (
+from dreamcycle.pulses.graph import Vectors
+from dreamcycle.pulses.memory import InMemorySalience
+from dreamcycle.pulses.propagate import (
     IndexContractViolation,
     PropagationResult,
     UpdateRule,
@@ -23,7 +23,7 @@ from pulses.propagate import (
     propagate,
     total_delta_bound,
 )
-from pulses.pulse import InvalidPulse, PulseKind, SalientPulse, max_hops_allowed
+from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse, max_hops_allowed
 from tests.bruteforce import BruteForceIndex
 from tests.test_pulses_pulse import make_pulse
 

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from pulses.pulse import InvalidPulse, PulseKind, SalientPulse, max_hops_allowed
+from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse, max_hops_allowed
 
 DEFAULT_TS = (1_760_000_000_000 << 16) | 7
 

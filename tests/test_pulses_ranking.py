@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulses.ranking import (
+from dreamcycle.pulses.ranking import (
     DEFAULT_COLD_FACTOR,
     DEFAULT_KEY_WEIGHT,
     DEFAULT_RRF_K,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulses.constants import EPSILON
-from pulses.sweep import (
+from dreamcycle.pulses.constants import EPSILON
+from dreamcycle.pulses.sweep import (
     DEFAULT_MIN_POPULATION,
     InvalidSweep,
     SweepCandidate,

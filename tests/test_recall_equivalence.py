@@ -16,17 +16,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from daemon.api import models
-from daemon.api.operations import Operations
-from daemon.clock import ManualClock
-from daemon.config import load_config
-from daemon.cycle import run_cycle_blocking, tombstone_hashes
-from daemon.ingest import ingest
-from daemon.recall import Hit, rank_query
-from daemon.runtime import Peer, Runtime
-from store import keys as key_store
-from store import tiers
-from store.database import NewObservation
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.operations import Operations
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.cycle import run_cycle_blocking, tombstone_hashes
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.recall import Hit, rank_query
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.store import keys as key_store
+from dreamcycle.store import tiers
+from dreamcycle.store.database import NewObservation
 from tests.daemon_helpers import documentation_chunks
 from tests.recall_reference import reference_rank_query
 

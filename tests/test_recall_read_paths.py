@@ -12,11 +12,11 @@ from pathlib import Path
 import apsw
 import pytest
 
-import migrations
-from store import tiers
-from store.database import Database, NewObservation
-from store.lexical import search_lexical
-from store.migrations import apply_migrations
+from dreamcycle import migrations
+from dreamcycle.store import tiers
+from dreamcycle.store.database import Database, NewObservation
+from dreamcycle.store.lexical import search_lexical
+from dreamcycle.store.migrations import apply_migrations
 
 NOW_MS = 1_800_000_000_000
 TEXTS = ("the ferry timetable changes in winter", "winter tyres are fitted in october")

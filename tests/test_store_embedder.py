@@ -13,7 +13,7 @@ from pydoc_data.topics import topics
 import numpy as np
 import pytest
 
-from store.embedder import (
+from dreamcycle.store.embedder import (
     DEFAULT_DIM,
     DEFAULT_MODEL,
     Embedder,

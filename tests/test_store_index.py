@@ -10,7 +10,7 @@ import blake3
 import numpy as np
 import pytest
 
-from store.index import (
+from dreamcycle.store.index import (
     DEFAULT_EF,
     GROWTH_FACTOR,
     INITIAL_CAPACITY,

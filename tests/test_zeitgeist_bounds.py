@@ -32,21 +32,16 @@ from typing import Any, Final
 import blake3
 import pytest
 
-from daemon.clock import ManualClock
-from pulses.constants import (
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.pulses.constants import (
     ATTRIBUTION_MAX_CHUNKS,
     DECISION_TEXT_MAX_CHARS,
     EMBEDDING_DIM_MAX,
     REASON_MAX_CHARS,
 )
-from pulses.pulse import PulseKind, SalientPulse
-from scripts.fuzz import unit_vector, valid_entry
-from scripts.local_servers import RunningS3
-from tests.daemon_helpers import trust_key, wait_until, write_jsonl
-from tests.test_mesh_s3 import make_peer, mesh_settings
-from tests.test_mesh_signed import free_port, rejected_counts
-from zeitgeist.backend import LogBackend
-from zeitgeist.entries import (
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.zeitgeist.backend import LogBackend
+from dreamcycle.zeitgeist.entries import (
     CONTENT_MAX_CHARS,
     LABEL_MAX_CHARS,
     MAX_LINE_BYTES,
@@ -60,10 +55,15 @@ from zeitgeist.entries import (
     canonical_json,
     encode_segment,
 )
-from zeitgeist.hlc import HLC_MAX, HybridLogicalClock, hlc_from_ms, ms_to_hlc_span
-from zeitgeist.keys import SEGMENT_PREFIX, claim_key, segment_key, snapshot_key
-from zeitgeist.log import ClaimTaken, Heartbeat, Zeitgeist
-from zeitgeist.signing import Keyring, Signer, Verifier, generate_key
+from dreamcycle.zeitgeist.hlc import HLC_MAX, HybridLogicalClock, hlc_from_ms, ms_to_hlc_span
+from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, claim_key, segment_key, snapshot_key
+from dreamcycle.zeitgeist.log import ClaimTaken, Heartbeat, Zeitgeist
+from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
+from scripts.fuzz import unit_vector, valid_entry
+from scripts.local_servers import RunningS3
+from tests.daemon_helpers import trust_key, wait_until, write_jsonl
+from tests.test_mesh_s3 import make_peer, mesh_settings
+from tests.test_mesh_signed import free_port, rejected_counts
 
 NOW_MS: Final = 1_750_000_000_000
 MINUTE_MS: Final = 60_000
@@ -166,7 +166,7 @@ def test_every_field_beyond_its_limit_is_refused_alone_and_counted(
     bucket.create(key, segment_of([*lines, good.wire_bytes]))
     counted = Counted()
     log = reader(bucket, ManualClock(NOW_MS), counted)
-    with caplog.at_level(logging.WARNING, logger="zeitgeist.log"):
+    with caplog.at_level(logging.WARNING, logger="dreamcycle.zeitgeist.log"):
         decoded = log.fetch(key)
     assert decoded.entries == [good]
     assert [line.line_no for line in decoded.rejected] == list(range(1, len(OVER_LIMIT) + 1))
@@ -180,7 +180,7 @@ def test_every_field_beyond_its_limit_is_refused_alone_and_counted(
 def test_a_field_at_its_limit_is_accepted() -> None:
     at_limit = wire_of("attribution", chunk_hashes=[HASH] * ATTRIBUTION_MAX_CHUNKS)
     lines = [json.dumps(at_limit).encode()]
-    from zeitgeist.entries import decode_segment
+    from dreamcycle.zeitgeist.entries import decode_segment
 
     (entry,) = decode_segment(segment_of(lines)).entries
     assert isinstance(entry, AttributionEntry) and len(entry.chunk_hashes) == ATTRIBUTION_MAX_CHUNKS
@@ -232,7 +232,7 @@ def test_a_segment_beyond_a_limit_is_refused_whole_counted_and_logged_once(
     bucket.create(key, data)
     counted = Counted()
     log = reader(bucket, ManualClock(NOW_MS), counted, segment_limits=limits)
-    with caplog.at_level(logging.WARNING, logger="zeitgeist.log"):
+    with caplog.at_level(logging.WARNING, logger="dreamcycle.zeitgeist.log"):
         for _ in range(3):
             with pytest.raises(CorruptSegment) as refused:
                 log.fetch(key)
@@ -304,7 +304,7 @@ def test_a_segment_under_1_kb_of_bad_lines_writes_one_log_line_and_counts_them_a
     bucket.create(key, data)
     counted = Counted()
     log = reader(bucket, ManualClock(NOW_MS), counted)
-    with caplog.at_level(logging.DEBUG, logger="zeitgeist.log"):
+    with caplog.at_level(logging.DEBUG, logger="dreamcycle.zeitgeist.log"):
         for _ in range(2):
             assert len(log.fetch(key).rejected) == 19_000
     assert counted.by_reason == {"malformed_line": 38_000}
@@ -319,7 +319,7 @@ def test_a_malformed_key_is_logged_once_and_counted_every_poll(
     bucket.create(bad, b"")
     counted = Counted()
     log = reader(bucket, ManualClock(NOW_MS), counted)
-    with caplog.at_level(logging.DEBUG, logger="zeitgeist.log"):
+    with caplog.at_level(logging.DEBUG, logger="dreamcycle.zeitgeist.log"):
         for _ in range(5):
             assert log.poll(0, lambda key: False) == []
     assert counted.by_reason == {"malformed_key": 5}

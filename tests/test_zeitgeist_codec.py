@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pulses.pulse import PulseKind, SalientPulse
-from zeitgeist.entries import (
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.zeitgeist.entries import (
     ENTRY_TYPES,
     FORMAT_VERSION,
     AssertEntry,
@@ -37,8 +37,8 @@ from zeitgeist.entries import (
     encode_segment,
     entry_order_key,
 )
-from zeitgeist.hlc import HLC_MAX, hlc_from_ms
-from zeitgeist.keys import (
+from dreamcycle.zeitgeist.hlc import HLC_MAX, hlc_from_ms
+from dreamcycle.zeitgeist.keys import (
     InvalidKey,
     InvalidPeerId,
     SegmentKey,

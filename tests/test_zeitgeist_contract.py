@@ -14,7 +14,20 @@ from pathlib import Path
 
 import pytest
 
-from pulses.pulse import PulseKind
+from dreamcycle.pulses.pulse import PulseKind
+from dreamcycle.zeitgeist.backend import BackendError, KeyExists, LogBackend, PreconditionFailed
+from dreamcycle.zeitgeist.directory import DirectoryBackend, InvalidBackendKey
+from dreamcycle.zeitgeist.entries import Entry, PulseEntry, encode_entry
+from dreamcycle.zeitgeist.hlc import hlc_from_ms
+from dreamcycle.zeitgeist.keys import (
+    SEGMENT_PREFIX,
+    SNAPSHOT_PREFIX,
+    claim_key,
+    claim_prefix,
+    parse_segment_key,
+    segment_key,
+)
+from dreamcycle.zeitgeist.log import CompactionOutcome, FencedOut, Zeitgeist
 from tests.test_zeitgeist_codec import (
     BASE_MS,
     make_assert,
@@ -23,19 +36,6 @@ from tests.test_zeitgeist_codec import (
     one_of_each_kind,
 )
 from tests.test_zeitgeist_log import CountingBackend, ManualClock, beat, make_zeitgeist
-from zeitgeist.backend import BackendError, KeyExists, LogBackend, PreconditionFailed
-from zeitgeist.directory import DirectoryBackend, InvalidBackendKey
-from zeitgeist.entries import Entry, PulseEntry, encode_entry
-from zeitgeist.hlc import hlc_from_ms
-from zeitgeist.keys import (
-    SEGMENT_PREFIX,
-    SNAPSHOT_PREFIX,
-    claim_key,
-    claim_prefix,
-    parse_segment_key,
-    segment_key,
-)
-from zeitgeist.log import CompactionOutcome, FencedOut, Zeitgeist
 
 PAGED_KEY_COUNT = 1100
 WRITER_THREADS = 8

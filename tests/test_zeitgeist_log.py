@@ -10,14 +10,19 @@ from typing import Any
 
 import pytest
 
-from pulses.pulse import PulseKind
-from tests.test_zeitgeist_codec import BASE_MS, content_hash, make_pulse, one_of_each_kind
-from zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, Versioned
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import Entry, PulseEntry, TombstoneEntry
-from zeitgeist.hlc import COUNTER_BITS, HybridLogicalClock, InvalidHlc, hlc_from_ms
-from zeitgeist.keys import LEASE_KEY, claim_key, claim_prefix, heartbeat_key, parse_segment_key
-from zeitgeist.log import (
+from dreamcycle.pulses.pulse import PulseKind
+from dreamcycle.zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, Versioned
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import Entry, PulseEntry, TombstoneEntry
+from dreamcycle.zeitgeist.hlc import COUNTER_BITS, HybridLogicalClock, InvalidHlc, hlc_from_ms
+from dreamcycle.zeitgeist.keys import (
+    LEASE_KEY,
+    claim_key,
+    claim_prefix,
+    heartbeat_key,
+    parse_segment_key,
+)
+from dreamcycle.zeitgeist.log import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_LIVENESS_TIMEOUT_MS,
     DEFAULT_MAX_FUTURE_MS,
@@ -30,7 +35,8 @@ from zeitgeist.log import (
     InvalidSetting,
     Zeitgeist,
 )
-from zeitgeist.snapshot import fold_entries
+from dreamcycle.zeitgeist.snapshot import fold_entries
+from tests.test_zeitgeist_codec import BASE_MS, content_hash, make_pulse, one_of_each_kind
 
 
 class ManualClock:

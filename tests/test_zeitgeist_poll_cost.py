@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.clock import SystemClock
+from dreamcycle.daemon.clock import SystemClock
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.keys import segment_key
+from dreamcycle.zeitgeist.log import Heartbeat, Zeitgeist
 from tests.conftest import make_backend
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import segment_key
-from zeitgeist.log import Heartbeat, Zeitgeist
 
 PEERS = 20
 

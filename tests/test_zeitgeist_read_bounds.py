@@ -20,21 +20,18 @@ from typing import Any, Final
 
 import pytest
 
-from daemon.clock import ManualClock
-from daemon.cycle import run_cycle_blocking
-from daemon.health import BackendHealth, ObservedBackend
-from daemon.ingest import ingest
-from daemon.runtime import Peer
-from scripts.local_servers import RunningS3
-from store.database import NewObservation
-from tests.test_daemon_robustness import entry_status, open_peer, paragraphs, publish_as
-from tests.test_zeitgeist_bounds import Counted, logged_about, reader
-from zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, ObjectTooLarge, Versioned
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import CorruptSegment, ReconsolidateEntry, Refusal, SegmentLimits
-from zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from zeitgeist.keys import LEASE_KEY, claim_key, heartbeat_key, segment_key
-from zeitgeist.log import (
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.health import BackendHealth, ObservedBackend
+from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.runtime import Peer
+from dreamcycle.store.database import NewObservation
+from dreamcycle.zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, ObjectTooLarge, Versioned
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import CorruptSegment, ReconsolidateEntry, Refusal, SegmentLimits
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
+from dreamcycle.zeitgeist.keys import LEASE_KEY, claim_key, heartbeat_key, segment_key
+from dreamcycle.zeitgeist.log import (
     MAX_CLAIM_BYTES,
     MAX_HEARTBEAT_BYTES,
     MAX_LEASE_BYTES,
@@ -42,6 +39,9 @@ from zeitgeist.log import (
     Heartbeat,
     Zeitgeist,
 )
+from scripts.local_servers import RunningS3
+from tests.test_daemon_robustness import entry_status, open_peer, paragraphs, publish_as
+from tests.test_zeitgeist_bounds import Counted, logged_about, reader
 
 NOW_MS: Final = 1_750_000_000_000
 #: The segment limit the tests read under: small, so an object just over it is cheap.
@@ -187,7 +187,7 @@ def test_a_segment_one_byte_over_is_refused_and_the_segments_after_it_read(
     keys = log.poll(0, lambda key: False)
     assert keys[0] == hostile and len(keys) == 3
     decoded = []
-    with caplog.at_level(logging.WARNING, logger="zeitgeist.log"):
+    with caplog.at_level(logging.WARNING, logger="dreamcycle.zeitgeist.log"):
         for _ in range(2):  # polled again: counted again, logged once
             with pytest.raises(CorruptSegment) as refused:
                 log.fetch(hostile)

@@ -25,11 +25,11 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from dreamcycle.zeitgeist.backend import BackendError, KeyExists, PreconditionFailed
+from dreamcycle.zeitgeist.keys import InvalidKey
+from dreamcycle.zeitgeist.redis_streams import RedisConfigError, RedisStreamsBackend, is_transient
+from dreamcycle.zeitgeist.retry import RetryPolicy
 from scripts.local_servers import RunningRedis, start_redis
-from zeitgeist.backend import BackendError, KeyExists, PreconditionFailed
-from zeitgeist.keys import InvalidKey
-from zeitgeist.redis_streams import RedisConfigError, RedisStreamsBackend, is_transient
-from zeitgeist.retry import RetryPolicy
 
 pytestmark = pytest.mark.slow
 

@@ -22,15 +22,20 @@ from botocore.exceptions import (
     SSLError,
 )
 
-from scripts.local_servers import RunningS3, start_seaweedfs
-from zeitgeist.backend import BackendError, KeyExists, PreconditionFailed, UnsupportedStore
-from zeitgeist.retry import (
+from dreamcycle.zeitgeist.backend import (
+    BackendError,
+    KeyExists,
+    PreconditionFailed,
+    UnsupportedStore,
+)
+from dreamcycle.zeitgeist.retry import (
     InvalidRetryPolicy,
     RequestCounter,
     RetryDeadlineExceeded,
     RetryPolicy,
 )
-from zeitgeist.s3 import S3Backend, S3ConfigError, is_transient
+from dreamcycle.zeitgeist.s3 import S3Backend, S3ConfigError, is_transient
+from scripts.local_servers import RunningS3, start_seaweedfs
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from daemon.config import Config, load_config
-from daemon.keys import (
+from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.keys import (
     KeyExists,
     KeyUnavailable,
     check_can_run,
@@ -23,10 +23,9 @@ from daemon.keys import (
     read_keyring,
     read_signer,
 )
-from pulses.pulse import PulseKind, SalientPulse
-from tests.daemon_helpers import BASE_SETTINGS, DREAMCYCLE
-from zeitgeist.directory import DirectoryBackend
-from zeitgeist.entries import (
+from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.zeitgeist.directory import DirectoryBackend
+from dreamcycle.zeitgeist.entries import (
     FORMAT_VERSION,
     SIGNED_VERSION,
     Entry,
@@ -37,10 +36,10 @@ from zeitgeist.entries import (
     encode_entry,
     encode_segment,
 )
-from zeitgeist.hlc import hlc_from_ms
-from zeitgeist.keys import heartbeat_key
-from zeitgeist.log import Heartbeat
-from zeitgeist.signing import (
+from dreamcycle.zeitgeist.hlc import hlc_from_ms
+from dreamcycle.zeitgeist.keys import heartbeat_key
+from dreamcycle.zeitgeist.log import Heartbeat
+from dreamcycle.zeitgeist.signing import (
     InvalidKeyring,
     Keyring,
     Rejection,
@@ -49,7 +48,8 @@ from zeitgeist.signing import (
     Verifier,
     generate_key,
 )
-from zeitgeist.snapshot import fold_entries
+from dreamcycle.zeitgeist.snapshot import fold_entries
+from tests.daemon_helpers import BASE_SETTINGS, DREAMCYCLE
 
 T0_MS = 1_700_000_000_000
 HASH = "ab" * 32

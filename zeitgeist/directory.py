@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from zeitgeist.backend import (
+from dreamcycle.zeitgeist.backend import (
     MAX_OBJECT_BYTES,
     BackendError,
     KeyExists,

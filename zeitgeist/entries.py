@@ -49,16 +49,16 @@ import blake3
 import numpy as np
 import numpy.typing as npt
 
-from pulses.constants import (
+from dreamcycle.pulses.constants import (
     ATTRIBUTION_MAX_CHUNKS,
     DECISION_TEXT_MAX_CHARS,
     EMBEDDING_DIM_MAX,
     INDEX_VERSION_MAX_CHARS,
     REASON_MAX_CHARS,
 )
-from pulses.pulse import InvalidPulse, PulseKind, SalientPulse
-from zeitgeist.hlc import InvalidHlc, check_hlc
-from zeitgeist.keys import InvalidPeerId, validate_peer_id
+from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse
+from dreamcycle.zeitgeist.hlc import InvalidHlc, check_hlc
+from dreamcycle.zeitgeist.keys import InvalidPeerId, validate_peer_id
 
 FORMAT_VERSION: Final = 1
 #: The version of a signed line: FORMAT_VERSION plus "key_id" and "sig".

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from zeitgeist.hlc import HLC_HEX_DIGITS, check_hlc, format_hlc, parse_hlc
+from dreamcycle.zeitgeist.hlc import HLC_HEX_DIGITS, check_hlc, format_hlc, parse_hlc
 
 SEGMENT_PREFIX: Final = "seg/"
 SNAPSHOT_PREFIX: Final = "snap/"

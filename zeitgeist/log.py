@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from zeitgeist.backend import KeyExists, LogBackend, ObjectTooLarge, PreconditionFailed
-from zeitgeist.entries import (
+from dreamcycle.zeitgeist.backend import KeyExists, LogBackend, ObjectTooLarge, PreconditionFailed
+from dreamcycle.zeitgeist.entries import (
     SEGMENT_LIMITS,
     SNAPSHOT_LIMITS,
     CorruptSegment,
@@ -61,13 +61,13 @@ from zeitgeist.entries import (
     parse_json,
     payload_digest,
 )
-from zeitgeist.hlc import (
+from dreamcycle.zeitgeist.hlc import (
     HybridLogicalClock,
     check_hlc,
     hlc_from_ms,
     ms_to_hlc_span,
 )
-from zeitgeist.keys import (
+from dreamcycle.zeitgeist.keys import (
     HEARTBEAT_PREFIX,
     LEASE_KEY,
     SEGMENT_PREFIX,
@@ -87,8 +87,8 @@ from zeitgeist.keys import (
     snapshot_key,
     validate_peer_id,
 )
-from zeitgeist.signing import Rejection, Signer, Verdict, Verifier
-from zeitgeist.snapshot import Snapshot, fold_entries
+from dreamcycle.zeitgeist.signing import Rejection, Signer, Verdict, Verifier
+from dreamcycle.zeitgeist.snapshot import Snapshot, fold_entries
 
 #: How far behind its cursor a reader lists; must exceed clock skew plus the slowest write.
 DEFAULT_WINDOW_MS: Final = 60_000

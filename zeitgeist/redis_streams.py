@@ -45,7 +45,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from zeitgeist.backend import (
+from dreamcycle.zeitgeist.backend import (
     MAX_OBJECT_BYTES,
     BackendError,
     KeyExists,
@@ -55,8 +55,8 @@ from zeitgeist.backend import (
     Versioned,
     check_read_bound,
 )
-from zeitgeist.keys import InvalidKey
-from zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
+from dreamcycle.zeitgeist.keys import InvalidKey
+from dreamcycle.zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
-from zeitgeist.backend import BackendError
+from dreamcycle.zeitgeist.backend import BackendError
 
 T = TypeVar("T")
 

@@ -36,7 +36,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from zeitgeist.backend import (
+from dreamcycle.zeitgeist.backend import (
     MAX_OBJECT_BYTES,
     BackendError,
     KeyExists,
@@ -46,8 +46,8 @@ from zeitgeist.backend import (
     Versioned,
     check_read_bound,
 )
-from zeitgeist.keys import InvalidKey
-from zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
+from dreamcycle.zeitgeist.keys import InvalidKey
+from dreamcycle.zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -25,9 +25,9 @@ import blake3
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from zeitgeist.entries import KEY_ID_HEX_LEN, Entry, SegmentSeal
-from zeitgeist.hlc import HybridLogicalClock
-from zeitgeist.keys import InvalidPeerId, validate_peer_id
+from dreamcycle.zeitgeist.entries import KEY_ID_HEX_LEN, Entry, SegmentSeal
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.keys import InvalidPeerId, validate_peer_id
 
 KEYRING_FORMAT_VERSION: Final = 1
 PUBLIC_KEY_BYTES: Final = 32

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from zeitgeist.entries import (
+from dreamcycle.zeitgeist.entries import (
     Entry,
     PulseEntry,
     TombstoneEntry,

@@ -27,13 +27,13 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.routing import Route
 
-from daemon import defaults
-from daemon.api import models
-from daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
-from daemon.api.operations import Conflict, NotFound, NotReady, Operations
-from daemon.config import ApiConfig, Config
-from daemon.health import Health
-from store.database import InvalidObservation
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
+from dreamcycle.daemon.api.operations import Conflict, NotFound, NotReady, Operations
+from dreamcycle.daemon.config import ApiConfig, Config
+from dreamcycle.daemon.health import Health
+from dreamcycle.store.database import InvalidObservation
 
 log = logging.getLogger("dreamcycle.api")
 T = TypeVar("T")

@@ -29,13 +29,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, Field
 
-from daemon import client, defaults
-from daemon.api import models
-from daemon.api.operations import Conflict, NotFound, NotReady, Operations
-from daemon.client import ApiError, Route, request_model
-from pulses.constants import STRENGTH_MAX
-from pulses.context import MIN_BUDGET
-from store.database import InvalidObservation
+from dreamcycle.daemon import client, defaults
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.operations import Conflict, NotFound, NotReady, Operations
+from dreamcycle.daemon.client import ApiError, Route, request_model
+from dreamcycle.pulses.constants import STRENGTH_MAX
+from dreamcycle.pulses.context import MIN_BUDGET
+from dreamcycle.store.database import InvalidObservation
 
 log = logging.getLogger("dreamcycle.mcp")
 Req = TypeVar("Req", bound=BaseModel | None)

@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from daemon import defaults
-from pulses.constants import (
+from dreamcycle.daemon import defaults
+from dreamcycle.pulses.constants import (
     K_MAX,
     MAX_HOPS_MAX,
     REASON_MAX_CHARS,
@@ -19,9 +19,9 @@ from pulses.constants import (
     STRENGTH_MAX,
     TTL_MAX_S,
 )
-from pulses.context import MIN_BUDGET
-from pulses.pulse import PulseKind, validate_parameters
-from store.database import CHUNK_KINDS, DELETION_POLICIES
+from dreamcycle.pulses.context import MIN_BUDGET
+from dreamcycle.pulses.pulse import PulseKind, validate_parameters
+from dreamcycle.store.database import CHUNK_KINDS, DELETION_POLICIES
 
 ChunkHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="blake3 content hash")]
 HashOrPrefix = Annotated[

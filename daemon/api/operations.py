@@ -30,11 +30,11 @@ from typing import Any, Final
 
 import numpy as np
 
-from daemon import defaults
-from daemon.admission import record_admission
-from daemon.api import models, views
-from daemon.confidence import Cause, change_confidence, corroborate
-from daemon.emit import (
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.admission import record_admission
+from dreamcycle.daemon.api import models, views
+from dreamcycle.daemon.confidence import Cause, change_confidence, corroborate
+from dreamcycle.daemon.emit import (
     ConflictingOutcome,
     PulseRequest,
     check_reason,
@@ -44,23 +44,23 @@ from daemon.emit import (
     emit_supersede,
     emit_tombstone,
 )
-from daemon.memo import StampedCache
-from daemon.recall import Hit, WordMatches, rank_query, record_attribution, search_words
-from daemon.runtime import Peer, Runtime
-from daemon.status import status_report
-from pulses import constants
-from pulses.context import Bundle, Candidate, Member, Tier, pack, render
-from pulses.pulse import PulseKind
-from store import tiers
-from store.database import (
+from dreamcycle.daemon.memo import StampedCache
+from dreamcycle.daemon.recall import Hit, WordMatches, rank_query, record_attribution, search_words
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.status import status_report
+from dreamcycle.pulses import constants
+from dreamcycle.pulses.context import Bundle, Candidate, Member, Tier, pack, render
+from dreamcycle.pulses.pulse import PulseKind
+from dreamcycle.store import tiers
+from dreamcycle.store.database import (
     EFFICACY_TYPE,
     REVISABLE_COLUMNS,
     Database,
     NewObservation,
     embedding_text,
 )
-from store.embedder import Embedder
-from store.hashing import content_hash
+from dreamcycle.store.embedder import Embedder
+from dreamcycle.store.hashing import content_hash
 
 #: The attribution's decision text when a vector was recalled without one.
 VECTOR_DECISION: Final = "recall by vector"

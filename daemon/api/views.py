@@ -12,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from daemon import defaults
-from daemon.api import models
-from daemon.confidence import HalfLives
-from daemon.config import DownscaleConfig
-from pulses.context import Candidate
-from store import checkpoints
-from store import keys as key_store
-from store.database import EFFICACY_TYPE, Database
-from store.timefmt import iso_from_ms, ms_from_iso
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.confidence import HalfLives
+from dreamcycle.daemon.config import DownscaleConfig
+from dreamcycle.pulses.context import Candidate
+from dreamcycle.store import checkpoints
+from dreamcycle.store import keys as key_store
+from dreamcycle.store.database import EFFICACY_TYPE, Database
+from dreamcycle.store.timefmt import iso_from_ms, ms_from_iso
 
 Vector = np.ndarray[Any, np.dtype[np.float32]]
 

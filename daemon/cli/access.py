@@ -34,12 +34,12 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from daemon.api import models
-    from daemon.client import MemoryClient
-    from daemon.config import Config
-    from daemon.ingest import IngestReport
-    from daemon.reingest import MetadataReport
-    from store.database import NewObservation
+    from dreamcycle.daemon.api import models
+    from dreamcycle.daemon.client import MemoryClient
+    from dreamcycle.daemon.config import Config
+    from dreamcycle.daemon.ingest import IngestReport
+    from dreamcycle.daemon.reingest import MetadataReport
+    from dreamcycle.store.database import NewObservation
 
 log = logging.getLogger("dreamcycle.cli")
 T = TypeVar("T")
@@ -171,7 +171,7 @@ def memory_access(config: Config, *, direct: bool = False) -> Iterator[MemoryAcc
         log.debug("memory opened directly", extra={"database": str(config.database_path)})
         yield opened
         return
-    from daemon.client import Endpoint, MemoryClient
+    from dreamcycle.daemon.client import Endpoint, MemoryClient
 
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         # A line per request on a command's stderr is noise: its answer is its output.
@@ -208,8 +208,8 @@ class DirectAccess:
         record: bool,
         min_confidence: float = 0.0,
     ) -> Recalled:
-        from daemon.recall import recall
-        from daemon.runtime import Runtime
+        from dreamcycle.daemon.recall import recall
+        from dreamcycle.daemon.runtime import Runtime
 
         rt = Runtime.open(self.config)
         try:
@@ -230,8 +230,8 @@ class DirectAccess:
         )
 
     def status(self) -> dict[str, Any]:
-        from daemon.status import status_report
-        from store.database import Database
+        from dreamcycle.daemon.status import status_report
+        from dreamcycle.store.database import Database
 
         if not self.config.database_path.exists():
             raise ValueError(
@@ -244,8 +244,8 @@ class DirectAccess:
             db.close()
 
     def forgotten(self, *, limit: int, offset: int) -> ColdPage:
-        from daemon.runtime import Runtime
-        from store import tiers
+        from dreamcycle.daemon.runtime import Runtime
+        from dreamcycle.store import tiers
 
         rt = Runtime.open(self.config)
         try:
@@ -259,9 +259,9 @@ class DirectAccess:
         )
 
     def revive(self, content_hash: str) -> None:
-        from daemon.emit import UnknownHash, resolve_hash
-        from daemon.runtime import Runtime
-        from store import tiers
+        from dreamcycle.daemon.emit import UnknownHash, resolve_hash
+        from dreamcycle.daemon.runtime import Runtime
+        from dreamcycle.store import tiers
 
         rt = Runtime.open(self.config)
         try:
@@ -286,7 +286,7 @@ class DirectAccess:
         cited: Sequence[str],
         decided_elsewhere: bool = False,
     ) -> Queued:
-        from daemon.emit import emit_outcome
+        from dreamcycle.daemon.emit import emit_outcome
 
         return self._emit(
             lambda rt: emit_outcome(
@@ -300,8 +300,8 @@ class DirectAccess:
         )
 
     def pulse(self, spec: PulseSpec) -> Queued:
-        from daemon.emit import PulseRequest, emit_pulse
-        from pulses.pulse import PulseKind
+        from dreamcycle.daemon.emit import PulseRequest, emit_pulse
+        from dreamcycle.pulses.pulse import PulseKind
 
         request = PulseRequest(**{**asdict(spec), "kind": PulseKind(spec.kind)})
         return self._emit(lambda rt: emit_pulse(rt, request))
@@ -309,7 +309,7 @@ class DirectAccess:
     def tombstone(
         self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
     ) -> Queued:
-        from daemon.emit import emit_tombstone
+        from dreamcycle.daemon.emit import emit_tombstone
 
         return self._emit(
             lambda rt: emit_tombstone(
@@ -324,8 +324,8 @@ class DirectAccess:
         embed: bool,
         progress: Progress | None,
     ) -> IngestReport:
-        from daemon.ingest import ingest
-        from daemon.runtime import Runtime
+        from dreamcycle.daemon.ingest import ingest
+        from dreamcycle.daemon.runtime import Runtime
 
         rt = Runtime.open(self.config)
         try:
@@ -335,8 +335,8 @@ class DirectAccess:
 
     def check_metadata(self, files: Sequence[Sequence[NewObservation]]) -> None:
         """Refuse content stored before with metadata that cannot change (daemon/reingest.py)."""
-        from daemon.reingest import check_fixed
-        from daemon.runtime import Runtime
+        from dreamcycle.daemon.reingest import check_fixed
+        from dreamcycle.daemon.runtime import Runtime
 
         if not self.config.database_path.exists():
             return  # nothing is stored yet, and a check creates nothing
@@ -348,8 +348,8 @@ class DirectAccess:
 
     def apply_metadata(self, files: Sequence[Sequence[NewObservation]]) -> MetadataReport:
         """Content ingested again gets the metadata its files give now (daemon/reingest.py)."""
-        from daemon.reingest import apply_metadata
-        from daemon.runtime import Runtime
+        from dreamcycle.daemon.reingest import apply_metadata
+        from dreamcycle.daemon.runtime import Runtime
 
         rt = Runtime.open(self.config)
         try:
@@ -358,7 +358,7 @@ class DirectAccess:
             rt.close()
 
     def _emit(self, emit: Callable[[Any], Any]) -> Queued:
-        from daemon.runtime import Runtime
+        from dreamcycle.daemon.runtime import Runtime
 
         rt = Runtime.open(self.config)
         try:
@@ -393,7 +393,7 @@ class ApiAccess:
         """`send` the request `build` makes, or do it `direct`ly: when the API's models refuse
         the request, when the daemon does not answer, and (with `unknown_here_goes_direct`)
         when the daemon does not hold what the request names."""
-        from daemon.client import BadRequest, NotFound, Unavailable
+        from dreamcycle.daemon.client import BadRequest, NotFound, Unavailable
 
         if self._gone:
             return direct()
@@ -424,8 +424,8 @@ class ApiAccess:
         record: bool,
         min_confidence: float = 0.0,
     ) -> Recalled:
-        from daemon.api import models
-        from daemon.client import RECALL, request_model
+        from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.client import RECALL, request_model
 
         def send(request: models.RecallRequest) -> Recalled:
             answer = self._client.send(RECALL, request)
@@ -462,7 +462,7 @@ class ApiAccess:
         return self._served(lambda: None, send, self._direct.status)
 
     def forgotten(self, *, limit: int, offset: int) -> ColdPage:
-        from daemon.api import models
+        from dreamcycle.daemon.api import models
 
         def send(_: None) -> ColdPage:
             chunks: list[ColdChunk] = []
@@ -485,8 +485,8 @@ class ApiAccess:
         )
 
     def revive(self, content_hash: str) -> None:
-        from daemon.api import models
-        from daemon.client import REVIVE, BadRequest, Conflict, NotFound, request_model
+        from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.client import REVIVE, BadRequest, Conflict, NotFound, request_model
 
         def build() -> models.RefRequest:
             # A prefix goes the direct way, which resolves it in the words every command prints.
@@ -511,8 +511,8 @@ class ApiAccess:
         cited: Sequence[str],
         decided_elsewhere: bool = False,
     ) -> Queued:
-        from daemon.api import models
-        from daemon.client import OUTCOME, request_model
+        from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.client import OUTCOME, request_model
 
         return self._served(
             lambda: request_model(
@@ -534,8 +534,8 @@ class ApiAccess:
         )
 
     def pulse(self, spec: PulseSpec) -> Queued:
-        from daemon.api import models
-        from daemon.client import PULSE, request_model
+        from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.client import PULSE, request_model
 
         return self._served(
             lambda: request_model(models.PulseRequest, **asdict(spec)),
@@ -546,8 +546,8 @@ class ApiAccess:
     def tombstone(
         self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
     ) -> Queued:
-        from daemon.api import models
-        from daemon.client import TOMBSTONE, request_model
+        from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.client import TOMBSTONE, request_model
 
         return self._served(
             lambda: request_model(
@@ -570,10 +570,10 @@ class ApiAccess:
         embed: bool,
         progress: Progress | None,
     ) -> IngestReport:
-        from daemon.api import models
-        from daemon.client import SAVE, BadRequest, Conflict, Unavailable, request_model
-        from daemon.ingest import IngestReport
-        from store.database import EFFICACY_TYPE
+        from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.client import SAVE, BadRequest, Conflict, Unavailable, request_model
+        from dreamcycle.daemon.ingest import IngestReport
+        from dreamcycle.store.database import EFFICACY_TYPE
 
         items = [item for file in files for item in file]
         try:
@@ -624,7 +624,7 @@ class ApiAccess:
 def _save_fields(item: NewObservation) -> dict[str, Any]:
     """The chunk as the API's save takes it: every field but the file and line it came
     from (`source_ref`), which only the direct way records."""
-    from daemon.api import models
+    from dreamcycle.daemon.api import models
 
     return {name: getattr(item, name) for name in models.SaveRequest.model_fields}
 

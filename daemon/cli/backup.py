@@ -8,7 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import config_options, existing_data_epilog, load_existing, run_guarded
+from dreamcycle.daemon.cli.common import (
+    config_options,
+    existing_data_epilog,
+    load_existing,
+    run_guarded,
+)
 
 
 def register(verbs: Any) -> None:
@@ -32,7 +37,7 @@ def register(verbs: Any) -> None:
 def _backup(args: argparse.Namespace) -> int:
     import apsw
 
-    from store.database import BUSY_TIMEOUT_MS, DatabaseError
+    from dreamcycle.store.database import BUSY_TIMEOUT_MS, DatabaseError
 
     config = load_existing(args)
     source_path = config.database_path

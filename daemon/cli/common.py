@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from daemon.config import Config
+    from dreamcycle.daemon.config import Config
 
 EXIT_OK: Final = 0
 #: Something unexpected; the message and traceback are logged.
@@ -108,8 +108,8 @@ def access_options() -> argparse.ArgumentParser:
 
 
 def load(args: argparse.Namespace) -> Config:
-    from daemon.config import load_config
-    from daemon.logs import configure_logging
+    from dreamcycle.daemon.config import load_config
+    from dreamcycle.daemon.logs import configure_logging
 
     config = load_config(
         args.config,
@@ -197,25 +197,25 @@ def reason_text(text: str) -> str:
 #: module never imported cannot have been raised, and importing them all here would cost
 #: every command the API server's and the model's imports.
 CANNOT_RUN_HERE: Final = (
-    ("daemon.runtime", "AlreadyRunning"),
-    ("daemon.api.http", "ApiUnavailable"),
-    ("zeitgeist.backend", "BackendError"),
-    ("daemon.metrics", "MetricsUnavailable"),
-    ("store.database", "DatabaseError"),
-    ("store.migrations", "MigrationError"),
-    ("store.embedder", "EmbedderUnavailable"),
-    ("daemon.client", "Unavailable"),
-    ("daemon.keys", "KeyUnavailable"),
-    ("daemon.keys", "KeyExists"),
+    ("dreamcycle.daemon.runtime", "AlreadyRunning"),
+    ("dreamcycle.daemon.api.http", "ApiUnavailable"),
+    ("dreamcycle.zeitgeist.backend", "BackendError"),
+    ("dreamcycle.daemon.metrics", "MetricsUnavailable"),
+    ("dreamcycle.store.database", "DatabaseError"),
+    ("dreamcycle.store.migrations", "MigrationError"),
+    ("dreamcycle.store.embedder", "EmbedderUnavailable"),
+    ("dreamcycle.daemon.client", "Unavailable"),
+    ("dreamcycle.daemon.keys", "KeyUnavailable"),
+    ("dreamcycle.daemon.keys", "KeyExists"),
 )
 BAD_INPUT: Final = (
-    ("daemon.config", "ConfigError"),
-    ("store.database", "InvalidObservation"),
+    ("dreamcycle.daemon.config", "ConfigError"),
+    ("dreamcycle.store.database", "InvalidObservation"),
     ("builtins", "ValueError"),
     # What the daemon refused: the same requests the direct way refuses as bad input.
-    ("daemon.client", "BadRequest"),
-    ("daemon.client", "NotFound"),
-    ("daemon.client", "Conflict"),
+    ("dreamcycle.daemon.client", "BadRequest"),
+    ("dreamcycle.daemon.client", "NotFound"),
+    ("dreamcycle.daemon.client", "Conflict"),
 )
 
 

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from daemon.cli.common import EXIT_FAILURE, EXIT_OK, config_options, run_guarded
+from dreamcycle.daemon.cli.common import EXIT_FAILURE, EXIT_OK, config_options, run_guarded
 
 if TYPE_CHECKING:
-    from daemon.config import Config
-    from zeitgeist.backend import LogBackend
+    from dreamcycle.daemon.config import Config
+    from dreamcycle.zeitgeist.backend import LogBackend
 
 OK: Final = "ok"
 WARN: Final = "warn"
@@ -68,7 +68,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def diagnose(args: argparse.Namespace) -> list[Check]:
-    from daemon.config import ConfigError, load_config
+    from dreamcycle.daemon.config import ConfigError, load_config
 
     try:
         config = load_config(
@@ -106,7 +106,7 @@ def diagnose(args: argparse.Namespace) -> list[Check]:
 
 
 def _config_source(args: argparse.Namespace) -> str:
-    from daemon import defaults
+    from dreamcycle.daemon import defaults
 
     if args.config is not None:
         return str(args.config)
@@ -176,10 +176,10 @@ def _database(config: Config) -> Check:
 
 
 def _index(config: Config) -> Check:
-    from daemon.runtime import INDEX_IDENTITY_META_KEY
-    from store.database import Database
-    from store.embedder import Embedder
-    from store.index import HnswIndex, IndexUnusable, Unusable, meta_path
+    from dreamcycle.daemon.runtime import INDEX_IDENTITY_META_KEY
+    from dreamcycle.store.database import Database
+    from dreamcycle.store.embedder import Embedder
+    from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, meta_path
 
     path = config.index_path
     if not path.exists() and not meta_path(path).exists():
@@ -229,7 +229,7 @@ def _index(config: Config) -> Check:
 
 
 def _model(config: Config) -> Check:
-    from store.embedder import Embedder, EmbedderError
+    from dreamcycle.store.embedder import Embedder, EmbedderError
 
     name = config.embedding.model
     try:
@@ -246,10 +246,10 @@ def _model(config: Config) -> Check:
 
 
 def _backend(config: Config) -> tuple[LogBackend | None, Check]:
-    from daemon import defaults
-    from daemon.runtime import open_backend
-    from zeitgeist.backend import BackendError, UnsupportedStore
-    from zeitgeist.retry import RetryPolicy
+    from dreamcycle.daemon import defaults
+    from dreamcycle.daemon.runtime import open_backend
+    from dreamcycle.zeitgeist.backend import BackendError, UnsupportedStore
+    from dreamcycle.zeitgeist.retry import RetryPolicy
 
     name = config.zeitgeist.backend
     if name == "dir" and not config.zeitgeist_dir.is_dir():
@@ -283,8 +283,8 @@ def _backend(config: Config) -> tuple[LogBackend | None, Check]:
 
 
 def _clock(config: Config, backend: LogBackend) -> Check:
-    from daemon import defaults
-    from daemon.clock import clock_from_config
+    from dreamcycle.daemon import defaults
+    from dreamcycle.daemon.clock import clock_from_config
 
     server_ms = _server_time_ms(backend)
     if server_ms is None:
@@ -304,7 +304,7 @@ def _server_time_ms(backend: LogBackend) -> int | None:
     """The store's own clock: S3's Date header (1 s resolution), Redis' TIME."""
     reader: Callable[[], int] | None = None
     if backend.name == "s3":
-        from zeitgeist.s3 import S3Backend
+        from dreamcycle.zeitgeist.s3 import S3Backend
 
         assert isinstance(backend, S3Backend)
         s3 = backend
@@ -315,7 +315,7 @@ def _server_time_ms(backend: LogBackend) -> int | None:
             return int(email.utils.parsedate_to_datetime(date).timestamp() * 1000)
 
     elif backend.name == "redis":
-        from zeitgeist.redis_streams import RedisStreamsBackend
+        from dreamcycle.zeitgeist.redis_streams import RedisStreamsBackend
 
         assert isinstance(backend, RedisStreamsBackend)
         redis_backend = backend
@@ -334,8 +334,8 @@ def _server_time_ms(backend: LogBackend) -> int | None:
 
 def _keys(config: Config) -> Check:
     """This peer's private key (present, 0600) and a keyring the daemon can read."""
-    from daemon.keys import KeyUnavailable, read_keyring, read_signer
-    from zeitgeist.signing import InvalidKeyring
+    from dreamcycle.daemon.keys import KeyUnavailable, read_keyring, read_signer
+    from dreamcycle.zeitgeist.signing import InvalidKeyring
 
     try:
         signer = read_signer(config)

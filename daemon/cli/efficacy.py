@@ -8,7 +8,7 @@ import math
 import sys
 from typing import TYPE_CHECKING, Any
 
-from daemon.cli.common import (
+from dreamcycle.daemon.cli.common import (
     bounded,
     config_options,
     existing_data_epilog,
@@ -18,8 +18,8 @@ from daemon.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from daemon.efficacy import Measurement
-    from daemon.runtime import Runtime
+    from dreamcycle.daemon.efficacy import Measurement
+    from dreamcycle.daemon.runtime import Runtime
 
 CURRENT = "current"
 
@@ -55,7 +55,7 @@ def register(verbs: Any) -> None:
 
 
 def _efficacy(args: argparse.Namespace) -> int:
-    from daemon.efficacy import (
+    from dreamcycle.daemon.efficacy import (
         gather,
         held_salience,
         learned,
@@ -63,7 +63,7 @@ def _efficacy(args: argparse.Namespace) -> int:
         replayed,
         window_label,
     )
-    from daemon.runtime import Runtime
+    from dreamcycle.daemon.runtime import Runtime
 
     config = load_existing(args)
     window_s = config.efficacy.window_s if args.window_s is None else args.window_s
@@ -126,8 +126,8 @@ def _replayed_salience(rt: Runtime, rule: str) -> dict[int, float]:
     """Salience of the chunks live after replaying the journal with every pulse under `rule`."""
     from tqdm import tqdm
 
-    from daemon.rebuild import replay
-    from pulses.propagate import UpdateRule
+    from dreamcycle.daemon.rebuild import replay
+    from dreamcycle.pulses.propagate import UpdateRule
 
     total = sum(rt.db.journal_counts().values())
     with tqdm(

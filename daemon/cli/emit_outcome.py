@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.access import memory_access
-from daemon.cli.common import (
+from dreamcycle.daemon.cli.access import memory_access
+from dreamcycle.daemon.cli.common import (
     access_options,
     bounded,
     config_options,
@@ -14,7 +14,7 @@ from daemon.cli.common import (
     reason_text,
     run_guarded,
 )
-from pulses.outcome import REWARD_MAX, REWARD_MIN
+from dreamcycle.pulses.outcome import REWARD_MAX, REWARD_MIN
 
 
 def register(verbs: Any) -> None:

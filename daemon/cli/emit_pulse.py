@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.access import PulseSpec, memory_access
-from daemon.cli.common import (
+from dreamcycle.daemon.cli.access import PulseSpec, memory_access
+from dreamcycle.daemon.cli.common import (
     access_options,
     bounded,
     config_options,
@@ -14,7 +14,7 @@ from daemon.cli.common import (
     reason_text,
     run_guarded,
 )
-from pulses.constants import (
+from dreamcycle.pulses.constants import (
     K_MAX,
     MAX_HOPS_MAX,
     MOVED_SALIENCE_MAX,
@@ -23,7 +23,7 @@ from pulses.constants import (
     STRENGTH_MAX,
     TTL_MAX_S,
 )
-from pulses.pulse import PulseKind, validate_parameters
+from dreamcycle.pulses.pulse import PulseKind, validate_parameters
 
 
 def register(verbs: Any) -> None:

@@ -5,8 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.access import memory_access
-from daemon.cli.common import access_options, config_options, load, reason_text, run_guarded
+from dreamcycle.daemon.cli.access import memory_access
+from dreamcycle.daemon.cli.common import (
+    access_options,
+    config_options,
+    load,
+    reason_text,
+    run_guarded,
+)
 
 
 def register(verbs: Any) -> None:

@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 from typing import Any, Final
 
-from daemon.cli.access import memory_access
-from daemon.cli.common import (
+from dreamcycle.daemon.cli.access import memory_access
+from dreamcycle.daemon.cli.common import (
     access_options,
     bounded,
     config_options,

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.common import config_options, load, run_guarded
+from dreamcycle.daemon.cli.common import config_options, load, run_guarded
 
 
 def register(verbs: Any) -> None:
@@ -32,8 +32,8 @@ def register(verbs: Any) -> None:
 def _import(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from daemon.engram_import import import_engram, read_engram
-    from daemon.runtime import Runtime
+    from dreamcycle.daemon.engram_import import import_engram, read_engram
+    from dreamcycle.daemon.runtime import Runtime
 
     config = load(args)
     # Read and checked whole before the database is opened: a bad source writes nothing.

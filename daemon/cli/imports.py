@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli import import_engram
-from daemon.cli.common import VerbModule
+from dreamcycle.daemon.cli import import_engram
+from dreamcycle.daemon.cli.common import VerbModule
 
 #: One module per source; each registers its own sub-verb.
 SOURCES: list[VerbModule] = [import_engram]

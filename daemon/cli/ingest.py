@@ -7,8 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.access import memory_access
-from daemon.cli.common import EXIT_OK, EXIT_USAGE, access_options, config_options, load, run_guarded
+from dreamcycle.daemon.cli.access import memory_access
+from dreamcycle.daemon.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    access_options,
+    config_options,
+    load,
+    run_guarded,
+)
 
 
 def register(verbs: Any) -> None:
@@ -45,7 +52,7 @@ def register(verbs: Any) -> None:
 def _ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from daemon.ingest import read_files
+    from dreamcycle.daemon.ingest import read_files
 
     config = load(args)
     refusals = {path: why for path in args.files if (why := not_text(path)) is not None}

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from daemon import defaults
-from daemon.cli.common import EXIT_UNAVAILABLE, run_guarded
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.cli.common import EXIT_UNAVAILABLE, run_guarded
 
 #: The checkout this command runs from holds the unit and the example config.
 SOURCE_ROOT: Final = Path(__file__).resolve().parents[2]

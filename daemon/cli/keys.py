@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from daemon.cli.common import config_options, load, print_table, run_guarded
+from dreamcycle.daemon.cli.common import config_options, load, print_table, run_guarded
 
 
 def register(verbs: Any) -> None:
@@ -95,7 +95,7 @@ def register(verbs: Any) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from daemon.keys import init_key
+    from dreamcycle.daemon.keys import init_key
 
     config = load(args)
     if args.if_missing and config.key_path.exists():
@@ -110,7 +110,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from daemon.keys import KeyUnavailable, read_signer
+    from dreamcycle.daemon.keys import KeyUnavailable, read_signer
 
     config = load(args)
     signer = read_signer(config)
@@ -130,8 +130,8 @@ def _print_key(peer_id: str, key_id: str, public_key: str) -> None:
 
 
 def _trust(args: argparse.Namespace) -> int:
-    from daemon.keys import read_keyring, write_keyring
-    from zeitgeist.signing import TrustedKey, decode_public_key, key_id_of
+    from dreamcycle.daemon.keys import read_keyring, write_keyring
+    from dreamcycle.zeitgeist.signing import TrustedKey, decode_public_key, key_id_of
 
     config = load(args)
     public_key = args.public_key or _heartbeat_key(config, args.peer)
@@ -167,9 +167,9 @@ def _trust(args: argparse.Namespace) -> int:
 
 def _heartbeat_key(config: Any, peer_id: str) -> str:
     """The public key `peer_id`'s heartbeat publishes; ValueError when there is none."""
-    from daemon.runtime import open_backend
-    from zeitgeist.keys import heartbeat_key
-    from zeitgeist.log import MAX_HEARTBEAT_BYTES, Heartbeat
+    from dreamcycle.daemon.runtime import open_backend
+    from dreamcycle.zeitgeist.keys import heartbeat_key
+    from dreamcycle.zeitgeist.log import MAX_HEARTBEAT_BYTES, Heartbeat
 
     backend = open_backend(config)
     try:
@@ -188,7 +188,7 @@ def _heartbeat_key(config: Any, peer_id: str) -> str:
 
 
 def _ms_or_none(text: str | None, option: str) -> int | None:
-    from store.timefmt import ms_from_iso
+    from dreamcycle.store.timefmt import ms_from_iso
 
     if text is None:
         return None
@@ -199,7 +199,7 @@ def _ms_or_none(text: str | None, option: str) -> int | None:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    from daemon.keys import read_keyring, write_keyring
+    from dreamcycle.daemon.keys import read_keyring, write_keyring
 
     config = load(args)
     keyring = read_keyring(config.keyring_path)
@@ -212,8 +212,8 @@ def _revoke(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from daemon.keys import read_keyring, read_signer
-    from store.timefmt import iso_from_ms
+    from dreamcycle.daemon.keys import read_keyring, read_signer
+    from dreamcycle.store.timefmt import iso_from_ms
 
     config = load(args)
     keyring = read_keyring(config.keyring_path)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from daemon.cli import (
+from dreamcycle.daemon.cli import (
     backup,
     doctor,
     efficacy,
@@ -22,7 +22,7 @@ from daemon.cli import (
     status,
     sweep,
 )
-from daemon.cli.common import command_parser, dispatch
+from dreamcycle.daemon.cli.common import command_parser, dispatch
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from daemon.cli.common import EXIT_OK, EXIT_UNAVAILABLE, config_options, load, run_guarded
+from dreamcycle.daemon.cli.common import (
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    config_options,
+    load,
+    run_guarded,
+)
 
 
 def register(verbs: Any) -> None:
@@ -32,8 +38,8 @@ def register(verbs: Any) -> None:
 def _mcp(args: argparse.Namespace) -> int:
     import trio
 
-    from daemon.api.mcp_tools import build_server
-    from daemon.client import AsyncMemoryClient, Endpoint, Unavailable
+    from dreamcycle.daemon.api.mcp_tools import build_server
+    from dreamcycle.daemon.client import AsyncMemoryClient, Endpoint, Unavailable
 
     endpoint = Endpoint.from_config(load(args), tcp=args.tcp)
 

@@ -11,8 +11,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from daemon.cli import emit_outcome, emit_pulse, emit_tombstone
-from daemon.cli.common import command_parser, dispatch
+from dreamcycle.daemon.cli import emit_outcome, emit_pulse, emit_tombstone
+from dreamcycle.daemon.cli.common import command_parser, dispatch
 
 
 def build_parser() -> argparse.ArgumentParser:

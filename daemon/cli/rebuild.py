@@ -6,7 +6,12 @@ import argparse
 import sys
 from typing import Any
 
-from daemon.cli.common import config_options, existing_data_epilog, load_existing, run_guarded
+from dreamcycle.daemon.cli.common import (
+    config_options,
+    existing_data_epilog,
+    load_existing,
+    run_guarded,
+)
 
 
 def register(verbs: Any) -> None:
@@ -25,8 +30,8 @@ def register(verbs: Any) -> None:
 def _rebuild(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from daemon.rebuild import rebuild
-    from daemon.runtime import Runtime
+    from dreamcycle.daemon.rebuild import rebuild
+    from dreamcycle.daemon.runtime import Runtime
 
     rt = Runtime.open(load_existing(args))
     try:

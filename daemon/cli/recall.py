@@ -7,9 +7,9 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from daemon import defaults
-from daemon.cli.access import memory_access
-from daemon.cli.common import (
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.cli.access import memory_access
+from dreamcycle.daemon.cli.common import (
     access_options,
     bounded,
     config_options,

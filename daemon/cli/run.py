@@ -7,7 +7,7 @@ import logging
 import sys
 from typing import Any, Final
 
-from daemon.cli.common import (
+from dreamcycle.daemon.cli.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     bounded,
@@ -67,8 +67,8 @@ def register(verbs: Any) -> None:
 
 def _run_classified(args: argparse.Namespace) -> int:
     """Exit 2 for configuration errors only, so that the unit restarts everything else."""
-    from daemon.config import ConfigError
-    from zeitgeist.backend import UnsupportedStore
+    from dreamcycle.daemon.config import ConfigError
+    from dreamcycle.zeitgeist.backend import UnsupportedStore
 
     try:
         return _run(args)
@@ -78,11 +78,11 @@ def _run_classified(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from daemon import metrics
-    from daemon.health import unwritable_data_dir
-    from daemon.keys import check_can_run
-    from daemon.runtime import Runtime
-    from daemon.service import serve, service_health
+    from dreamcycle.daemon import metrics
+    from dreamcycle.daemon.health import unwritable_data_dir
+    from dreamcycle.daemon.keys import check_can_run
+    from dreamcycle.daemon.runtime import Runtime
+    from dreamcycle.daemon.service import serve, service_health
 
     config = load(args)
     if args.interval is not None:

@@ -6,8 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from daemon.cli.access import memory_access
-from daemon.cli.common import (
+from dreamcycle.daemon.cli.access import memory_access
+from dreamcycle.daemon.cli.common import (
     access_options,
     config_options,
     existing_data_epilog,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from daemon.cli.common import (
+from dreamcycle.daemon.cli.common import (
     bounded,
     config_options,
     existing_data_epilog,
@@ -50,9 +50,9 @@ def register(verbs: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from daemon import accounted, forgetting
-    from daemon.runtime import Runtime
-    from store.salience import SalienceCache
+    from dreamcycle.daemon import accounted, forgetting
+    from dreamcycle.daemon.runtime import Runtime
+    from dreamcycle.store.salience import SalienceCache
 
     config = load_existing(args)
     if args.percentile is not None:
