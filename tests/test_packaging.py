@@ -55,7 +55,9 @@ def fresh_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     python = env / "bin" / "python"
     _run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", wheel)
     _run(sys.executable, "-m", "pip", "--python", python, "install", "-q", "python-daemon")
-    site = Path(_run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").strip())
+    site = Path(
+        _run(python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").strip()
+    )
     # A plain path entry: the test environment's packages, but not its .pth import hooks.
     (site / "zz_test_dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
     return env
