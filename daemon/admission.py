@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.runtime import HLC_META_KEY, Peer
 from dreamcycle.store.database import Database, Observation, PendingChunk
 from dreamcycle.store.embedder import Embedder
@@ -71,7 +72,7 @@ def record_admission(
     for i, chunk in enumerate(pending):
         obs = observations[chunk.rowid]
         seq = db.journal(
-            "chunk", obs.content_hash, chunk_journal(chunk, obs.salience), now_ms=now_ms
+            JournalKind.CHUNK, obs.content_hash, chunk_journal(chunk, obs.salience), now_ms=now_ms
         )
         db.mark_admitted(chunk.rowid, seq)
         if chunk.origin_peer in (None, peer.peer_id):

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.config import DownscaleConfig
+from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.pulses.confidence import default_stability, doubted, stable_half_life, verified
 from dreamcycle.store.database import CHUNK_KINDS, Added, Database
 
 #: The journal's kind of step for a change of confidence.
-CONFIDENCE_STEP: Final = "confidence"
 
 
 class Cause(StrEnum):
@@ -56,7 +56,7 @@ def change_confidence(
         after = verified(before, defaults.CONFIDENCE_VERIFY_STEP)
     db.conn.execute("UPDATE observations SET confidence = ? WHERE id = ?", (after, rowid))
     body = {"rowid": rowid, "before": before, "after": after, "cause": str(cause)}
-    db.journal(CONFIDENCE_STEP, digest, {**body, "reason": reason}, now_ms=now_ms)
+    db.journal(JournalKind.CONFIDENCE, digest, {**body, "reason": reason}, now_ms=now_ms)
     return after
 
 

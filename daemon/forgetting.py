@@ -19,6 +19,7 @@ from typing import Final
 
 import numpy as np
 
+from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.sweep import (
@@ -161,7 +162,7 @@ def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
                 else SWEEP_REASON
             )
             if tiers.move_to_cold(db, [label], reason=reason, now_ms=now_ms):
-                db.journal("sweep", obs.content_hash, {"rowid": label}, now_ms=now_ms)
+                db.journal(JournalKind.SWEEP, obs.content_hash, {"rowid": label}, now_ms=now_ms)
                 cache.set_cold(label, True)
                 moved.append(label)
     if moved:
@@ -177,7 +178,7 @@ def revive(peer: Peer, labels: Iterable[int], now_ms: int) -> list[int]:
         observations = db.observations(sorted(set(labels)))
         for label, obs in sorted(observations.items()):
             if tiers.revive(db, label):
-                db.journal("revive", obs.content_hash, {"rowid": label}, now_ms=now_ms)
+                db.journal(JournalKind.REVIVE, obs.content_hash, {"rowid": label}, now_ms=now_ms)
                 cache.set_cold(label, False)
                 revived.append(label)
     if revived:

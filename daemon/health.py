@@ -26,6 +26,7 @@ from typing import Any, Final
 import apsw
 
 from dreamcycle.daemon import defaults, metrics
+from dreamcycle.daemon.statuses import CycleStatus
 from dreamcycle.store.database import Database
 from dreamcycle.zeitgeist.backend import (
     MAX_OBJECT_BYTES,
@@ -354,7 +355,7 @@ class Health:
 
     def cycle_finished(self, status: str) -> None:
         self.last_cycle_status = status
-        if status == "done":
+        if status == CycleStatus.DONE:
             self.last_cycle_ms = self.now_ms()
 
     # ---- probes --------------------------------------------------------------------------

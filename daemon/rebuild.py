@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import takewhile
+from typing import Any, Final
 
 import numpy as np
 
 from dreamcycle.daemon.confidence import HalfLives
+from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.runtime import Runtime, save_index
 from dreamcycle.pulses.memory import InMemorySalience
 from dreamcycle.pulses.propagate import UpdateRule, propagate
@@ -105,7 +107,6 @@ def replay_steps(
         ef=cfg.index.ef,
     )
     replayed = Replayed(InMemorySalience(), index)
-    state, kinds, decayed_at = replayed.state, replayed.kinds, replayed.decayed_at
     start = checkpoints.replay_start(db)
     pruned = checkpoints.pruned_through(db)
     if start is not None and start.seq >= pruned:
@@ -114,83 +115,126 @@ def replay_steps(
         raise RebuildError(
             f"journal steps up to {pruned} were pruned and no checkpoint covers them"
         )
-    rowid_of = db.rowids_by_hash()
-    steps = 0
-    stabilities: dict[int, float] | None = None
+    steps = _Steps(rt, replayed, rule)
     journal = takewhile(
         lambda step: until_seq is None or step[0] <= until_seq,
         checkpoints.journal_after(db, replayed.started_after),
     )
-    for steps, (seq, kind, ref, body, _at) in enumerate(journal, start=1):
-        if kind == "chunk":
-            rowid = int(body["rowid"])
-            vector = db.embedding_of_rowid(rowid)
-            if vector is None:
-                raise RebuildError(f"chunk {rowid} was admitted but has no stored embedding")
-            # Journals written before salience started from importance say nothing: 1.0 then.
-            state.add(rowid, float(body.get("initial", 1.0)))
-            if body["pin_floor"] > 0:
-                state.pin(rowid, float(body["pin_floor"]))
-            kinds[rowid] = str(body["kind"])
-            decayed_at[rowid] = int(body["decay_from_ms"])
-            replayed.admitted_seq[rowid] = seq
-            index.add(np.array([rowid], dtype=np.int64), vector[None, :])
-        elif kind == "pulse":
-            pulse = SalientPulse.from_json(body["pulse"])
-            propagate(pulse, index, state, rule or UpdateRule(body["rule"]))
-        elif kind in ("tombstone", "supersede"):
-            if kind == "supersede":
-                old, new = body["old"], body["new"]
-                if old is not None and new is not None and _live(state, old) and _live(state, new):
-                    state.set_salience(int(new), state.salience(int(old)))
-                target = old
-            else:
-                target = rowid_of.get(ref)
-            if target is not None and _live(state, int(target)):
-                state.tombstone(int(target))
-                index.mark_deleted(np.array([int(target)], dtype=np.int64))
-        elif kind == "sweep":
-            # Cold, not gone: it leaves the index (pulses cannot reach it) but keeps decaying.
-            index.mark_deleted(np.array([int(body["rowid"])], dtype=np.int64))
-        elif kind == "revive":
-            rowid = int(body["rowid"])
-            vector = db.embedding_of_rowid(rowid)
-            if vector is None:
-                raise RebuildError(f"chunk {rowid} was revived but has no stored embedding")
-            index.restore(np.array([rowid], dtype=np.int64), vector[None, :])
-        elif kind == "reconsolidate":
-            # A chunk pinned before it was admitted carries the floor in its chunk step.
-            if int(body["rowid"]) in state.labels():
-                state.pin(int(body["rowid"]), float(body["pin_floor"]))
-        elif kind == "downscale":
-            now_ms = int(body["now_ms"])
-            # The half-lives that downscale used; the current config only for older journals.
-            half_lives = HalfLives.from_journal(body, cfg.downscale)
-            if stabilities is None:
-                # Set when a chunk is stored and never changed: today's value is the one then.
-                stabilities = db.stabilities()
-            # Journals written before the cadence existed decayed every chunk at every step.
-            due = due_for_decay(
-                {
-                    label: decayed_at[label]
-                    for label in state.labels()
-                    if not state.is_tombstoned(label)
-                },
-                now_ms,
-                int(body.get("min_step_ms", 0)),
-                body.get("max_chunks"),
-            )[: body.get("decayed")]  # a step stopped between batches decayed the first ones
-            for label in due:
-                elapsed_s = (now_ms - decayed_at[label]) / 1000.0
-                half_life = half_lives.of(kinds[label], stabilities[label])
-                value = downscale(
-                    state.salience(label), state.pin_floor(label), elapsed_s, float(half_life)
-                )
-                state.set_salience(label, value)
-                decayed_at[label] = now_ms
+    for count, (seq, kind, ref, body, _at) in enumerate(journal, start=1):
+        try:
+            apply = STEPS[JournalKind(kind)]
+        except ValueError:
+            raise RebuildError(f"journal step {seq} has an unknown kind {kind!r}") from None
+        apply(steps, seq, ref, body)
         if progress:
-            progress(steps)
+            progress(count)
     return replayed
+
+
+class _Steps:
+    """Replays one journal step of each kind onto `replayed`, as the live phase did it."""
+
+    def __init__(self, rt: Runtime, replayed: Replayed, rule: UpdateRule | None) -> None:
+        self.db, self.config = rt.db, rt.config
+        self.replayed, self.rule = replayed, rule
+        self.rowid_of = self.db.rowids_by_hash()
+        self._stabilities: dict[int, float] | None = None
+
+    def chunk(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        replayed, state = self.replayed, self.replayed.state
+        rowid = int(body["rowid"])
+        vector = self.db.embedding_of_rowid(rowid)
+        if vector is None:
+            raise RebuildError(f"chunk {rowid} was admitted but has no stored embedding")
+        # Journals written before salience started from importance say nothing: 1.0 then.
+        state.add(rowid, float(body.get("initial", 1.0)))
+        if body["pin_floor"] > 0:
+            state.pin(rowid, float(body["pin_floor"]))
+        replayed.kinds[rowid] = str(body["kind"])
+        replayed.decayed_at[rowid] = int(body["decay_from_ms"])
+        replayed.admitted_seq[rowid] = seq
+        replayed.index.add(np.array([rowid], dtype=np.int64), vector[None, :])
+
+    def pulse(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        pulse = SalientPulse.from_json(body["pulse"])
+        rule = self.rule or UpdateRule(body["rule"])
+        propagate(pulse, self.replayed.index, self.replayed.state, rule)
+
+    def tombstone(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        self._hide(self.rowid_of.get(ref))
+
+    def supersede(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        state = self.replayed.state
+        old, new = body["old"], body["new"]
+        if old is not None and new is not None and _live(state, old) and _live(state, new):
+            state.set_salience(int(new), state.salience(int(old)))
+        self._hide(old)
+
+    def _hide(self, target: int | None) -> None:
+        if target is not None and _live(self.replayed.state, int(target)):
+            self.replayed.state.tombstone(int(target))
+            self.replayed.index.mark_deleted(np.array([int(target)], dtype=np.int64))
+
+    def sweep(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        # Cold, not gone: it leaves the index (pulses cannot reach it) but keeps decaying.
+        self.replayed.index.mark_deleted(np.array([int(body["rowid"])], dtype=np.int64))
+
+    def revive(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        rowid = int(body["rowid"])
+        vector = self.db.embedding_of_rowid(rowid)
+        if vector is None:
+            raise RebuildError(f"chunk {rowid} was revived but has no stored embedding")
+        self.replayed.index.restore(np.array([rowid], dtype=np.int64), vector[None, :])
+
+    def reconsolidate(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        # A chunk pinned before it was admitted carries the floor in its chunk step.
+        if int(body["rowid"]) in self.replayed.state.labels():
+            self.replayed.state.pin(int(body["rowid"]), float(body["pin_floor"]))
+
+    def downscale(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        replayed, state = self.replayed, self.replayed.state
+        now_ms = int(body["now_ms"])
+        # The half-lives that downscale used; the current config only for older journals.
+        half_lives = HalfLives.from_journal(body, self.config.downscale)
+        if self._stabilities is None:
+            # Set when a chunk is stored and never changed: today's value is the one then.
+            self._stabilities = self.db.stabilities()
+        # Journals written before the cadence existed decayed every chunk at every step.
+        due = due_for_decay(
+            {
+                label: replayed.decayed_at[label]
+                for label in state.labels()
+                if not state.is_tombstoned(label)
+            },
+            now_ms,
+            int(body.get("min_step_ms", 0)),
+            body.get("max_chunks"),
+        )[: body.get("decayed")]  # a step stopped between batches decayed the first ones
+        for label in due:
+            elapsed_s = (now_ms - replayed.decayed_at[label]) / 1000.0
+            half_life = half_lives.of(replayed.kinds[label], self._stabilities[label])
+            value = downscale(
+                state.salience(label), state.pin_floor(label), elapsed_s, float(half_life)
+            )
+            state.set_salience(label, value)
+            replayed.decayed_at[label] = now_ms
+
+    def confidence(self, seq: int, ref: str, body: dict[str, Any]) -> None:
+        """Confidence is not salience: recorded for explain, nothing to replay."""
+
+
+#: One row per journal kind (daemon/journal_kinds.py): a new kind must say how it replays.
+STEPS: Final[dict[JournalKind, Callable[[_Steps, int, str, dict[str, Any]], None]]] = {
+    JournalKind.CHUNK: _Steps.chunk,
+    JournalKind.PULSE: _Steps.pulse,
+    JournalKind.TOMBSTONE: _Steps.tombstone,
+    JournalKind.SUPERSEDE: _Steps.supersede,
+    JournalKind.SWEEP: _Steps.sweep,
+    JournalKind.REVIVE: _Steps.revive,
+    JournalKind.RECONSOLIDATE: _Steps.reconsolidate,
+    JournalKind.DOWNSCALE: _Steps.downscale,
+    JournalKind.CONFIDENCE: _Steps.confidence,
+}
 
 
 def _restore(rt: Runtime, replayed: Replayed, start: Checkpoint) -> None:

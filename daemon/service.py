@@ -32,7 +32,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import trio
 
@@ -40,12 +40,12 @@ from dreamcycle.daemon import defaults, metrics, systemd
 from dreamcycle.daemon.api import http
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cycle import (
-    PHASE_FUNCTIONS,
-    PHASES,
     CycleState,
+    CycleStatus,
     FatalCycleError,
     record_cycle_end,
     record_cycle_start,
+    run_phases,
 )
 from dreamcycle.daemon.health import Health, StorageFault, outbox_depth, storage_fault
 from dreamcycle.daemon.runtime import Peer, Runtime
@@ -180,33 +180,23 @@ class Service:
             self.health.idle()
             return st
         started_id: int = cycle_id
-        status = "done"
+        status = CycleStatus.DONE
         try:
-            for name in PHASES:
-                if self.stop.is_set():
-                    status = "interrupted"
-                    break
-                self.health.step(name)
-                log.debug("phase started", extra={"phase": name})
-                started = time.monotonic()
-                phase = PHASE_FUNCTIONS[name]
-                stats = await self._blocking(functools.partial(phase, peer, st))
-                elapsed = time.monotonic() - started
-                st.stats[name] = {**st.stats.get(name, {}), **stats, "seconds": round(elapsed, 4)}
-                metrics.record_phase(name, elapsed, stats)
+            if not await run_phases(peer, st, self._run_phase, self.stop.is_set):
+                status = CycleStatus.INTERRUPTED
         except FatalCycleError:
-            status = "fatal"
+            status = CycleStatus.FATAL
             raise
         except Exception as exc:
             metrics.CYCLE_ERRORS.labels(type(exc).__name__).inc()
             fault = storage_fault(exc)
             if fault is not None:
                 # Rolled back; memory is reloaded before the next attempt, which redoes it.
-                status = "deferred"
+                status = CycleStatus.DEFERRED
                 self.health.storage.failed(fault, exc)
                 self._reload_due = True
             else:
-                status = "failed"
+                status = CycleStatus.FAILED
                 log.exception("cycle failed; state reloaded, retrying next cycle")
                 self.health.step("reloading state after a failed phase")
                 try:
@@ -221,7 +211,7 @@ class Service:
             recorded = await self._storage_guarded(
                 lambda: record_cycle_end(self.rt, started_id, status, st)
             )
-            if not isinstance(recorded, StorageFault) and status != "deferred":
+            if not isinstance(recorded, StorageFault) and status != CycleStatus.DEFERRED:
                 self.health.storage.recovered()
             depth = await self._blocking(lambda: outbox_depth(self.rt.db))
             metrics.OUTBOX_ENTRIES.set(depth)
@@ -229,6 +219,11 @@ class Service:
             self.health.idle()
         log.info("cycle %s", status, extra={"phases": st.stats})
         return st
+
+    async def _run_phase(self, name: str, phase: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        self.health.step(name)
+        log.debug("phase started", extra={"phase": name})
+        return await self._blocking(phase)
 
     async def _storage_guarded(self, fn: Callable[[], T]) -> T | StorageFault:
         """`fn` in the phases' thread; the fault (recorded) when a storage fault stopped it,

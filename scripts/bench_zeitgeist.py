@@ -48,7 +48,7 @@ import numpy.typing as npt
 
 from dreamcycle.daemon.clock import SystemClock
 from dreamcycle.daemon.config import load_config
-from dreamcycle.daemon.cycle import CURSOR_META_KEY, PHASE_FUNCTIONS, CycleState, run_cycle_blocking
+from dreamcycle.daemon.cycle import CURSOR_META_KEY, PHASES, CycleState, run_cycle_blocking
 from dreamcycle.daemon.ingest import ingest, read_files
 from dreamcycle.daemon.keys import write_keyring
 from dreamcycle.daemon.runtime import Peer, Runtime
@@ -393,6 +393,7 @@ def publish_each(zeitgeist: Zeitgeist, prepared: Sequence[PreparedSegment]) -> T
 
 # ---- ingest ------------------------------------------------------------------------------
 
+PHASE_BY_NAME: Final = dict(PHASES)
 INGEST_PHASES: Final = (
     "scan",
     "classify",
@@ -482,7 +483,7 @@ def ingest_published(rt: Peer) -> IngestResult:
             spent: dict[str, float] = {}
             for name in INGEST_PHASES:
                 started = time.perf_counter()
-                st.stats[name] = PHASE_FUNCTIONS[name](rt, st)
+                st.stats[name] = PHASE_BY_NAME[name](rt, st)
                 spent[name] = time.perf_counter() - started
             if not st.segments:
                 break  # caught up: this pass was an idle poll, measured on its own later

@@ -344,7 +344,7 @@ def test_a_chunk_saved_after_the_cycle_loaded_salience_is_decayed_not_missed(
     """A save commits between a cycle's refresh and its downscale: the phase must meet the
     new chunk, not fail on it."""
     from dreamcycle.daemon.config import load_config
-    from dreamcycle.daemon.cycle import CycleState, downscale_phase
+    from dreamcycle.daemon.cycle import CycleState, downscale
     from dreamcycle.daemon.runtime import Runtime
 
     config = load_config(
@@ -359,7 +359,7 @@ def test_a_chunk_saved_after_the_cycle_loaded_salience_is_decayed_not_missed(
     try:
         saved = ops.save(models.SaveRequest(content="a chunk saved between two phases"))
         assert saved.created and saved.indexed
-        stats = downscale_phase(peer, CycleState(now_ms=rt.clock.now_ms() + 86_400_000))
+        stats = downscale.run(peer, CycleState(now_ms=rt.clock.now_ms() + 86_400_000))
         assert stats["decayed"] == 1 and stats["changed"] == 1
     finally:
         ops.close()

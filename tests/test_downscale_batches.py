@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dreamcycle.daemon import cycle
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.config import Config, load_config
-from dreamcycle.daemon.cycle import CycleState, downscale_phase, run_cycle_blocking
+from dreamcycle.daemon.cycle import CycleState, downscale, run_cycle_blocking
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.rebuild import replay_steps
 from dreamcycle.daemon.runtime import Peer, Runtime
@@ -77,11 +76,11 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _decayed_copy(template: Path, target: Path, batch: int, patch: pytest.MonkeyPatch) -> Peer:
     shutil.copytree(template, target)
-    patch.setattr(cycle, "DOWNSCALE_ROWS_PER_TRANSACTION", batch)
+    patch.setattr(downscale, "DOWNSCALE_ROWS_PER_TRANSACTION", batch)
     clock = ManualClock(START_MS + 3 * DAY_MS)
     peer = Runtime.open(_config(target), clock=clock).open_peer()
     peer.salience.reload()
-    downscale_phase(peer, CycleState(now_ms=clock.now_ms()))
+    downscale.run(peer, CycleState(now_ms=clock.now_ms()))
     return peer
 
 
@@ -130,12 +129,12 @@ def test_each_transaction_decays_one_batch(
 ) -> None:
     """A writer waits for the lock at most one batch: each batch is a transaction."""
     shutil.copytree(template, tmp_path / "data-copy")
-    monkeypatch.setattr(cycle, "DOWNSCALE_ROWS_PER_TRANSACTION", SMALL_BATCH)
+    monkeypatch.setattr(downscale, "DOWNSCALE_ROWS_PER_TRANSACTION", SMALL_BATCH)
     clock = ManualClock(START_MS + DAY_MS)
     peer = Runtime.open(_config(tmp_path / "data-copy"), clock=clock).open_peer()
     begun: list[str] = []
     batch_sizes: list[int] = []
-    original = cycle._downscale_batch
+    original = downscale.decay_batch
 
     def traced(cursor: object, sql: str, bindings: object) -> bool:
         if sql.startswith("BEGIN"):
@@ -149,11 +148,11 @@ def test_each_transaction_decays_one_batch(
         batch_sizes.append(len(rows))
         return original(peer, now_ms, rows, half_lives)
 
-    monkeypatch.setattr(cycle, "_downscale_batch", batch)
+    monkeypatch.setattr(downscale, "decay_batch", batch)
     try:
         peer.salience.reload()
         peer.db.conn.exec_trace = traced
-        result = downscale_phase(peer, CycleState(now_ms=clock.now_ms()))
+        result = downscale.run(peer, CycleState(now_ms=clock.now_ms()))
         peer.db.conn.exec_trace = None
         assert result["decayed"] == CHUNKS == sum(batch_sizes)
         assert max(batch_sizes) == SMALL_BATCH
@@ -194,7 +193,7 @@ def test_a_capped_step_decays_the_due_chunks_the_rule_names_and_replay_agrees(
     config = _config(tmp_path / "copy")
     config.downscale.min_step_s = 3_600.0
     config.downscale.max_chunks_per_cycle = 25
-    monkeypatch.setattr(cycle, "DOWNSCALE_ROWS_PER_TRANSACTION", SMALL_BATCH)
+    monkeypatch.setattr(downscale, "DOWNSCALE_ROWS_PER_TRANSACTION", SMALL_BATCH)
     clock = ManualClock(START_MS + DAY_MS)
     peer = Runtime.open(config, clock=clock).open_peer()
     try:
@@ -205,7 +204,7 @@ def test_a_capped_step_decays_the_due_chunks_the_rule_names_and_replay_agrees(
             now = START_MS + DAY_MS + offset
             before = _decay_from(peer.db)
             expected = due_for_decay(before, now, 3_600_000, 25)
-            result = downscale_phase(peer, CycleState(now_ms=now))
+            result = downscale.run(peer, CycleState(now_ms=now))
             after = _decay_from(peer.db)
             decayed = sorted(r for r in after if after[r] != before[r])
             assert result["decayed"] == len(expected)
@@ -228,7 +227,7 @@ def test_a_step_stopped_between_batches_leaves_the_rest_due_and_replay_agrees(
     the step records how many chunks it decayed, the next step decays the rest, and replay
     picks the same chunks at each step."""
     shutil.copytree(template, tmp_path / "copy")
-    monkeypatch.setattr(cycle, "DOWNSCALE_ROWS_PER_TRANSACTION", SMALL_BATCH)
+    monkeypatch.setattr(downscale, "DOWNSCALE_ROWS_PER_TRANSACTION", SMALL_BATCH)
     clock = ManualClock(START_MS + DAY_MS)
     peer = Runtime.open(_config(tmp_path / "copy"), clock=clock).open_peer()
     try:
@@ -241,7 +240,7 @@ def test_a_step_stopped_between_batches_leaves_the_rest_due_and_replay_agrees(
 
         before = _decay_from(peer.db)
         expected = due_for_decay(before, clock.now_ms(), 3_600_000, None)
-        stopped = downscale_phase(
+        stopped = downscale.run(
             peer, CycleState(now_ms=clock.now_ms(), stop_requested=after_two_batches)
         )
         assert stopped["decayed"] == 2 * SMALL_BATCH < CHUNKS
@@ -256,7 +255,7 @@ def test_a_step_stopped_between_batches_leaves_the_rest_due_and_replay_agrees(
         assert replay_steps(peer.runtime).decayed_at == after
 
         clock.advance(60_000)
-        resumed = downscale_phase(peer, CycleState(now_ms=clock.now_ms()))
+        resumed = downscale.run(peer, CycleState(now_ms=clock.now_ms()))
         assert resumed["decayed"] == CHUNKS - 2 * SMALL_BATCH
         assert replay_steps(peer.runtime).decayed_at == _decay_from(peer.db)
     finally:

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from dreamcycle.daemon import cycle
 from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.cycle import CycleState, run_cycle_blocking
+from dreamcycle.daemon.cycle import promote, run_cycle_blocking
 from dreamcycle.daemon.runtime import Runtime
 from tests.fault_helpers import queue_seeded_pulses
 from tests.test_downscale_batches import DAY_MS, START_MS, _config, template
@@ -28,7 +27,7 @@ def test_publication_stopped_between_segments_publishes_the_rest_once_next_time(
     template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     shutil.copytree(template, tmp_path / "copy")
-    monkeypatch.setattr(cycle, "MAX_ENTRIES_PER_SEGMENT", PER_SEGMENT)
+    monkeypatch.setattr(promote, "MAX_ENTRIES_PER_SEGMENT", PER_SEGMENT)
     clock = ManualClock(START_MS + DAY_MS)
     rt = Runtime.open(_config(tmp_path / "copy"), clock=clock)
     try:
@@ -41,20 +40,18 @@ def test_publication_stopped_between_segments_publishes_the_rest_once_next_time(
         assert unpublished() == ENTRIES
         # The stop request comes once the first segment is out (as SIGTERM could).
         published_one: list[bool] = []
-        publish = cycle._publish
+        publish = promote.publish
 
         def publish_then_stop(*args: Any) -> None:
             publish(*args)
             published_one.append(True)
 
-        monkeypatch.setattr(cycle, "_publish", publish_then_stop)
-        st = CycleState(now_ms=clock.now_ms(), stop_requested=lambda: bool(published_one))
-        for name in cycle.PHASES:
-            st.stats[name] = cycle.PHASE_FUNCTIONS[name](peer, st)
+        monkeypatch.setattr(promote, "publish", publish_then_stop)
+        st = run_cycle_blocking(peer, stop_requested=lambda: bool(published_one))
         assert st.stats["salience_pulse_propagate"]["applied"] == ENTRIES
         assert st.stats["promote"]["published_entries"] == PER_SEGMENT, st.stats["promote"]
         assert unpublished() == ENTRIES - PER_SEGMENT
-        monkeypatch.setattr(cycle, "_publish", publish)
+        monkeypatch.setattr(promote, "publish", publish)
         resumed = run_cycle_blocking(peer).stats["promote"]
         assert resumed["published_entries"] == ENTRIES - PER_SEGMENT
         assert unpublished() == 0

@@ -1,0 +1,110 @@
+"""Phase 1, scan: what is new in the log, and what this peer queued itself.
+
+Reads: the log (LIST after the cursor, GET of new segments; the newest snapshot on first
+start or after a long absence), the outbox's unapplied entries, new chunks' salience.
+Writes: own segments seen in the listing are recorded (they are never applied from the log);
+corrupt segments are recorded as read, with one rejection. Nothing else.
+A crash inside: the next cycle lists and fetches the same segments again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dreamcycle.daemon.cycle._position import cursor, key_hlc
+from dreamcycle.daemon.cycle.state import CycleState, FetchedSegment
+from dreamcycle.daemon.hlc_recovery import recover_hlc
+from dreamcycle.daemon.keys import count_rejection
+from dreamcycle.daemon.runtime import Peer
+from dreamcycle.zeitgeist.backend import BackendError
+from dreamcycle.zeitgeist.entries import CorruptSegment, decode_entry
+from dreamcycle.zeitgeist.keys import parse_segment_key
+from dreamcycle.zeitgeist.signing import Rejection
+
+log = logging.getLogger("dreamcycle.cycle")
+
+
+def run(peer: Peer, st: CycleState) -> dict[str, Any]:
+    """New log segments (after the cursor, inside the window) and local unapplied entries."""
+    zg, db = peer.zeitgeist, peer.db
+    fetched = rejected_lines = 0
+    # Before anything is stamped this cycle: a wall clock back from a jump ahead.
+    recover_hlc(peer, st.now_ms)
+    try:
+        if peer.snapshot_check_due:
+            _read_snapshot(peer, st)
+        keys = zg.poll(cursor(peer), db.segment_applied)
+    except BackendError as exc:
+        # The log is unreachable: carry on with local work; read it again next cycle.
+        log.warning("zeitgeist unreachable; cycle runs on local entries", extra={"error": str(exc)})
+        peer.snapshot_check_due = True
+        keys = []
+    own = [k for k in keys if parse_segment_key(k).peer_id == peer.peer_id]
+    own_set = set(own)
+    for key in own:
+        if not db.segment_written(key):
+            # Never read (no peer applies its own segments from the log), but someone who
+            # can write the bucket is publishing under this peer's name.
+            count_rejection(Rejection.NOT_WRITTEN_HERE)
+            log.warning("segment under this peer's name not written here", extra={"key": key})
+    if own:
+        with db.transaction():
+            for key in own:
+                db.record_segment(key, entries=0, rejected=0, skipped=0, now_ms=st.now_ms)
+    foreign = [k for k in keys if k not in own_set]
+    waiting = foreign[peer.config.cycle.max_segments :]
+    for index, key in enumerate(foreign[: peer.config.cycle.max_segments]):
+        try:
+            decoded = zg.fetch(key)
+        except CorruptSegment as exc:
+            log.error("corrupt segment skipped", extra={"key": key, "error": str(exc)})
+            with db.transaction():
+                db.record_segment(key, entries=0, rejected=1, skipped=0, now_ms=st.now_ms)
+            continue
+        except KeyError:
+            # Compacted away between LIST and GET: its entries are in the newest snapshot.
+            peer.snapshot_check_due = True
+            continue
+        except BackendError as exc:
+            log.warning("zeitgeist unreachable mid-scan", extra={"key": key, "error": str(exc)})
+            peer.snapshot_check_due = True
+            waiting = foreign[index:]
+            break
+        # Rejected lines were counted and logged, once per segment, by fetch.
+        seal_problem = zg.seal_problem(key, decoded)
+        if seal_problem is not None:
+            st.seal_problems[key] = seal_problem
+        st.segments.append(
+            FetchedSegment(
+                key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values())
+            )
+        )
+        fetched += 1
+        rejected_lines += len(decoded.rejected)
+    # Own segments move the cursor too, but never past a foreign one still waiting.
+    limit = key_hlc(waiting[0]) if waiting else None
+    st.own_keys = [k for k in own if limit is None or key_hlc(k) < limit]
+    for _entry_id, body in db.outbox_unapplied():
+        st.local.append(decode_entry(body))
+    new_chunks = peer.salience.refresh()
+    return {
+        "listed": len(keys),
+        "fetched": fetched,
+        "rejected_lines": rejected_lines,
+        # Entries of unknown versions or kinds: skipped, counted, never fatal.
+        "skipped_entries": sum(segment.skipped for segment in st.segments),
+        "local": len(st.local),
+        "new_chunks": new_chunks,
+    }
+
+
+def _read_snapshot(peer: Peer, st: CycleState) -> None:
+    """Fold in the newest snapshot if not yet applied (first start, or back from an absence
+    long enough that segments this peer never read may have been compacted away)."""
+    snapshot = peer.zeitgeist.latest_snapshot()
+    peer.snapshot_check_due = False
+    if snapshot is None or peer.db.segment_applied(snapshot.key):
+        return
+    # Entries already applied are skipped by id in interleave; the rest are new here.
+    st.segments.append(FetchedSegment(snapshot.key, list(snapshot.entries), 0, 0))
