@@ -1,6 +1,9 @@
 """TOML configuration with environment overrides, validated with errors that name the key.
 
 Precedence: defaults < TOML file < environment (DREAMCYCLE_<SECTION>_<KEY>) < CLI flags.
+Every default is read from daemon/defaults.py. One module, because the loader walks these
+sections' fields and type hints and their checks raise its errors; without the loader the
+sections alone are still some 500 lines.
 """
 
 from __future__ import annotations
@@ -23,8 +26,6 @@ from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, preview, validate_p
 from dreamcycle.pulses.ranking import InvalidRanking, RankingWeights
 from dreamcycle.pulses.sweep import SweepMix
 from dreamcycle.store.database import CHUNK_KINDS
-from dreamcycle.store.embedder import DEFAULT_MODEL
-from dreamcycle.store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M
 from dreamcycle.zeitgeist.entries import SegmentLimits
 
 
@@ -125,9 +126,9 @@ class ZeitgeistConfig:
 
 @dataclass
 class EmbeddingConfig:
-    model: str = DEFAULT_MODEL
+    model: str = defaults.EMBEDDING_MODEL
     batch_size: int = defaults.EMBED_BATCH_SIZE
-    threads: int = 0  # 0: let onnxruntime decide
+    threads: int = defaults.EMBEDDING_THREADS
 
     def check(self) -> None:
         _positive("embedding.batch_size", self.batch_size)
@@ -137,9 +138,9 @@ class EmbeddingConfig:
 
 @dataclass
 class IndexConfig:
-    m: int = DEFAULT_M
-    ef_construction: int = DEFAULT_EF_CONSTRUCTION
-    ef: int = DEFAULT_EF
+    m: int = defaults.INDEX_M
+    ef_construction: int = defaults.INDEX_EF_CONSTRUCTION
+    ef: int = defaults.INDEX_EF
     save_interval_s: float = defaults.INDEX_SAVE_INTERVAL_S
 
     def check(self) -> None:
@@ -188,7 +189,7 @@ class PulsesConfig:
 
 @dataclass
 class DownscaleConfig:
-    enabled: bool = True
+    enabled: bool = defaults.DOWNSCALE_ENABLED
     fact_half_life_s: float = defaults.HALF_LIFE_S["fact"]
     preference_half_life_s: float = defaults.HALF_LIFE_S["preference"]
     insight_half_life_s: float = defaults.HALF_LIFE_S["insight"]
@@ -218,17 +219,17 @@ class DownscaleConfig:
 
 @dataclass
 class SweepConfig:
-    enabled: bool = True
+    enabled: bool = defaults.SWEEP_ENABLED
     percentile: float = defaults.SWEEP_PERCENTILE
     min_population: int = defaults.SWEEP_MIN_POPULATION
     interval_s: float = defaults.SWEEP_INTERVAL_S
-    dry_run: bool = False
+    dry_run: bool = defaults.SWEEP_DRY_RUN
     grace_s: float = defaults.SWEEP_GRACE_S
     cold_retention_s: float = defaults.SWEEP_COLD_RETENTION_S
     salience_share: float = defaults.SWEEP_SALIENCE_SHARE
     information_share: float = defaults.SWEEP_INFORMATION_SHARE
     importance_share: float = defaults.SWEEP_IMPORTANCE_SHARE
-    prune_gate: bool = True
+    prune_gate: bool = defaults.SWEEP_PRUNE_GATE
     gate_decisions: int = defaults.SWEEP_GATE_DECISIONS
     gate_window_s: float = defaults.SWEEP_GATE_WINDOW_S
 
@@ -317,7 +318,7 @@ class LearningConfig:
 
 @dataclass
 class EfficacyConfig:
-    enabled: bool = True
+    enabled: bool = defaults.EFFICACY_ENABLED
     interval_s: float = defaults.EFFICACY_INTERVAL_S
     window_s: float = defaults.EFFICACY_WINDOW_S
 
@@ -328,7 +329,7 @@ class EfficacyConfig:
 
 @dataclass
 class AuditConfig:
-    enabled: bool = True
+    enabled: bool = defaults.AUDIT_ENABLED
     checkpoint_interval_s: float = defaults.AUDIT_CHECKPOINT_INTERVAL_S
     retention_s: float = defaults.AUDIT_RETENTION_S
 

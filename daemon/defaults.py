@@ -1,7 +1,9 @@
 """Every operational default of the daemon, in one place.
 
-Protocol constants (epsilon, outcome pulse parameters) live in pulses/constants.py;
-index and embedder tuning in store/index.py and store/embedder.py.
+Protocol constants (epsilon, outcome pulse parameters) live in pulses/constants.py. A
+default that a library module uses itself (the sweep's percentile, ranking weights, the
+index's graph, the embedder's batch) is a named constant there, with its reason, and is
+imported here rather than written twice.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from typing import Final
 
 from dreamcycle.pulses import confidence, credit, keys, ranking
 from dreamcycle.pulses import sweep as sweep_math
+from dreamcycle.store import embedder
+from dreamcycle.store import index as hnsw_index
 
 #: Where a user's config is looked for when --config is not given.
 CONFIG_ENV: Final = "DREAMCYCLE_CONFIG"
@@ -26,6 +30,9 @@ INDEX_FILE: Final = "index.hnsw"
 #: start (under a minute at 100k chunks on 2 cores); 0 writes it after every cycle that
 #: changed it.
 INDEX_SAVE_INTERVAL_S: Final = 300.0
+INDEX_M: Final = hnsw_index.DEFAULT_M
+INDEX_EF_CONSTRUCTION: Final = hnsw_index.DEFAULT_EF_CONSTRUCTION
+INDEX_EF: Final = hnsw_index.DEFAULT_EF
 LOCK_FILE: Final = "daemon.lock"
 #: The embedded default zeitgeist: a directory beside the database.
 ZEITGEIST_DIR: Final = "zeitgeist"
@@ -35,7 +42,10 @@ CYCLE_INTERVAL_S: Final = 30.0
 MAX_SEGMENTS_PER_CYCLE: Final = 500
 #: Entries per published segment at most.
 MAX_ENTRIES_PER_SEGMENT: Final = 5_000
-EMBED_BATCH_SIZE: Final = 32
+EMBEDDING_MODEL: Final = embedder.DEFAULT_MODEL
+EMBED_BATCH_SIZE: Final = embedder.DEFAULT_BATCH_SIZE
+#: Threads of the embedding model; 0 lets onnxruntime decide.
+EMBEDDING_THREADS: Final = 0
 #: Chunks embedded per cycle at most (the rest wait for the next cycle).
 MAX_EMBED_PER_CYCLE: Final = 4_096
 
@@ -81,6 +91,7 @@ PULSE_BUDGET_WINDOW_S: Final = CYCLE_INTERVAL_S
 #: origin that backdates its pulses gains at most this many windows' budget, once.
 PULSE_BUDGET_LOOKBACK_S: Final = 3_600.0
 
+DOWNSCALE_ENABLED: Final = True
 #: Half-life of salience by chunk kind, from daily decay rates lambda per kind (ln 2 / lambda days).
 _DAY_S: Final = 86_400.0
 HALF_LIFE_S: Final = {
@@ -120,10 +131,11 @@ CONFIDENCE_CAP_BY_KIND: Final = confidence.CONFIDENCE_CAP_BY_KIND
 CONFIDENCE_VERIFY_STEP: Final = confidence.DEFAULT_VERIFY_STEP
 CONFIDENCE_PENALTY_STEP: Final = confidence.DEFAULT_PENALTY_STEP
 
-#: The bottom 60 % by value (per kind, live and cold together) is kept in the cold tier.
-SWEEP_PERCENTILE: Final = 60.0
-#: No sweep on a cold database (seed section 5).
-SWEEP_MIN_POPULATION: Final = 100
+SWEEP_ENABLED: Final = True
+#: True: the cycle's sweep reports what it would move to the cold tier and moves nothing.
+SWEEP_DRY_RUN: Final = False
+SWEEP_PERCENTILE: Final = sweep_math.DEFAULT_SWEEP_PERCENTILE
+SWEEP_MIN_POPULATION: Final = sweep_math.DEFAULT_MIN_POPULATION
 #: Seconds between sweeps (0: every cycle). Each sweep removes the bottom percentile of
 #: what is left, so sweeping every 30 s cycle would empty memory within minutes.
 SWEEP_INTERVAL_S: Final = 86_400.0
@@ -137,6 +149,9 @@ SWEEP_COLD_RETENTION_S: Final = 365 * _DAY_S
 SWEEP_SALIENCE_SHARE: Final = sweep_math.DEFAULT_SALIENCE_SHARE
 SWEEP_INFORMATION_SHARE: Final = sweep_math.DEFAULT_INFORMATION_SHARE
 SWEEP_IMPORTANCE_SHARE: Final = sweep_math.DEFAULT_IMPORTANCE_SHARE
+#: Before a sweep commits, the prune gate spares what recent successful decisions would
+#: no longer find.
+SWEEP_PRUNE_GATE: Final = True
 #: The prune gate replays this many recent successful decisions before a sweep commits.
 SWEEP_GATE_DECISIONS: Final = 200
 #: ... made within this window.
@@ -160,9 +175,9 @@ RECALL_COLD_FACTOR: Final = ranking.DEFAULT_COLD_FACTOR
 RECALL_KEY_MIN_SIMILARITY: Final = 0.8
 #: Weights of the fused lists: BM25 over content, cosine (chunk or learned key), BM25
 #: over the words of usable learned keys.
-RECALL_LEXICAL_WEIGHT: Final = 1.0
-RECALL_VECTOR_WEIGHT: Final = 0.7
-RECALL_LEARNED_WEIGHT: Final = 1.0
+RECALL_LEXICAL_WEIGHT: Final = ranking.DEFAULT_LEXICAL_WEIGHT
+RECALL_VECTOR_WEIGHT: Final = ranking.DEFAULT_VECTOR_WEIGHT
+RECALL_LEARNED_WEIGHT: Final = ranking.DEFAULT_LEARNED_WEIGHT
 
 #: Without citations an outcome credits nothing (see pulses/credit.py for why).
 LEARNING_CREDIT_RULE: Final = "none"
@@ -175,10 +190,13 @@ LEARNING_MAX_KEYS_PER_CHUNK: Final = keys.MAX_KEYS_PER_CHUNK
 #: Cited successes teach recall how far to trust vectors against words (pulses.fusion).
 LEARNING_FUSION: Final = True
 
+EFFICACY_ENABLED: Final = True
 #: Seconds between computations of the efficacy metrics, and the window they look back on.
 EFFICACY_INTERVAL_S: Final = 3_600.0
 EFFICACY_WINDOW_S: Final = 7 * _DAY_S
 
+#: Checkpoint the journal and delete what retention lets go.
+AUDIT_ENABLED: Final = True
 #: The journal (the audit trail of salience) is checkpointed at most this often, during a
 #: cycle: the replay state at the journal's head, which rebuild can start from. Each
 #: checkpoint holds a row per chunk, so a week between them keeps a large store's

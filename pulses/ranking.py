@@ -45,6 +45,13 @@ NEUTRAL_SALIENCE: Final = 0.5
 DEFAULT_CONFIDENCE_BOUND: Final = 0.0
 #: Confidence at which its multiplier is exactly 1: as sure as unsure.
 NEUTRAL_CONFIDENCE: Final = 0.5
+#: Weights of the fused lists (BM25 over content, cosine to the chunk or a learned key,
+#: BM25 over the words of usable learned keys). Cosine at 0.7 against content BM25 at 1
+#: is a vector share of 0.41, the split recall uses until it has learned one from cited
+#: chunks (pulses/fusion.py; the shares measured are in docs/efficacy.md).
+DEFAULT_LEXICAL_WEIGHT: Final = 1.0
+DEFAULT_VECTOR_WEIGHT: Final = 0.7
+DEFAULT_LEARNED_WEIGHT: Final = 1.0
 
 
 class InvalidRanking(ValueError):
@@ -57,9 +64,9 @@ class RankingWeights:
     salience_bound: float = DEFAULT_SALIENCE_BOUND
     key_weight: float = DEFAULT_KEY_WEIGHT
     cold_factor: float = DEFAULT_COLD_FACTOR
-    lexical_weight: float = 1.0
-    vector_weight: float = 1.0
-    learned_weight: float = 1.0
+    lexical_weight: float = DEFAULT_LEXICAL_WEIGHT
+    vector_weight: float = DEFAULT_VECTOR_WEIGHT
+    learned_weight: float = DEFAULT_LEARNED_WEIGHT
     confidence_bound: float = DEFAULT_CONFIDENCE_BOUND
 
     def validate(self) -> None:

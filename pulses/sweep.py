@@ -16,7 +16,7 @@ import numpy as np
 
 from dreamcycle.pulses.constants import EPSILON, SALIENCE_MIN
 
-#: The bottom 60 % by value is kept in the cold tier.
+#: The bottom 60 % by value (per kind, live and cold together) is kept in the cold tier.
 DEFAULT_SWEEP_PERCENTILE: Final = 60.0
 #: A young store (fewer sweepable chunks than this) is not swept.
 DEFAULT_MIN_POPULATION: Final = 100

@@ -41,7 +41,10 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
+#: Links per element of the graph (hnswlib's M): more raise recall and memory alike; the
+#: index's benchmark figures (docs/benchmarks.md) are measured at 16.
 DEFAULT_M: Final = 16
+#: Search breadth while inserting: wider builds a better graph, more slowly.
 DEFAULT_EF_CONSTRUCTION: Final = 100
 #: Search breadth for queries; raised to k whenever k is larger.
 DEFAULT_EF: Final = 64

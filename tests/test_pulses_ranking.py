@@ -24,9 +24,10 @@ from dreamcycle.pulses.ranking import (
     vector_similarity,
 )
 
-#: The mechanisms under test: salience bounded at 0.1, the cold tier halved. (The
-#: defaults switch the salience factor off and discount the cold tier only a little.)
-WEIGHTS = RankingWeights(salience_bound=0.1, cold_factor=0.5)
+#: The mechanisms under test: salience bounded at 0.1, the cold tier halved, the lists
+#: weighted equally so relevance is a plain sum of reciprocal ranks. (The defaults switch
+#: the salience factor off, discount the cold tier only a little and weigh cosine at 0.7.)
+WEIGHTS = RankingWeights(salience_bound=0.1, cold_factor=0.5, vector_weight=1.0)
 
 
 def test_defaults_are_the_documented_ones() -> None:
