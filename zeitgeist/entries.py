@@ -36,174 +36,128 @@ in zeitgeist/defaults.py.
 
 from __future__ import annotations
 
-from dreamcycle.zeitgeist._entry_envelope import (
-    EntryBase as EntryBase,
-)
+from dreamcycle.zeitgeist._entry_envelope import EntryBase
 from dreamcycle.zeitgeist._entry_fields import (
-    RECONSOLIDATE_FIELDS as RECONSOLIDATE_FIELDS,
-)
-from dreamcycle.zeitgeist._entry_fields import (
-    ChangeValue as ChangeValue,
-)
-from dreamcycle.zeitgeist._entry_fields import (
-    Embedding as Embedding,
-)
-from dreamcycle.zeitgeist._entry_fields import (
-    Rule as Rule,
-)
-from dreamcycle.zeitgeist._entry_fields import (
-    check_signature_fields as check_signature_fields,
+    RECONSOLIDATE_FIELDS,
+    ChangeValue,
+    Embedding,
+    Rule,
+    check_signature_fields,
 )
 from dreamcycle.zeitgeist._entry_kinds import (
-    ENTRY_TYPES as ENTRY_TYPES,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    AssertEntry as AssertEntry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    AttributionEntry as AttributionEntry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    Entry as Entry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    OutcomeEntry as OutcomeEntry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    PulseEntry as PulseEntry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    ReconsolidateEntry as ReconsolidateEntry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    RetrievalKeyEntry as RetrievalKeyEntry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    SupersedeEntry as SupersedeEntry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    TombstoneEntry as TombstoneEntry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    decode_entry as decode_entry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    encode_entry as encode_entry,
-)
-from dreamcycle.zeitgeist._entry_kinds import (
-    entry_order_key as entry_order_key,
+    ENTRY_TYPES,
+    AssertEntry,
+    AttributionEntry,
+    Entry,
+    OutcomeEntry,
+    PulseEntry,
+    ReconsolidateEntry,
+    RetrievalKeyEntry,
+    SupersedeEntry,
+    TombstoneEntry,
+    decode_entry,
+    encode_entry,
+    entry_order_key,
 )
 from dreamcycle.zeitgeist._entry_wire import (
-    CONTENT_MAX_CHARS as CONTENT_MAX_CHARS,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    ENTRY_ID_BYTES as ENTRY_ID_BYTES,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    ENTRY_ID_HEX_LEN as ENTRY_ID_HEX_LEN,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    ENVELOPE_FIELDS as ENVELOPE_FIELDS,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    FORMAT_VERSION as FORMAT_VERSION,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    HASH_HEX_LEN as HASH_HEX_LEN,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    KEY_ID_HEX_LEN as KEY_ID_HEX_LEN,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    LABEL_MAX_CHARS as LABEL_MAX_CHARS,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    READABLE_VERSIONS as READABLE_VERSIONS,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    SEAL_KIND as SEAL_KIND,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    SIGNATURE_B64_LEN as SIGNATURE_B64_LEN,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    SIGNATURE_FIELDS as SIGNATURE_FIELDS,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    SIGNED_VERSION as SIGNED_VERSION,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    TITLE_MAX_CHARS as TITLE_MAX_CHARS,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    InvalidEntry as InvalidEntry,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    OverLimit as OverLimit,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    Refusal as Refusal,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    canonical_json as canonical_json,
-)
-from dreamcycle.zeitgeist._entry_wire import (
-    parse_json as parse_json,
+    CONTENT_MAX_CHARS,
+    ENTRY_ID_BYTES,
+    ENTRY_ID_HEX_LEN,
+    ENVELOPE_FIELDS,
+    FORMAT_VERSION,
+    HASH_HEX_LEN,
+    KEY_ID_HEX_LEN,
+    LABEL_MAX_CHARS,
+    READABLE_VERSIONS,
+    SEAL_KIND,
+    SIGNATURE_B64_LEN,
+    SIGNATURE_FIELDS,
+    SIGNED_VERSION,
+    TITLE_MAX_CHARS,
+    InvalidEntry,
+    OverLimit,
+    Refusal,
+    canonical_json,
+    parse_json,
 )
 from dreamcycle.zeitgeist._segment_codec import (
-    MAX_KIND_LABEL as MAX_KIND_LABEL,
+    MAX_KIND_LABEL,
+    MAX_LINE_BYTES,
+    SEGMENT_LIMITS,
+    SNAPSHOT_LIMITS,
+    CorruptSegment,
+    DecodedSegment,
+    RejectedLine,
+    SegmentLimits,
+    decode_segment,
+    encode_segment,
 )
-from dreamcycle.zeitgeist._segment_codec import (
-    MAX_LINE_BYTES as MAX_LINE_BYTES,
-)
-from dreamcycle.zeitgeist._segment_codec import (
-    SEGMENT_LIMITS as SEGMENT_LIMITS,
-)
-from dreamcycle.zeitgeist._segment_codec import (
-    SNAPSHOT_LIMITS as SNAPSHOT_LIMITS,
-)
-from dreamcycle.zeitgeist._segment_codec import (
-    CorruptSegment as CorruptSegment,
-)
-from dreamcycle.zeitgeist._segment_codec import (
-    DecodedSegment as DecodedSegment,
-)
-from dreamcycle.zeitgeist._segment_codec import (
-    RejectedLine as RejectedLine,
-)
-from dreamcycle.zeitgeist._segment_codec import (
-    SegmentLimits as SegmentLimits,
-)
-from dreamcycle.zeitgeist._segment_codec import (
-    decode_segment as decode_segment,
-)
-from dreamcycle.zeitgeist._segment_codec import (
-    encode_segment as encode_segment,
-)
-from dreamcycle.zeitgeist._segment_seal import (
-    Sealer as Sealer,
-)
-from dreamcycle.zeitgeist._segment_seal import (
-    SegmentSeal as SegmentSeal,
-)
-from dreamcycle.zeitgeist._segment_seal import (
-    payload_digest as payload_digest,
-)
+from dreamcycle.zeitgeist._segment_seal import Sealer, SegmentSeal, payload_digest
 from dreamcycle.zeitgeist.defaults import (
-    MAX_SEGMENT_BYTES as MAX_SEGMENT_BYTES,
+    MAX_SEGMENT_BYTES,
+    MAX_SEGMENT_COMPRESSED_BYTES,
+    MAX_SEGMENT_LINES,
+    MAX_SNAPSHOT_BYTES,
+    MAX_SNAPSHOT_COMPRESSED_BYTES,
+    MAX_SNAPSHOT_LINES,
 )
-from dreamcycle.zeitgeist.defaults import (
-    MAX_SEGMENT_COMPRESSED_BYTES as MAX_SEGMENT_COMPRESSED_BYTES,
-)
-from dreamcycle.zeitgeist.defaults import (
-    MAX_SEGMENT_LINES as MAX_SEGMENT_LINES,
-)
-from dreamcycle.zeitgeist.defaults import (
-    MAX_SNAPSHOT_BYTES as MAX_SNAPSHOT_BYTES,
-)
-from dreamcycle.zeitgeist.defaults import (
-    MAX_SNAPSHOT_COMPRESSED_BYTES as MAX_SNAPSHOT_COMPRESSED_BYTES,
-)
-from dreamcycle.zeitgeist.defaults import (
-    MAX_SNAPSHOT_LINES as MAX_SNAPSHOT_LINES,
-)
+
+__all__ = [
+    "CONTENT_MAX_CHARS",
+    "ENTRY_ID_BYTES",
+    "ENTRY_ID_HEX_LEN",
+    "ENTRY_TYPES",
+    "ENVELOPE_FIELDS",
+    "FORMAT_VERSION",
+    "HASH_HEX_LEN",
+    "KEY_ID_HEX_LEN",
+    "LABEL_MAX_CHARS",
+    "MAX_KIND_LABEL",
+    "MAX_LINE_BYTES",
+    "MAX_SEGMENT_BYTES",
+    "MAX_SEGMENT_COMPRESSED_BYTES",
+    "MAX_SEGMENT_LINES",
+    "MAX_SNAPSHOT_BYTES",
+    "MAX_SNAPSHOT_COMPRESSED_BYTES",
+    "MAX_SNAPSHOT_LINES",
+    "READABLE_VERSIONS",
+    "RECONSOLIDATE_FIELDS",
+    "SEAL_KIND",
+    "SEGMENT_LIMITS",
+    "SIGNATURE_B64_LEN",
+    "SIGNATURE_FIELDS",
+    "SIGNED_VERSION",
+    "SNAPSHOT_LIMITS",
+    "TITLE_MAX_CHARS",
+    "AssertEntry",
+    "AttributionEntry",
+    "ChangeValue",
+    "CorruptSegment",
+    "DecodedSegment",
+    "Embedding",
+    "Entry",
+    "EntryBase",
+    "InvalidEntry",
+    "OutcomeEntry",
+    "OverLimit",
+    "PulseEntry",
+    "ReconsolidateEntry",
+    "Refusal",
+    "RejectedLine",
+    "RetrievalKeyEntry",
+    "Rule",
+    "Sealer",
+    "SegmentLimits",
+    "SegmentSeal",
+    "SupersedeEntry",
+    "TombstoneEntry",
+    "canonical_json",
+    "check_signature_fields",
+    "decode_entry",
+    "decode_segment",
+    "encode_entry",
+    "encode_segment",
+    "entry_order_key",
+    "parse_json",
+    "payload_digest",
+]
