@@ -15,6 +15,7 @@ from dreamcycle.pulses import confidence, credit, keys, ranking
 from dreamcycle.pulses import sweep as sweep_math
 from dreamcycle.store import embedder
 from dreamcycle.store import index as hnsw_index
+from dreamcycle.zeitgeist import defaults as zeitgeist_defaults
 
 #: Where a user's config is looked for when --config is not given.
 CONFIG_ENV: Final = "DREAMCYCLE_CONFIG"
@@ -49,21 +50,21 @@ EMBEDDING_THREADS: Final = 0
 #: Chunks embedded per cycle at most (the rest wait for the next cycle).
 MAX_EMBED_PER_CYCLE: Final = 4_096
 
-ZEITGEIST_WINDOW_S: Final = 60.0
+ZEITGEIST_WINDOW_S: Final = zeitgeist_defaults.DEFAULT_WINDOW_MS / 1000
 #: What one segment read from the zeitgeist may cost: gzip'd bytes, bytes once
 #: decompressed, and lines. A cycle publishes at most MAX_ENTRIES_PER_SEGMENT entries, a
 #: few MiB; a segment beyond any limit is refused whole and counted.
-ZEITGEIST_MAX_SEGMENT_BYTES: Final = 64 * 1024 * 1024
-ZEITGEIST_MAX_SEGMENT_EXPANDED_BYTES: Final = 256 * 1024 * 1024
-ZEITGEIST_MAX_SEGMENT_LINES: Final = 20_000
+ZEITGEIST_MAX_SEGMENT_BYTES: Final = zeitgeist_defaults.MAX_SEGMENT_COMPRESSED_BYTES
+ZEITGEIST_MAX_SEGMENT_EXPANDED_BYTES: Final = zeitgeist_defaults.MAX_SEGMENT_BYTES
+ZEITGEIST_MAX_SEGMENT_LINES: Final = zeitgeist_defaults.MAX_SEGMENT_LINES
 #: The same for a snapshot, which folds the whole history (read at start-up and by
 #: compaction).
-ZEITGEIST_MAX_SNAPSHOT_BYTES: Final = 1024 * 1024 * 1024
-ZEITGEIST_MAX_SNAPSHOT_EXPANDED_BYTES: Final = 4 * 1024 * 1024 * 1024
-ZEITGEIST_MAX_SNAPSHOT_LINES: Final = 5_000_000
-LIVENESS_TIMEOUT_S: Final = 600.0
+ZEITGEIST_MAX_SNAPSHOT_BYTES: Final = zeitgeist_defaults.MAX_SNAPSHOT_COMPRESSED_BYTES
+ZEITGEIST_MAX_SNAPSHOT_EXPANDED_BYTES: Final = zeitgeist_defaults.MAX_SNAPSHOT_BYTES
+ZEITGEIST_MAX_SNAPSHOT_LINES: Final = zeitgeist_defaults.MAX_SNAPSHOT_LINES
+LIVENESS_TIMEOUT_S: Final = zeitgeist_defaults.DEFAULT_LIVENESS_TIMEOUT_MS / 1000
 COMPACTION_INTERVAL_S: Final = 3_600.0
-S3_REGION: Final = "us-east-1"
+S3_REGION: Final = zeitgeist_defaults.DEFAULT_S3_REGION
 S3_PREFIX: Final = "dreamcycle"
 REDIS_URL: Final = "redis://127.0.0.1:6379/0"
 REDIS_PREFIX: Final = "dreamcycle"
