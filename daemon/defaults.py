@@ -258,6 +258,10 @@ EXPLAIN_DECISIONS: Final = 20
 #: Timeline pages: rows when a request does not say, and at most.
 TIMELINE_PAGE: Final = 20
 TIMELINE_MAX_PAGE: Final = 200
+#: Rows of the cold tier (`forgotten`) listed when a request does not say, and at most per
+#: API request.
+FORGOTTEN_PAGE: Final = 20
+FORGOTTEN_MAX_PAGE: Final = 500
 #: Around a point in time, the timeline spans this long on either side unless told.
 TIMELINE_SPAN_S: Final = 3_600.0
 #: Characters of each memory's content a timeline row shows.

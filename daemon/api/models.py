@@ -244,9 +244,8 @@ class Queued(BaseModel):
 
 # ---- one chunk, the cold tier, supersede -------------------------------------------------------
 
-#: Rows of the cold tier listed when a request does not say.
-FORGOTTEN_PAGE = 20
-MAX_FORGOTTEN_PAGE = 500
+FORGOTTEN_PAGE = defaults.FORGOTTEN_PAGE
+MAX_FORGOTTEN_PAGE = defaults.FORGOTTEN_MAX_PAGE
 HASH_OR_UNIQUE_PREFIX = r"^[0-9a-f]{8,64}$"
 
 

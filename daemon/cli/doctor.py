@@ -147,6 +147,8 @@ def _data_dir(config: Config) -> Check:
 def _database(config: Config) -> Check:
     import apsw
 
+    from dreamcycle.store.database import BUSY_TIMEOUT_MS
+
     path = config.database_path
     if not path.exists():
         return Check(
@@ -162,7 +164,7 @@ def _database(config: Config) -> Check:
     try:
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            conn.set_busy_timeout(10_000)
+            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
             migrations = conn.execute("SELECT count(*) FROM schema_migrations").fetchone()
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.cli.access import memory_access
 from dreamcycle.daemon.cli.common import (
     access_options,
@@ -13,6 +14,12 @@ from dreamcycle.daemon.cli.common import (
     load,
     reason_text,
     run_guarded,
+)
+from dreamcycle.pulses.constants import (
+    OUTCOME_DECAY_PER_HOP,
+    OUTCOME_K,
+    OUTCOME_MAX_HOPS,
+    OUTCOME_SIGMA,
 )
 from dreamcycle.pulses.outcome import REWARD_MAX, REWARD_MIN
 
@@ -24,10 +31,11 @@ def register(verbs: Any) -> None:
         help="report how a decision turned out",
         description="Report an outcome for a decision hash printed by `dreamcycle recall`. "
         "Without --cited an outcome credits nothing by default (learning.credit_rule = "
-        "'none'). With --cited, only the cited chunks are credited: a positive reward "
-        "becomes Reward pulses at them, a negative one Decay pulses scaled by "
-        "learning.miss_factor (sigma 0.15, 2 hops, k 3, decay 0.3 per hop), and each "
-        "learns (or, on a miss, unlearns) the recall's query as a retrieval key.",
+        f"{defaults.LEARNING_CREDIT_RULE!r}). With --cited, only the cited chunks are "
+        "credited: a positive reward becomes Reward pulses at them, a negative one Decay "
+        f"pulses scaled by learning.miss_factor (sigma {OUTCOME_SIGMA}, {OUTCOME_MAX_HOPS} "
+        f"hops, k {OUTCOME_K}, decay {OUTCOME_DECAY_PER_HOP} per hop), and each learns (or, "
+        "on a miss, unlearns) the recall's query as a retrieval key.",
     )
     parser.add_argument(
         "--decision",

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any, Final
 
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.cli.access import memory_access
 from dreamcycle.daemon.cli.common import (
     access_options,
@@ -38,7 +39,7 @@ def register(verbs: Any) -> None:
         "-n",
         "--limit",
         type=bounded(int, at_least=1, at_most=SQLITE_INTEGER_MAX),
-        default=20,
+        default=defaults.FORGOTTEN_PAGE,
         metavar="N",
         help="rows to list",
     )
