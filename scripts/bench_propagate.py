@@ -22,6 +22,9 @@ Pulses use the outcome parameters of seed section 7.1 (k = 3, max_hops = 2,
 sigma = 0.15, decay_per_hop = 0.3) and alternate Reward and Decay.
 
     .venv/bin/python scripts/bench_propagate.py [--sizes 10000,100000] [--pulses 2000]
+
+One file: a benchmark that runs as one standalone script, with the naive reference it
+compares against beside it.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ measured in the same run, and resident memory. Results go to
 bench-results/recall.json; docs/benchmarks.md has figures and targets.
 
     .venv/bin/python scripts/bench_recall.py [--chunks 100000] [--calls 1000]
+
+One file: a benchmark that runs as one standalone script, its store, workload and daemon set
+up for that one run.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ Everything runs against one SeaweedFS (`weed mini`) this script starts on loopba
 
 Ratios put each figure over its raw counterpart, so results carry across machines.
 The JSON (--out) holds every figure, the ratios and the machine.
+
+One file: a benchmark that runs as one standalone script against the one server it starts,
+each figure measured beside its raw rate in the same run.
 """
 
 from __future__ import annotations

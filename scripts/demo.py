@@ -24,6 +24,9 @@ The story, driven through the real command-line tools as a user would run them:
 Every claim is checked; the exit status is 0 only if all of them hold.
 
     .venv/bin/python scripts/demo.py [--dir demo-data]
+
+One file: the demo runs as one standalone script (`make demo`), and its steps tell one story
+in order.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ The simulated agent: a training question is recalled (top 10); if an evidence
 chunk is among the results the outcome is +1 citing the evidence chunks found
 (a success); otherwise -1 citing the top result (it relied on it and failed).
 The "uncited" configurations report the same outcomes without citations.
+
+One file: the benchmark's driver, run as one module (`python -m scripts.efficacy`), whose
+simulation and measurements share one Simulation state.
 """
 
 from __future__ import annotations

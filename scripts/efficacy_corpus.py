@@ -15,6 +15,10 @@ is low-information chatter. Three sources give that:
 Every question names the chunk ids that answer it (its evidence) and the first simulated
 day on which it can be asked, so a run can ingest day by day and never ask before the
 answer exists. `split_questions` divides questions into training and held-out sets.
+
+One module: every source (LoCoMo, LongMemEval and the generator, which is most of the file)
+yields the one Corpus type and the split over it, which the benchmark imports through
+load_corpus.
 """
 
 from __future__ import annotations

@@ -35,6 +35,9 @@ The `results` dict, as written to JSON and read back for the HTML::
 
 Percentages are what people compare across papers; fractions stay fractions where they
 describe the store rather than a question set. A missing value is shown as "-".
+
+One module: the metrics, the JSON, the console table, the plots and the HTML all read and
+write the one `results` layout described above.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ Targets (structure-aware: each case starts from a valid input and breaks it):
 Per target it prints cases run, refused (with a clear error), accepted, findings, the
 longest case and the largest peak RSS growth of one case; the JSON (--out) holds the
 same with every finding (input, traceback). Exit 1 if anything was found.
+
+One file: a fuzzer that runs as one standalone script, whose targets share the case runner
+(time limit, peak memory) and the hostile values.
 """
 
 from __future__ import annotations

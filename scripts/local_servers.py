@@ -3,6 +3,9 @@
 Used by the test fixtures (tests/servers.py), by benchmarks and by scripts/dev_s3.py.
 Everything binds 127.0.0.1 only, on ports chosen free at start-up, with data, sockets
 and logs under one directory, so several instances can run side by side.
+
+One module: the tests, the benchmarks and scripts/dev_s3.py import both launchers, which
+share the process handling (free ports, readiness, logs, stopping with the parent).
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 A `Peer` is one data directory with a peer id and a zeitgeist directory; its
 methods run `dreamcycle` and `pulse-emit` against it and read its database
 with the standard library's sqlite3, never through the code under test.
+
+One module: the tests that drive real processes share its Peer and Daemon, and a peer's
+methods are the one place that knows how a user runs the commands.
 """
 
 from __future__ import annotations

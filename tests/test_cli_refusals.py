@@ -2,6 +2,9 @@
 
 The commands run in this process (`daemon.cli.main.main`, `daemon.cli.pulse_emit.main`)
 against real data directories, the real model and the real database.
+
+One file: every refusal is checked on a copy of one template data directory, ingested and
+recalled once per module by the real commands, which is most of the run time.
 """
 
 from __future__ import annotations

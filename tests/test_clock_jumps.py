@@ -4,6 +4,9 @@ Decay and the sweep measure accounted time (daemon/accounted.py), which follows 
 by at most `clock.max_step_s` per cycle and never back; the HLC comes back with the wall
 clock (daemon/hlc_recovery.py), and this host's own entries stamped while it was ahead
 still apply here.
+
+One file: each test follows the same jump through a different part of the daemon, from one
+template of chunks embedded once per module.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The console scripts as a user runs them: real processes, the real model, real files."""
+"""The console scripts as a user runs them: real processes, the real model, real files.
+
+One file: the tests run against copies of two module fixtures (chunks ingested, then one
+cycle run) that cost real processes and the real model once.
+"""
 
 from __future__ import annotations
 

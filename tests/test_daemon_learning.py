@@ -3,6 +3,9 @@
 Each test opens the real daemon pieces (database, embedding model, index, salience
 cache, directory zeitgeist) on a ManualClock, recalls with the real hybrid recall,
 queues outcomes as `pulse-emit outcome` does, and runs whole dream cycles.
+
+One file: the tests share one way of opening a peer on real text and a simulated clock, and
+each follows the learning loop through whole cycles.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The efficacy corpora: the generated one's promises, and exactly what the loaders read."""
+"""The efficacy corpora: the generated one's promises, and exactly what the loaders read.
+
+One file: it tests one module, scripts/efficacy_corpus.py, section by section in that file's
+order, on small corpus files it writes itself.
+"""
 
 from __future__ import annotations
 

@@ -16,6 +16,9 @@ not in floating point: (a + b) + c and (a + c) + b may differ in the last bit.
 With clamping the order matters more: a Reward on a chunk at 1.0 is lost, while
 after a Decay it is not. Both effects are reproduced by replaying each peer's
 order in-process over the same index and comparing with what each one stored.
+
+One file: it is one test of one mesh of daemon processes, and the replay and compaction
+helpers above it serve only that test.
 """
 
 from __future__ import annotations

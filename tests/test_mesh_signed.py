@@ -26,6 +26,9 @@ object. bob's next real pulse still reaches alice. Then a key trusted as operato
 with `dreamcycle keys trust --role operator` while alice runs (the keyring is read
 again without a restart) does delete a pinned chunk: the rule is authority, not a
 blanket refusal. One pair of daemons serves every case, to keep the test short.
+
+One file: the two daemons and the S3 server are started once, for one test that runs every
+attack in turn against them, and the helpers above it serve only that test.
 """
 
 from __future__ import annotations

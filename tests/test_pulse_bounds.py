@@ -1,6 +1,11 @@
 """Bounds on pulses beyond convergence: the measured attack, the moved-salience bound over real
 propagation, the budget per origin, outcome and attribution sizes, and the refusals of
-`pulse-emit`, the config and the API."""
+`pulse-emit`, the config and the API.
+
+One file: each bound is checked at every place that enforces it (the pulse, propagation, the
+budget, the config, pulse-emit, and the API of one daemon started per module), so no
+enforcement of it can drift unseen.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Half-life downscaling and the per-kind percentile sweep plan (the cold tier)."""
+"""Half-life downscaling and the per-kind percentile sweep plan (the cold tier).
+
+One file: it tests one pure module, pulses/sweep.py, whose downscale, plan and spare build
+on each other, with shared candidate builders.
+"""
 
 from __future__ import annotations
 

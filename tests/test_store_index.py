@@ -1,4 +1,8 @@
-"""The persisted HNSW index: exactness, growth, tombstones, persistence, rebuilds, threads."""
+"""The persisted HNSW index: exactness, growth, tombstones, persistence, rebuilds, threads.
+
+One file: it tests one module, store/index.py (HnswIndex and its rebuild), with shared
+clustered vectors and built indexes checked against brute force.
+"""
 
 from __future__ import annotations
 

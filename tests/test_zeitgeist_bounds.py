@@ -14,6 +14,9 @@ Then the attacks of "Signed entries and hostile input" on the log itself:
   itself and one dropping what the snapshot before it held are passed over.
 
 The last test runs 6 and 7 against a real daemon process that bootstraps from the bucket.
+
+One file: every test reads through the same counted reader on the one S3 server of the
+session, and the limits and the attacks on them are one list to keep complete.
 """
 
 from __future__ import annotations

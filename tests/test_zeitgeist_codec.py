@@ -1,4 +1,8 @@
-"""The entry codec and the key scheme: round trips, rejection reasons, determinism."""
+"""The entry codec and the key scheme: round trips, rejection reasons, determinism.
+
+One file: every test builds its entries with the same makers (one of each of the eight
+kinds), and the entries and the keys that name their segments make up one wire format.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,10 @@
 
 The first half checks the LogBackend primitives; the second half checks the log
 built on them: polling windows, fencing, crash-retry, compaction and bootstrap.
+
+One file: the contract is one list of properties every backend must have, each test run
+against all of them (but the directory's own few at the end), so a property cannot hold for
+one backend unseen.
 """
 
 from __future__ import annotations
