@@ -3,18 +3,25 @@
 Keys are '/'-separated strings relative to the mesh prefix, e.g.
 ``seg/0000018c2f3a0001-peerA-0000002a.ndjson.gz``. Backends store opaque bytes;
 ordering, windows, fencing decisions and compaction policy live in `zeitgeist.log`.
-All calls are blocking; the daemon runs them in worker threads.
+All calls are blocking; the daemon runs them in worker threads. The checks that the
+networked backends make alike (the probe of create-only writes, a retried write that
+finds its own effect) are written here once.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
+
+from dreamcycle.zeitgeist.defaults import MAX_SNAPSHOT_COMPRESSED_BYTES
+from dreamcycle.zeitgeist.keys import PROBE_PREFIX
 
 #: The most any read returns unless its caller bounds it tighter: as large as the largest
 #: object the log layer reads (a snapshot at its default limit), so no call, however
 #: careless, pulls a many-GiB object into memory.
-MAX_OBJECT_BYTES: Final = 1024 * 1024 * 1024
+MAX_OBJECT_BYTES: Final = MAX_SNAPSHOT_COMPRESSED_BYTES
 
 
 class BackendError(Exception):
@@ -116,3 +123,47 @@ class LogBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def check_create_only(
+    create_if_absent: Callable[[str, bytes], bool],
+    delete: Callable[[list[str]], None],
+    location: str,
+    failure: str,
+) -> None:
+    """Create a throw-away key twice: the second create must be refused. A store that lets
+    it through (`failure` says how) raises UnsupportedStore: it would let one writer
+    overwrite another's entries. `create_if_absent` says whether the key was created."""
+    probe_key = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+    try:
+        if not create_if_absent(probe_key, b"probe: first write"):
+            raise BackendError(f"probe key {probe_key!r} already existed in {location}")
+        # Different bytes, so the retry reconciliation cannot mistake an overwrite.
+        if create_if_absent(probe_key, b"probe: second write"):
+            raise UnsupportedStore(
+                f"{location} {failure}; using it could silently lose log entries"
+            )
+    finally:
+        delete([probe_key])
+
+
+def written_by_earlier_attempt(backend: LogBackend, key: str, data: bytes) -> str | None:
+    """The version token of `key` if it holds exactly `data`, else None.
+
+    A retried conditional write may meet the effect of its own earlier attempt, one whose
+    reply was lost: the condition then fails although this very write landed. An object
+    longer than `data` is not read further: it is not this write's effect.
+    """
+    try:
+        current = backend.read_versioned(key, max_bytes=len(data))
+    except ObjectTooLarge:
+        return None
+    if current is not None and current.data == data:
+        return current.etag
+    return None
+
+
+def precondition_failed(key: str, location: str, expect: str | None) -> PreconditionFailed:
+    """The error of a compare-and-swap that found `key` changed from version `expect`."""
+    expected = "absent" if expect is None else f"at version {expect}"
+    return PreconditionFailed(f"{key!r} in {location} is no longer {expected}")

@@ -28,13 +28,12 @@ from dreamcycle.zeitgeist.backend import (
     Versioned,
     check_read_bound,
 )
+from dreamcycle.zeitgeist.keys import PROBE_PREFIX
 
 #: Lock file for compare-and-swap writes; its leading dot keeps it out of listings.
 LOCK_FILE_NAME: Final = ".versioned.lock"
 TEMP_PREFIX: Final = "."
 TEMP_SUFFIX: Final = ".tmp"
-#: Where probe() writes its throw-away key.
-PROBE_PREFIX: Final = "probe/"
 #: Bytes hashed at a time when a compare-and-swap checks the current version.
 HASH_CHUNK_BYTES: Final = 1024 * 1024
 

@@ -24,6 +24,8 @@ SNAPSHOT_PREFIX: Final = "snap/"
 HEARTBEAT_PREFIX: Final = "peers/"
 CLAIM_PREFIX: Final = "claim/"
 LEASE_KEY: Final = "lease/compactor.json"
+#: Where a backend's probe() writes a throw-away key, and removes it.
+PROBE_PREFIX: Final = "probe/"
 
 SEGMENT_SUFFIX: Final = ".ndjson.gz"
 HEARTBEAT_SUFFIX: Final = ".json"

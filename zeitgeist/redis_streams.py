@@ -1,5 +1,7 @@
 """The zeitgeist on Redis: log entries in a stream, mutable objects in hashes.
 
+Over 400 lines as one module: one module per backend, its Lua scripts beside their calls.
+
 Redis keys of a mesh (all named from its prefix P; write P as ``{mesh}`` to pin
 them to one Redis Cluster slot, since the scripts declare every key they touch):
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
@@ -50,11 +51,14 @@ from dreamcycle.zeitgeist.backend import (
     BackendError,
     KeyExists,
     ObjectTooLarge,
-    PreconditionFailed,
     UnsupportedStore,
     Versioned,
+    check_create_only,
     check_read_bound,
+    precondition_failed,
+    written_by_earlier_attempt,
 )
+from dreamcycle.zeitgeist.defaults import DEFAULT_CONNECT_TIMEOUT_S
 from dreamcycle.zeitgeist.keys import InvalidKey
 from dreamcycle.zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
 
@@ -64,12 +68,9 @@ log = logging.getLogger(__name__)
 BACKEND_NAME: Final = "redis"
 #: Seconds to wait for a command's reply before the attempt counts as failed.
 DEFAULT_SOCKET_TIMEOUT_S: Final = 10.0
-DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
 #: Keys per ZRANGEBYLEX page and per delete or trim script call; bounds the time
 #: one script holds the (single-threaded) server.
 PAGE_SIZE: Final = 1000
-#: Folder (relative to the prefix) for the objects that probe() writes and removes.
-PROBE_FOLDER: Final = "probe/"
 #: XTRIM MINID arrived in Redis 6.2.
 MINIMUM_REDIS_VERSION: Final = (6, 2)
 #: Error replies that heal by themselves (script busy, failover in progress).
@@ -283,17 +284,12 @@ class RedisStreamsBackend:
                 f"{self.location} runs Redis {version}; the zeitgeist needs Redis >= {wanted} "
                 "(streams with XTRIM MINID)"
             )
-        probe_key = f"{PROBE_FOLDER}{uuid.uuid4().hex}"
-        try:
-            if self._script("create", probe_key, [probe_key, b"probe: first write"]) is None:
-                raise BackendError(f"probe key {probe_key!r} already existed in {self.location}")
-            if self._script("create", probe_key, [probe_key, b"probe: second write"]) is not None:
-                raise UnsupportedStore(
-                    f"{self.location} let a create-only write replace an entry; "
-                    "using it could silently lose log entries"
-                )
-        finally:
-            self.delete([probe_key])
+        check_create_only(
+            lambda key, data: self._script("create", key, [key, data]) is not None,
+            self.delete,
+            self.location,
+            "let a create-only write replace an entry",
+        )
         persistence = self._run("INFO", "", functools.partial(self._client.info, "persistence"))
         if not int(persistence.get("aof_enabled", 0)):
             log.warning(
@@ -356,8 +352,7 @@ class RedisStreamsBackend:
             "write_versioned", key, data, [key, data, must_be_absent, expect or ""]
         )
         if version is None:
-            expected = "absent" if expect is None else f"at version {expect}"
-            raise PreconditionFailed(f"{key!r} in {self.location} is no longer {expected}")
+            raise precondition_failed(key, self.location, expect)
         return version
 
     def write_overwrite(self, key: str, data: bytes) -> None:
@@ -397,8 +392,8 @@ class RedisStreamsBackend:
     ) -> str | None:
         """Run a create-only or compare-and-swap script; the new version or None if refused.
 
-        A retry may find the effect of its own earlier attempt whose reply was lost:
-        after a retry, a refusal is checked against the stored bytes.
+        After a retry, a refusal is checked against the stored bytes: the script may have
+        met the effect of its own earlier attempt, whose reply was lost.
         """
         self._check_key(key)
         attempts = 0
@@ -412,12 +407,7 @@ class RedisStreamsBackend:
         if result is not None:
             return bytes(result).decode()
         if attempts > 1:
-            try:
-                current = self.read_versioned(key, max_bytes=len(data))
-            except ObjectTooLarge:
-                return None  # longer than what this call wrote: not its own effect
-            if current is not None and current.data == data:
-                return current.etag
+            return written_by_earlier_attempt(self, key, data)
         return None
 
     def _script(self, script: str, key: str, args: Sequence[str | bytes | int]) -> Any:

@@ -1,5 +1,7 @@
 """The zeitgeist on S3 and S3-compatible stores (AWS, MinIO, SeaweedFS).
 
+Over 400 lines as one module: one module per backend, each store quirk beside its request.
+
 Correctness rests on conditional writes: a log segment is created with
 ``PutObject(IfNoneMatch='*')`` and never overwritten; heartbeats and the compaction
 lease are swapped with ``IfMatch=<etag>``. `probe()` refuses a store that ignores
@@ -19,7 +21,6 @@ Store quirks measured and handled here:
 from __future__ import annotations
 
 import functools
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -41,11 +42,13 @@ from dreamcycle.zeitgeist.backend import (
     BackendError,
     KeyExists,
     ObjectTooLarge,
-    PreconditionFailed,
-    UnsupportedStore,
     Versioned,
+    check_create_only,
     check_read_bound,
+    precondition_failed,
+    written_by_earlier_attempt,
 )
+from dreamcycle.zeitgeist.defaults import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_S3_REGION
 from dreamcycle.zeitgeist.keys import InvalidKey
 from dreamcycle.zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
 
@@ -60,9 +63,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 BACKEND_NAME: Final = "s3"
-DEFAULT_REGION: Final = "us-east-1"
-#: Seconds to open a TCP (and TLS) connection before the attempt counts as failed.
-DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
+DEFAULT_REGION: Final = DEFAULT_S3_REGION
 #: Seconds to wait for response bytes; a 2 KB put takes ~5 ms on a local store.
 DEFAULT_READ_TIMEOUT_S: Final = 15.0
 #: Concurrent HTTP connections per backend; the daemon's thread limiter stays below it.
@@ -73,8 +74,6 @@ DEFAULT_LIST_PAGE_SIZE: Final = 1000
 DELETE_BATCH_SIZE: Final = 1000
 #: S3's limit on the length of an object key, in UTF-8 bytes.
 MAX_KEY_BYTES: Final = 1024
-#: Folder (relative to the mesh prefix) for the objects that probe() writes and removes.
-PROBE_FOLDER: Final = "probe/"
 
 #: Error codes that S3 and compatible stores use for conditions that heal by themselves.
 TRANSIENT_ERROR_CODES: Final = frozenset(
@@ -231,18 +230,12 @@ class S3Backend:
 
     def probe(self) -> None:
         self._check_bucket()
-        probe_key = f"{PROBE_FOLDER}{uuid.uuid4().hex}"
-        try:
-            if self._conditional_put(probe_key, b"probe: first write", if_match=None) is None:
-                raise BackendError(f"probe key {probe_key!r} already existed in {self.location}")
-            # Different bytes, so the retry reconciliation cannot mistake an overwrite.
-            if self._conditional_put(probe_key, b"probe: second write", if_match=None) is not None:
-                raise UnsupportedStore(
-                    f"{self.location} does not honour If-None-Match conditional writes; "
-                    "using it could silently lose log entries"
-                )
-        finally:
-            self.delete([probe_key])
+        check_create_only(
+            lambda key, data: self._conditional_put(key, data, if_match=None) is not None,
+            self.delete,
+            self.location,
+            "does not honour If-None-Match conditional writes",
+        )
 
     def create(self, key: str, data: bytes) -> None:
         if self._conditional_put(key, data, if_match=None) is None:
@@ -337,8 +330,7 @@ class S3Backend:
     def write_versioned(self, key: str, data: bytes, expect: str | None) -> str:
         etag = self._conditional_put(key, data, if_match=expect)
         if etag is None:
-            expected = "absent" if expect is None else f"at version {expect}"
-            raise PreconditionFailed(f"{key!r} in {self.location} is no longer {expected}")
+            raise precondition_failed(key, self.location, expect)
         return etag
 
     def write_overwrite(self, key: str, data: bytes) -> None:
@@ -359,9 +351,8 @@ class S3Backend:
 
         Returns the new ETag, or None if the condition did not hold.
 
-        A retried put may meet the effect of its own earlier attempt, one whose response
-        was lost to a timeout: the condition then fails although this very write landed.
-        So after a retry, a failed condition is checked against the stored bytes.
+        After a retry, a failed condition is checked against the stored bytes: the put may
+        have met the effect of its own earlier attempt, whose response was lost.
         """
         object_key = self._object_key(key)
         # AWS and moto answer an If-Match on a missing key with 404 rather than 412.
@@ -393,17 +384,8 @@ class S3Backend:
 
         etag = self._run("PutObject", object_key, attempt)
         if etag is None and attempts > 1:
-            current = self._stored(key, len(data))
-            if current is not None and current.data == data:
-                return current.etag
+            return written_by_earlier_attempt(self, key, data)
         return etag
-
-    def _stored(self, key: str, max_bytes: int) -> Versioned | None:
-        """What `key` holds if it is at most `max_bytes` long (None if absent or longer)."""
-        try:
-            return self.read_versioned(key, max_bytes=max_bytes)
-        except ObjectTooLarge:
-            return None
 
     def _list_page(self, request: ListObjectsV2RequestTypeDef) -> ListObjectsV2OutputTypeDef:
         return self._run(
