@@ -1,6 +1,9 @@
 """Python clients of a running daemon's local API: `MemoryClient` (blocking) and
 `AsyncMemoryClient` (trio or asyncio), both over httpx.
 
+One module of about 700 lines: the two clients mirror each other method for method, so
+each reads alone beside the other, over the routes and request builders both share.
+
 By default they reach the daemon over the Unix socket in the configured data
 directory (`api.unix_socket`), whose file mode is its access control; with
 `url=` (or `from_config(..., tcp=True)`) over loopback TCP with the bearer

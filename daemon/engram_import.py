@@ -4,6 +4,9 @@ The source is opened read-only and nothing in it is ever written, checkpointed o
 recovered: engram may be running. Its schema is read with `PRAGMA table_info`, so
 every engram version with an `observations(content)` table can be imported.
 
+One module of about 500 lines: reading engram's schema, keying its memories and
+deciding what changed are one pass over the source, read in the order it runs.
+
 Each engram memory has an identity (its `sync_id`, else its normalised content
 hash with project, scope, type and title; `session/<id>` for a session summary)
 recorded in `engram_imports` with the chunk it became. An import takes only what

@@ -8,6 +8,9 @@ finished recently. Both are served on the metrics listener and on the API.
 Progress feeds the systemd watchdog: the service marks every step of a cycle, and the
 watchdog is fed only while the step under way is younger than the watchdog's timeout,
 so a cycle stuck in one place stops the feeding and systemd restarts the daemon.
+
+One module of a little over 400 lines: the probes and the progress they report share
+one lock and one notion of "recent".
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ The tools reach the operations through a `Transport`: over the API
 daemon, by calling `Operations` in the API's worker threads (`InProcess`, what
 `/mcp` serves as streamable HTTP). Either way a refused operation becomes a
 tool error carrying the daemon's reason.
+
+One module of about 500 lines: each tool's signature is its MCP schema (the SDK reads
+parameters, types and descriptions from it), so every tool is written out in full.
 """
 
 from __future__ import annotations
