@@ -1,8 +1,8 @@
-"""Protocol constants (seed sections 4-7). Operational defaults live in daemon/defaults.py."""
+"""Protocol constants: pulse bounds and outcome parameters. Operational defaults live in daemon/defaults.py."""
 
 from typing import Final
 
-#: Smallest salience delta worth propagating; bounds max_hops (seed section 4.2).
+#: Smallest salience delta worth propagating; bounds max_hops.
 EPSILON: Final = 1e-3
 #: Narrowest kernel accepted. A width far below any real cosine distance reaches nothing,
 #: and at ~1e-160 the kernel's 2 * sigma**2 underflows to zero.
@@ -12,7 +12,7 @@ SALIENCE_MAX: Final = 1.0
 #: Lowest possible salience of an unpinned chunk.
 SALIENCE_MIN: Final = 0.0
 
-#: Outcome -> pulse parameters (seed section 7.1): tight credit assignment.
+#: Outcome -> pulse parameters: tight credit assignment.
 OUTCOME_SIGMA: Final = 0.15
 OUTCOME_MAX_HOPS: Final = 2
 OUTCOME_K: Final = 3

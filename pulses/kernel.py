@@ -1,4 +1,4 @@
-"""Cosine distance and the Gaussian kernel over it (seed section 3).
+"""Cosine distance and the Gaussian kernel over it.
 
 Real text embeddings have negative cosine similarity for unrelated texts, so the
 distance lives in [0, 2], not the protocol's [0, 1]; both functions accept the full range.

@@ -1,4 +1,4 @@
-"""Attribution, outcomes, and the outcome -> pulses conversion (seed section 7)."""
+"""Attribution, outcomes, and the outcome -> pulses conversion."""
 
 from __future__ import annotations
 

@@ -11,10 +11,10 @@ Two update rules:
 * ``LITERAL`` is the protocol's pseudocode as written: no visited set, the frontier is the
   list of neighbours found (repeats included), a frontier chunk finds itself at
   distance 0. It hits the seed's nearest neighbours again at every hop; it is kept
-  for the A/B of seed section 10. Its cost grows as k ** max_hops.
+  for an A/B of the two rules. Its cost grows as k ** max_hops.
 
 Both rules share the clamp (salience stays in [max(pin_floor, SALIENCE_MIN),
-SALIENCE_MAX]) and never touch or expand through tombstoned chunks (seed section 8).
+SALIENCE_MAX]) and never touch or expand through tombstoned chunks.
 
 Neither rule checks whether the pulse was already applied, whether it expired or
 whether it is valid: the caller validates and deduplicates first (`apply_pulse` is

@@ -1,4 +1,4 @@
-"""The SalientPulse wire type (seed section 4), its canonical bytes, id, invariants and bounds.
+"""The SalientPulse wire type, its canonical bytes, id, invariants and bounds.
 
 The convergence invariants (decay_per_hop * k < 1, max_hops <= floor(-ln(epsilon) / sigma))
 keep a pulse's series finite, not small: strength 1e308 with k 255, max_hops 23 and

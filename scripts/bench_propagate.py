@@ -18,7 +18,7 @@ Results are pulses/s and ratios to the batched and single-query k-NN rates
 (raw rates are medians of three runs), plus k-NN queries and salience updates
 per pulse. docs/benchmarks.md has figures and how to read them.
 
-Pulses use the outcome parameters of seed section 7.1 (k = 3, max_hops = 2,
+Pulses use the parameters an outcome's pulses use (k = 3, max_hops = 2,
 sigma = 0.15, decay_per_hop = 0.3) and alternate Reward and Decay.
 
     .venv/bin/python scripts/bench_propagate.py [--sizes 10000,100000] [--pulses 2000]
@@ -144,7 +144,7 @@ def unit_centres(count: int, rng: np.random.Generator) -> Vectors:
 
 
 def make_pulses(seeds: Vectors) -> list[SalientPulse]:
-    """Outcome-style pulses (seed section 7.1) at `seeds`, alternating Reward and Decay."""
+    """Outcome-style pulses at `seeds`, alternating Reward and Decay."""
     return [
         SalientPulse(
             seed_embedding=seed,
