@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from dreamcycle.store.database import NewObservation
 
 log = logging.getLogger("dreamcycle.cli")
-T = TypeVar("T")
 
 Progress = Callable[[str, int], None]
 Via = Literal["api", "direct"]

@@ -3,10 +3,9 @@ when it embeds), then closes it; safe beside a running daemon."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dreamcycle.daemon.config import Config
@@ -25,9 +24,6 @@ from dreamcycle.daemon.cli.access import (
     Via,
     not_cold,
 )
-
-log = logging.getLogger("dreamcycle.cli")
-T = TypeVar("T")
 
 
 class DirectAccess:
