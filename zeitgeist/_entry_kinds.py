@@ -146,7 +146,7 @@ class PulseEntry(EntryBase):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class OutcomeEntry(EntryBase):
-    """A decision's observed result (seed section 7); its time is the envelope hlc."""
+    """A decision's observed result; its time is the envelope hlc."""
 
     KIND: ClassVar[str] = "outcome"
     RULES: ClassVar[Mapping[str, Rule]] = {

@@ -17,7 +17,7 @@ blake3 digest of the lines after it.
 Decoding is forgiving per line and strict per field: entries of an unknown
 version or kind are skipped and counted (a newer peer may write them), malformed
 lines are rejected with a reason, and the rest of the segment still decodes.
-Pulse invariants (seed section 4.2) are not checked here: the receiver checks
+Pulse invariants (pulses/pulse.py) are not checked here: the receiver checks
 them when applying, so it can record the reason against the pulse id.
 
 Everything read is bounded before it costs more than its size: every string and

@@ -1,9 +1,8 @@
 """Snapshots: the folded state a new peer reads instead of the whole history.
 
-A snapshot holds entries in the same ndjson.gz form as a segment. Folding
-(seed section 11.2) orders entries deterministically, keeps one copy of each id,
-drops pulses that have expired and strips expired Forget pulses from unsigned
-tombstones; every other entry is kept, so replaying a snapshot and then the
+A snapshot holds entries in the same ndjson.gz form as a segment. Folding orders
+entries deterministically, keeps one copy of each id, drops pulses that have expired
+and strips expired Forget pulses from unsigned tombstones; every other entry is kept, so replaying a snapshot and then the
 segments after it applies the same entries as replaying everything.
 """
 
