@@ -72,13 +72,11 @@ class SalienceQueries(TableQueries):
 
     def decay_candidates(
         self, *, due_by_ms: int | None = None, limit: int | None = None
-    ) -> list[tuple[int, str, str, float]]:
+    ) -> list[DecayCandidate]:
         """Live indexed chunks (cold ones too) whose decay counts from `due_by_ms` or
-        earlier, as DecayCandidate rows, the longest waiting first (ties: smaller rowid), at
+        earlier, the longest waiting first (ties: smaller rowid), at
         most `limit`: pulses.sweep.due_for_decay in SQL, read from the observations_decay
         index (migration 0011)."""
-        # Annotated as plain tuples: the downscale phase passes the list on to code typed
-        # `list[tuple[int, str, str, float]]`, and a list of a subtype is not one of those.
         where = _DECAYABLE
         params: list[Any] = []
         if due_by_ms is not None:

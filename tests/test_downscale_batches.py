@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,7 @@ from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.rebuild import replay_steps
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.sweep import InvalidSweep, due_for_decay
-from dreamcycle.store.database import EFFICACY_TYPE, Database, NewObservation
+from dreamcycle.store.database import EFFICACY_TYPE, Database, DecayCandidate, NewObservation
 from dreamcycle.store.timefmt import iso_from_ms, ms_from_iso
 from tests.daemon_helpers import documentation_chunks
 
@@ -142,7 +142,7 @@ def test_each_transaction_decays_one_batch(
         return True
 
     def batch(
-        peer: Peer, now_ms: int, rows: list[tuple[int, str, str, float]], half_lives: HalfLives
+        peer: Peer, now_ms: int, rows: Sequence[DecayCandidate], half_lives: HalfLives
     ) -> int:
         assert peer.db.conn.in_transaction
         batch_sizes.append(len(rows))

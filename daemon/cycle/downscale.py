@@ -11,6 +11,7 @@ decay composes. A stop between batches records how many the step decayed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 from dreamcycle.daemon.confidence import HalfLives
@@ -18,6 +19,7 @@ from dreamcycle.daemon.cycle.state import CycleState
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.sweep import downscale
+from dreamcycle.store.database import DecayCandidate
 from dreamcycle.store.timefmt import ms_from_iso
 
 #: Chunks decayed per transaction (tens of milliseconds at most for a waiting writer).
@@ -73,7 +75,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
 
 
 def decay_batch(
-    peer: Peer, now_ms: int, rows: list[tuple[int, str, str, float]], half_lives: HalfLives
+    peer: Peer, now_ms: int, rows: Sequence[DecayCandidate], half_lives: HalfLives
 ) -> int:
     """Decay these chunks up to `now_ms` and record them decayed (inside the caller's
     transaction)."""
