@@ -468,14 +468,19 @@ def test_a_daemon_bootstraps_past_a_future_snapshot_and_hears_segments_after_a_f
     deaf = snapshot_key(0x7FFF_FFFF_FFFF_FFFF & HLC_MAX, "bob")
     bucket.create(deaf, signed_segment(bob, deaf, [in_snapshot]))
     ahead = bob_pulse(now + ms_to_hlc_span(59 * MINUTE_MS), 2)
+    ahead_key = segment_key(ahead.hlc + 1, "bob", 1)
     publish(ahead.hlc + 1, 1, ahead)
     beyond = bob_pulse(now + ms_to_hlc_span(120 * MINUTE_MS), 3)
     publish(beyond.hlc + 1, 2, beyond)
 
     with alice.start("--interval", "1") as daemon:
         wait_until(
-            lambda: alice.pulse_status(ahead.pulse.pulse_id) == "applied",
-            what="the pulse dated 59 minutes ahead applied",
+            lambda: (
+                alice.pulse_status(ahead.pulse.pulse_id) == "applied"
+                # The cursor moves in the transaction that records the segment, after the pulse.
+                and alice.scalar("SELECT 1 FROM applied_segments WHERE key = ?", (ahead_key,))
+            ),
+            what="the pulse dated 59 minutes ahead applied and its segment recorded",
             context=daemon.log_tail,
         )
         # Applied (it is within the allowed skew, signed by a trusted key), but the cursor
