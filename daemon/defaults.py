@@ -291,7 +291,7 @@ EMBEDDING_MATCH_MIN_COSINE: Final = 0.98
 #: the segment waits for the next cycle after that (each costs two requests).
 FORGED_CLAIMS_PER_PUBLISH: Final = 64
 #: Rejected objects remembered so each is logged once (the counter counts them all).
-REJECTION_LOG_MEMORY: Final = 4_096
+REJECTION_LOG_MEMORY: Final = zeitgeist_defaults.LOGGED_OBJECTS_MEMORY
 
 #: Prometheus exposition address; empty disables it.
 METRICS_LISTEN: Final = "127.0.0.1:9464"

@@ -9,10 +9,10 @@ per object (a flood of forgeries must not flood the log).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Final
 
 from dreamcycle.daemon import defaults, metrics
+from dreamcycle.zeitgeist.log import LogOnce
 
 #: A claim of one of this peer's sequence numbers that no key of this peer sealed.
 FORGED_CLAIM: Final = "forged_claim"
@@ -26,21 +26,5 @@ def count(reason: str) -> None:
     metrics.ENTRIES_REJECTED.labels(reason).inc()
 
 
-class LogOnce:
-    """Remembers the most recent objects logged about, so each is logged once."""
-
-    def __init__(self, memory: int = defaults.REJECTION_LOG_MEMORY) -> None:
-        self.memory = memory
-        self._logged: OrderedDict[str, None] = OrderedDict()
-
-    def first_time(self, object_key: str) -> bool:
-        if object_key in self._logged:
-            return False
-        self._logged[object_key] = None
-        if len(self._logged) > self.memory:
-            self._logged.popitem(last=False)
-        return True
-
-
 #: One per process: one daemon runs per process, and object keys name their peer.
-LOGGED: Final = LogOnce()
+LOGGED: Final = LogOnce(defaults.REJECTION_LOG_MEMORY)

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import stat
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -28,6 +27,7 @@ from cryptography.hazmat.primitives.serialization import (
 from dreamcycle.daemon import defaults, metrics
 from dreamcycle.daemon.config import Config
 from dreamcycle.zeitgeist.entries import Entry
+from dreamcycle.zeitgeist.log import LogOnce
 from dreamcycle.zeitgeist.signing import (
     InvalidKeyring,
     Keyring,
@@ -216,7 +216,7 @@ class EntryGate:
 
     def __init__(self, verifier: Verifier) -> None:
         self.verifier = verifier
-        self._logged: OrderedDict[str, None] = OrderedDict()
+        self._logged = LogOnce(defaults.REJECTION_LOG_MEMORY)
 
     def screen(
         self,
@@ -258,7 +258,7 @@ class EntryGate:
     ) -> None:
         for segment in segments:
             ids = [e.id for e in segment.entries if e.id in rejected]
-            if not ids or not self._first_time(segment.key):
+            if not ids or not self._logged.first_time(segment.key):
                 continue
             reasons = sorted({rejected[i].reason.value for i in ids})
             log.warning(
@@ -270,11 +270,3 @@ class EntryGate:
                     "first": str(seal_problems.get(segment.key) or rejected[ids[0]]),
                 },
             )
-
-    def _first_time(self, object_key: str) -> bool:
-        if object_key in self._logged:
-            return False
-        self._logged[object_key] = None
-        if len(self._logged) > defaults.REJECTION_LOG_MEMORY:
-            self._logged.popitem(last=False)
-        return True

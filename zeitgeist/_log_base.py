@@ -19,6 +19,7 @@ from dreamcycle.zeitgeist.defaults import (
     DEFAULT_LIVENESS_TIMEOUT_MS,
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_WINDOW_MS,
+    LOGGED_OBJECTS_MEMORY,
 )
 from dreamcycle.zeitgeist.entries import (
     SEGMENT_LIMITS,
@@ -40,8 +41,6 @@ from dreamcycle.zeitgeist.signing import Signer, Verdict, Verifier
 #: How a claim, heartbeat or lease beyond its limit is counted (segments and snapshots
 #: count as Refusal.SEGMENT_TOO_LARGE).
 OBJECT_TOO_LARGE: Final = "object_too_large"
-#: Objects remembered so each refusal is logged once (the counters count them all).
-LOGGED_OBJECTS_MEMORY: Final = 4_096
 
 
 # Named after the public module, by which logging configurations and tests select it.

@@ -43,3 +43,5 @@ MAX_SNAPSHOT_LINES: Final = 5_000_000
 DEFAULT_S3_REGION: Final = "us-east-1"
 #: Seconds to open a TCP (and TLS) connection before the attempt counts as failed.
 DEFAULT_CONNECT_TIMEOUT_S: Final = 5.0
+#: Objects remembered so each refusal is logged once (the counters count them all).
+LOGGED_OBJECTS_MEMORY: Final = 4_096

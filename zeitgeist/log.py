@@ -42,7 +42,6 @@ zeitgeist/defaults.py.
 from __future__ import annotations
 
 from dreamcycle.zeitgeist._log_base import (
-    LOGGED_OBJECTS_MEMORY,
     OBJECT_TOO_LARGE,
     FencedOut,
     InvalidSetting,
@@ -77,6 +76,7 @@ from dreamcycle.zeitgeist.defaults import (
     DEFAULT_LIVENESS_TIMEOUT_MS,
     DEFAULT_MAX_FUTURE_MS,
     DEFAULT_WINDOW_MS,
+    LOGGED_OBJECTS_MEMORY,
 )
 
 __all__ = [
