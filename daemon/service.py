@@ -29,6 +29,7 @@ import functools
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -296,4 +297,11 @@ def service_health(rt: Runtime) -> Health:
 
 
 def serve(rt: Runtime, *, max_cycles: int | None = None, health: Health | None = None) -> int:
+    share_the_interpreter()
     return trio.run(Service(rt, max_cycles=max_cycles, health=health).run)
+
+
+def share_the_interpreter() -> None:
+    """Let API requests take the GIL from a running cycle within THREAD_SWITCH_INTERVAL_S
+    (the daemon's process only: it is a process-wide setting)."""
+    sys.setswitchinterval(defaults.THREAD_SWITCH_INTERVAL_S)
