@@ -15,7 +15,9 @@ otherwise searches the stored embeddings exactly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,9 +26,17 @@ from dreamcycle.daemon.learning import fusion_weights
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.keys import alive
 from dreamcycle.pulses.outcome import decision_hash
-from dreamcycle.pulses.ranking import CandidateColumns, Ranked, lexical_ranks, rank_columns
+from dreamcycle.pulses.ranking import (
+    NEUTRAL_CONFIDENCE,
+    NEUTRAL_SALIENCE,
+    CandidateColumns,
+    Ranked,
+    RankingWeights,
+    lexical_ranks,
+    rank_columns,
+)
 from dreamcycle.store import keys as key_store
-from dreamcycle.store.database import Database
+from dreamcycle.store import read_paths
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
 from dreamcycle.zeitgeist.entries import AttributionEntry, encode_entry
@@ -154,127 +164,111 @@ def rank_query(
     labels -= exclude
     if allowed is not None:
         labels &= allowed
+    tiers = _tier_sets(rt, stamp)
+    labels -= tiers.tombstoned
     if not labels:
         return []
-    rows = _ranking_rows(db, sorted(labels), vector)
-    rows = rows.where(rows.confidences >= min_confidence)
-    if len(rows.labels) == 0:
-        return []
+    weights = _weights(rt)
+    candidates = sorted(labels)
+    cosines = _cosines(rt, candidates, vector)
+    # With both bounds at zero salience and confidence multiply every score by exactly 1:
+    # they are then read for the hits alone.
+    if weights.salience_bound > 0 or weights.confidence_bound > 0 or min_confidence > 0:
+        saliences, confidences = read_paths.candidate_numbers(db, candidates)
+    else:
+        saliences = np.full(len(candidates), NEUTRAL_SALIENCE)
+        confidences = np.full(len(candidates), NEUTRAL_CONFIDENCE)
+    label_array = np.array(candidates, dtype=np.int64)
+    if min_confidence > 0:
+        keep = confidences >= min_confidence
+        label_array, cosines = label_array[keep], cosines[keep]
+        saliences, confidences = saliences[keep], confidences[keep]
+        candidates = label_array.tolist()
+        if not candidates:
+            return []
     ranks = lexical_ranks([label for label in lexical if label not in exclude])
     learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
-    label_list = rows.labels.tolist()
     columns = CandidateColumns(
-        labels=rows.labels,
-        cosines=rows.cosines,
-        saliences=rows.saliences,
-        lexical_ranks=np.array([ranks.get(label, 0) for label in label_list], dtype=np.int64),
-        key_similarities=np.array(
-            [key_scores.get(label, np.nan) for label in label_list], dtype=np.float64
-        ),
-        cold=rows.cold | np.isin(rows.labels, list(assume_cold)),
-        learned_ranks=np.array(
-            [learned_ranks.get(label, 0) for label in label_list], dtype=np.int64
-        ),
-        confidences=rows.confidences,
-    )
-    vector_weight, lexical_weight = fusion_weights(db, rt.config)
-    weights = replace(cfg.weights(), vector_weight=vector_weight, lexical_weight=lexical_weight)
-    ranked: list[Ranked] = rank_columns(columns, weights, top_k)
-    texts = _texts(db, [r.label for r in ranked])
-    position = {label: i for i, label in enumerate(label_list)}
-    hits = []
-    for r in ranked:
-        i = position[r.label]
-        hits.append(
-            Hit(
-                rowid=r.label,
-                content_hash=texts[r.label][0],
-                title=texts[r.label][1],
-                content=texts[r.label][2],
-                similarity=r.similarity,
-                salience=float(rows.saliences[i]),
-                score=r.score,
-                relevance=r.relevance,
-                cold=r.cold,
-                vector_rank=r.vector_rank,
-                lexical_rank=r.lexical_rank,
-                learned_rank=learned_ranks.get(r.label),
-                key_similarity=key_scores.get(r.label),
-                confidence=float(rows.confidences[i]),
-                stability=float(rows.stabilities[i]),
-            )
-        )
-    return hits
-
-
-@dataclass(frozen=True)
-class _RankingRows:
-    """What ranking reads of the candidate chunks, one array per column, and no more (their
-    text is read for hits only). A chunk without an embedding has cosine -1."""
-
-    labels: npt.NDArray[np.int64]
-    saliences: npt.NDArray[np.float64]
-    cold: npt.NDArray[np.bool_]
-    cosines: npt.NDArray[np.float64]
-    confidences: npt.NDArray[np.float64]
-    stabilities: npt.NDArray[np.float64]
-
-    def where(self, keep: npt.NDArray[np.bool_]) -> _RankingRows:
-        if keep.all():
-            return self
-        return _RankingRows(
-            self.labels[keep],
-            self.saliences[keep],
-            self.cold[keep],
-            self.cosines[keep],
-            self.confidences[keep],
-            self.stabilities[keep],
-        )
-
-
-def _ranking_rows(db: Database, rowids: list[int], vector: Vector) -> _RankingRows:
-    """The candidates not tombstoned, in rowid order, in one narrow query, with their
-    exact cosine to `vector`.
-
-    Embeddings come back as one buffer viewed as a matrix: one copy instead of one
-    array per row, and each row's dot product is the same call on the same values.
-    """
-    marks = ",".join("?" * len(rowids))
-    found = db.fetch_all(
-        f"SELECT id, salience, cold_at IS NOT NULL, confidence, stability, embedding "
-        f"FROM observations "
-        f"WHERE id IN ({marks}) AND deleted_at IS NULL ORDER BY id",
-        tuple(rowids),
-    )
-    numbers = np.array([row[:5] for row in found], dtype=np.float64).reshape(len(found), 5)
-    embedded = np.array([row[5] is not None for row in found], dtype=np.bool_)
-    blobs = [bytes(row[5]) for row in found if row[5] is not None]
-    cosines = np.full(len(found), -1.0, dtype=np.float64)
-    if blobs:
-        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), -1)
-        cosines[embedded] = [float(np.dot(row, vector)) for row in matrix]
-    return _RankingRows(
-        labels=numbers[:, 0].astype(np.int64),
-        saliences=numbers[:, 1],
-        cold=numbers[:, 2].astype(np.bool_),
+        labels=label_array,
         cosines=cosines,
-        confidences=numbers[:, 3],
-        stabilities=numbers[:, 4],
+        saliences=saliences,
+        lexical_ranks=_by_candidate(ranks, candidates, 0, np.int64),
+        key_similarities=_by_candidate(key_scores, candidates, np.nan, np.float64),
+        cold=(
+            np.array([c in tiers.cold or c in assume_cold for c in candidates], dtype=np.bool_)
+            if tiers.cold or assume_cold
+            else np.zeros(len(candidates), dtype=np.bool_)
+        ),
+        learned_ranks=_by_candidate(learned_ranks, candidates, 0, np.int64),
+        confidences=confidences,
+    )
+    ranked: list[Ranked] = rank_columns(columns, weights, top_k)
+    shown = read_paths.hit_rows(db, [r.label for r in ranked])
+    return [
+        Hit(
+            rowid=r.label,
+            content_hash=row.content_hash,
+            title=row.title,
+            content=row.content,
+            similarity=r.similarity,
+            salience=row.salience,
+            score=r.score,
+            relevance=r.relevance,
+            cold=r.cold,
+            vector_rank=r.vector_rank,
+            lexical_rank=r.lexical_rank,
+            learned_rank=learned_ranks.get(r.label),
+            key_similarity=key_scores.get(r.label),
+            confidence=row.confidence,
+            stability=row.stability,
+        )
+        for r in ranked
+        if (row := shown.get(r.label)) is not None
+    ]
+
+
+def _by_candidate(
+    values: Mapping[int, float] | Mapping[int, int],
+    candidates: list[int],
+    missing: float,
+    dtype: type[np.int64] | type[np.float64],
+) -> npt.NDArray[Any]:
+    """Each candidate's value, `missing` where it has none (for a vector alone, the word
+    lists are empty: no lookups then)."""
+    if not values:
+        return np.full(len(candidates), missing, dtype=dtype)
+    return np.array([values.get(c, missing) for c in candidates], dtype=dtype)
+
+
+def _weights(rt: Runtime) -> RankingWeights:
+    """The configured ranking weights with the vector/word split in use now."""
+    vector_weight, lexical_weight = fusion_weights(rt.db, rt.config)
+    return replace(
+        rt.config.recall.weights(), vector_weight=vector_weight, lexical_weight=lexical_weight
     )
 
 
-def _texts(db: Database, rowids: list[int]) -> dict[int, tuple[str, str, str]]:
-    """(content hash, title, content) of the chunks a recall returns."""
-    if not rowids:
-        return {}
-    marks = ",".join("?" * len(rowids))
-    return {
-        int(r[0]): (str(r[1]), str(r[2]), str(r[3]))
-        for r in db.fetch_all(
-            f"SELECT id, content_hash, title, content FROM observations WHERE id IN ({marks})",
-            tuple(rowids),
-        )
-    }
+def _tier_sets(rt: Runtime, stamp: str) -> read_paths.TierSets:
+    """Tombstoned and cold chunks, read once per database state `stamp`."""
+    if read_paths.in_write_transaction(rt.db):
+        return read_paths.tier_sets(rt.db)
+    cached: read_paths.TierSets | None = rt.recall_cache.get("tiers", stamp)
+    if cached is None:
+        cached = rt.recall_cache.put("tiers", stamp, read_paths.tier_sets(rt.db))
+    return cached
+
+
+def _cosines(rt: Runtime, rowids: list[int], vector: Vector) -> npt.NDArray[np.float64]:
+    """The exact cosine of `vector` to each chunk's stored embedding; -1 without one.
+
+    np.vecdot runs the dot kernel of np.dot once per row, so each cosine is the one a
+    loop of np.dot gives to the last bit; a matrix product would sum in another order.
+    """
+    matrix, present = rt.stored_vectors.gather(rt.db, rowids)
+    cosines = np.full(len(rowids), -1.0, dtype=np.float64)
+    if len(matrix):
+        cosines[present] = np.vecdot(matrix, vector)
+    return cosines
 
 
 def _best(scores: dict[int, float], n: int) -> list[int]:

@@ -25,6 +25,7 @@ from dreamcycle.store import tiers
 from dreamcycle.store.database import Database
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
+from dreamcycle.store.read_paths import StoredVectors
 from dreamcycle.store.salience import SalienceCache
 from dreamcycle.zeitgeist.backend import LogBackend
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
@@ -146,6 +147,8 @@ class Runtime:
     clock: Clock
     #: What recall reads whole, kept between calls while the database has not changed.
     recall_cache: StampedCache = field(default_factory=StampedCache, repr=False)
+    #: Stored embeddings recall has read, kept: an admitted chunk's never changes.
+    stored_vectors: StoredVectors = field(default_factory=StoredVectors, repr=False)
     _lock_file: IO[str] | None = field(default=None, repr=False)
 
     @property

@@ -9,7 +9,7 @@ the live index and without one; every hit, its order and every score must be equ
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,13 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking, tombstone_hashes
 from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall import Hit, rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import tiers
 from dreamcycle.store.database import NewObservation
+from dreamcycle.store.read_paths import StoredVectors
 from tests.daemon_helpers import documentation_chunks
 from tests.recall_reference import reference_rank_query
 
@@ -217,3 +219,54 @@ def test_the_api_answers_what_the_reference_ranks(store: Store) -> None:
             assert [h.score for h in filtered.hits] == [h.score for h in expected]
     finally:
         ops.close()
+
+
+def _without_bounds(rt: Runtime) -> Runtime:
+    """The store's runtime ranking with salience and confidence bounds at zero (the
+    defaults), through caches of its own."""
+    recall = replace(rt.config.recall, salience_bound=0.0, confidence_bound=0.0)
+    return replace(
+        rt,
+        config=replace(rt.config, recall=recall),
+        recall_cache=StampedCache(),
+        stored_vectors=StoredVectors(),
+    )
+
+
+@pytest.mark.parametrize("preloaded", [False, True], ids=["read on demand", "preloaded"])
+def test_without_bounds_salience_is_read_for_hits_only_and_ranks_the_same(
+    store: Store, preloaded: bool
+) -> None:
+    rt = _without_bounds(store.rt)
+    if preloaded:
+        assert rt.stored_vectors.load_all(rt.db) > 0
+    assume = frozenset(sorted(store.projects["project-1"])[:20])
+    for text, vector in _queries(store):
+        option_sets: list[dict[str, Any]] = [
+            {},
+            {"assume_cold": assume},
+            {"allowed": store.projects["project-2"]},
+        ]
+        for options in option_sets:
+            fast = rank_query(rt, text, vector, TOP_K, index=store.peer.index, **options)
+            reference = reference_rank_query(rt, text, vector, TOP_K, index=store.peer.index,
+                                             **options)  # fmt: skip
+            _same(fast, reference)
+
+
+class _Undo(Exception):
+    """Rolls a test's changes back."""
+
+
+def test_min_confidence_drops_the_same_chunks_as_the_reference(store: Store) -> None:
+    rt = _without_bounds(store.rt)
+    text = QUESTIONS[2]
+    vector = rt.embedder.embed_one(text)
+    with pytest.raises(_Undo), rt.db.transaction():
+        rt.db.fetch_all("UPDATE observations SET confidence = 0.3 WHERE id % 3 = 0")
+        everything = reference_rank_query(rt, text, vector, CHUNKS, index=store.peer.index)
+        kept = {h.rowid for h in everything if h.confidence >= 0.5}
+        assert 0 < len(kept) < len(everything)
+        fast = rank_query(rt, text, vector, CHUNKS, index=store.peer.index, min_confidence=0.5)
+        assert {h.rowid for h in fast} == kept
+        raise _Undo

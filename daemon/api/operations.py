@@ -20,6 +20,7 @@ loading its index.
 from __future__ import annotations
 
 import json
+import logging
 import queue
 import threading
 import time
@@ -61,6 +62,9 @@ from dreamcycle.store.database import (
 )
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
+from dreamcycle.store.read_paths import StoredVectors
+
+log = logging.getLogger("dreamcycle.api")
 
 #: The attribution's decision text when a vector was recalled without one.
 VECTOR_DECISION: Final = "recall by vector"
@@ -90,6 +94,7 @@ class Operations:
             threads=config.embedding.threads or None,
         )
         self._cache = StampedCache()
+        self._vectors = StoredVectors()
         self._readers: queue.SimpleQueue[Runtime] = queue.SimpleQueue()
         self._opened: list[Database] = []
         self._writer: Runtime | None = None
@@ -115,6 +120,15 @@ class Operations:
         with self._writing():
             pass
         self._peer = peer
+        # Ranking takes every candidate's cosine from its stored embedding: held in memory,
+        # recall reads no embedding from the database. Read in the background meanwhile
+        # (recall reads what it misses); the pool's shutdown waits for it.
+        self._embedding_pool.submit(self._load_stored_vectors)
+
+    def _load_stored_vectors(self) -> None:
+        with self._reading() as view:
+            held = self._vectors.load_all(view.db)
+        log.info("stored embeddings held for recall", extra={"chunks": held})
 
     def detach(self) -> None:
         self._peer = None
@@ -145,6 +159,7 @@ class Operations:
             embedder=self._embedder,
             clock=self._rt.clock,
             recall_cache=self._cache,
+            stored_vectors=self._vectors,
         )
 
     @contextmanager

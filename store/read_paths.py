@@ -1,0 +1,192 @@
+"""What recall reads of its candidates, shaped so that most of it comes from memory.
+
+Ranking needs three things of each candidate: whether it is tombstoned or cold, its
+stored embedding, and (only when a bound lets them move a score) its salience and
+confidence. The tiers change only with the database's change stamp, so their members
+are read once per stamp (`tier_sets`); an admitted chunk's embedding never changes
+(admission stores it, and nothing embeds an admitted chunk again), so `StoredVectors`
+keeps each one once read. What changes with every cycle (salience, confidence,
+stability) is read for the hits alone, with their text (`hit_rows`), or for every
+candidate when ranking needs it (`candidate_numbers`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import apsw
+import numpy as np
+import numpy.typing as npt
+
+from dreamcycle.store.database import Database
+
+Vector = npt.NDArray[np.float32]
+
+#: Rows per query when every stored embedding is read into memory.
+LOAD_BATCH: Final = 5_000
+
+
+@dataclass(frozen=True)
+class TierSets:
+    """The chunks ranking must drop (tombstoned) or mark (cold), at one change stamp."""
+
+    tombstoned: frozenset[int]
+    cold: frozenset[int]
+
+
+def tier_sets(db: Database) -> TierSets:
+    """Tombstoned and cold chunks, each read from its own index (no row is visited)."""
+    tombstoned = db.fetch_all("SELECT id FROM observations WHERE deleted_at IS NOT NULL")
+    cold = db.fetch_all(
+        "SELECT id FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
+    )
+    return TierSets(
+        tombstoned=frozenset(int(r[0]) for r in tombstoned),
+        cold=frozenset(int(r[0]) for r in cold),
+    )
+
+
+def in_write_transaction(db: Database) -> bool:
+    """Whether `db` has uncommitted changes pending: what is read then may be rolled back,
+    while the change stamp it was read at may come again, so it must not be cached."""
+    return bool(db.conn.txn_state("main") == apsw.SQLITE_TXN_WRITE)
+
+
+@dataclass(frozen=True)
+class HitRow:
+    content_hash: str
+    title: str
+    content: str
+    salience: float
+    confidence: float
+    stability: float
+
+
+def hit_rows(db: Database, rowids: Sequence[int]) -> dict[int, HitRow]:
+    """What a hit shows of each chunk, in one query."""
+    if not rowids:
+        return {}
+    marks = ",".join("?" * len(rowids))
+    return {
+        int(r[0]): HitRow(str(r[1]), str(r[2]), str(r[3]), float(r[4]), float(r[5]), float(r[6]))
+        for r in db.fetch_all(
+            "SELECT id, content_hash, title, content, salience, confidence, stability "
+            f"FROM observations WHERE id IN ({marks})",
+            tuple(rowids),
+        )
+    }
+
+
+def candidate_numbers(
+    db: Database, rowids: Sequence[int]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(saliences, confidences) of `rowids`, in their order (every one must exist)."""
+    marks = ",".join("?" * len(rowids))
+    found = {
+        int(r[0]): (float(r[1]), float(r[2]))
+        for r in db.fetch_all(
+            f"SELECT id, salience, confidence FROM observations WHERE id IN ({marks})",
+            tuple(rowids),
+        )
+    }
+    numbers = np.array([found[rowid] for rowid in rowids], dtype=np.float64)
+    numbers = numbers.reshape(len(rowids), 2)
+    return numbers[:, 0], numbers[:, 1]
+
+
+class StoredVectors:
+    """Stored embeddings of admitted chunks, each read from the database once, as rows of
+    one matrix.
+
+    Chunks still pending admission may be embedded again (under another model), so theirs
+    are returned but not kept. Safe to share between threads: rows are only added, under
+    a lock, each written before its slot is published, and a grown matrix is a copy
+    published whole, so a reader that found a slot finds its row.
+    """
+
+    def __init__(self) -> None:
+        self._slots: dict[int, int] = {}
+        self._matrix: npt.NDArray[np.float32] = np.zeros((0, 0), dtype=np.float32)
+        self._adding = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def load_all(self, db: Database) -> int:
+        """Read every admitted chunk's embedding (not tombstoned ones: never ranked), in
+        batches; how many are held afterwards."""
+        after = 0
+        while True:
+            found = db.fetch_all(
+                "SELECT id, embedding FROM observations WHERE id > ? "
+                "AND admitted_seq IS NOT NULL AND embedding IS NOT NULL "
+                "AND deleted_at IS NULL ORDER BY id LIMIT ?",
+                (after, LOAD_BATCH),
+            )
+            if not found:
+                return len(self._slots)
+            self._keep([int(r[0]) for r in found], _matrix([bytes(r[1]) for r in found]))
+            after = int(found[-1][0])
+
+    def gather(
+        self, db: Database, rowids: Sequence[int]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        """(the stored embeddings of those of `rowids` that have one, in their order; which
+        of `rowids` have one)."""
+        slots = self._slots
+        positions = [slots.get(rowid, -1) for rowid in rowids]
+        missing = [rowid for rowid, at in zip(rowids, positions, strict=True) if at < 0]
+        matrix = self._matrix
+        if not missing:
+            return matrix[positions], np.ones(len(rowids), dtype=np.bool_)
+        read = db.fetch_all(
+            f"SELECT id, embedding, admitted_seq IS NOT NULL FROM observations "
+            f"WHERE id IN ({','.join('?' * len(missing))}) AND embedding IS NOT NULL",
+            tuple(missing),
+        )
+        fresh = dict(
+            zip((int(r[0]) for r in read), _matrix([bytes(r[1]) for r in read]), strict=True)
+        )
+        admitted = [int(r[0]) for r in read if r[2]]
+        if admitted:
+            self._keep(admitted, np.array([fresh[rowid] for rowid in admitted]))
+        present = np.array(
+            [at >= 0 or rowid in fresh for rowid, at in zip(rowids, positions, strict=True)],
+            dtype=np.bool_,
+        )
+        rows = [
+            matrix[at] if at >= 0 else fresh[rowid]
+            for rowid, at in zip(rowids, positions, strict=True)
+            if at >= 0 or rowid in fresh
+        ]
+        return (np.array(rows) if rows else np.zeros((0, 0), dtype=np.float32)), present
+
+    def _keep(self, rowids: list[int], vectors: npt.NDArray[np.float32]) -> None:
+        with self._adding:
+            new = [i for i, rowid in enumerate(rowids) if rowid not in self._slots]
+            if not new:
+                return
+            start = len(self._slots)
+            needed = start + len(new)
+            matrix = self._matrix
+            if needed > len(matrix):
+                grown = np.zeros((max(needed, 2 * len(matrix)), vectors.shape[1]), np.float32)
+                if start:
+                    grown[:start] = matrix[:start]
+                self._matrix = matrix = grown
+            matrix[start:needed] = vectors[new]
+            for offset, i in enumerate(new):
+                self._slots[rowids[i]] = start + offset
+
+
+def _matrix(blobs: list[bytes]) -> npt.NDArray[np.float32]:
+    """Embeddings as rows of one matrix, in one copy."""
+    if not blobs:
+        return np.zeros((0, 0), dtype=np.float32)
+    matrix: npt.NDArray[np.float32] = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(
+        len(blobs), -1
+    )
+    return matrix
