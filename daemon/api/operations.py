@@ -62,7 +62,6 @@ from dreamcycle.store.database import (
 )
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
-from dreamcycle.store.read_paths import StoredVectors
 
 log = logging.getLogger("dreamcycle.api")
 
@@ -94,7 +93,8 @@ class Operations:
             threads=config.embedding.threads or None,
         )
         self._cache = StampedCache()
-        self._vectors = StoredVectors()
+        # The daemon's own: the cycle's ranking (the prune gate) and the API's share one copy.
+        self._vectors = rt.stored_vectors
         self._readers: queue.SimpleQueue[Runtime] = queue.SimpleQueue()
         self._opened: list[Database] = []
         self._writer: Runtime | None = None
