@@ -3,17 +3,10 @@
 The index is derived state: the database holds every embedding, so a missing,
 corrupt, stale or foreign index file is rebuilt from it (`open_or_rebuild`).
 
-Files: `<path>` is hnswlib's own format; `<path>.meta.json` records what the file
-holds (dimension, index_version, element count, the database stamp it matches, build
-parameters, tombstoned labels) and seals it: the file's size and blake3 checksum, and an
-identity drawn afresh at every save, which the database records too (so a copy of an
-older save, or another peer's index, is told apart from the one this database last
-saved). Both are replaced atomically, the meta last, so a crash between the two leaves
-a meta that does not describe the file, which `load` detects.
-
-hnswlib trusts its input: a damaged body loads and then crashes the process (SIGSEGV)
-in the first query. `load` therefore hands hnswlib only a file whose checksum it has
-verified.
+The saved files and their seal are `index_file`'s; this module is the live index.
+It stays one module because every method of `HnswIndex` runs under the one lock that
+guards the one hnswlib engine, and `open_or_rebuild` decides between loading that
+engine's file and rebuilding it, from the same labels.
 
 Determinism: elements are added on one thread and hnswlib's level generator has a
 fixed seed, so the same sequence of operations (adds, saves and loads at the same
@@ -23,23 +16,52 @@ points) yields the same graph and the same neighbours on every peer.
 from __future__ import annotations
 
 import json
-import mmap
-import os
 import secrets
-import struct
-import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-from enum import StrEnum
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Final
 
-import blake3
 import hnswlib
 import numpy as np
 import numpy.typing as npt
+
+from dreamcycle.store.index_file import (
+    IDENTITY_BYTES,
+    META_FORMAT,
+    IndexMeta,
+    IndexUnusable,
+    Unusable,
+    VectorIndexError,
+    check_header,
+    file_checksum,
+    load_verified,
+    meta_path,
+    read_meta,
+    replace_durably,
+    temporary_path,
+)
+from dreamcycle.store.readers_writer_lock import ReadersWriterLock
+
+__all__ = [
+    "DEFAULT_EF",
+    "DEFAULT_EF_CONSTRUCTION",
+    "DEFAULT_M",
+    "GROWTH_FACTOR",
+    "INITIAL_CAPACITY",
+    "META_FORMAT",
+    "REBUILD_CHUNK_SIZE",
+    "HnswIndex",
+    "IndexQueryFailed",
+    "IndexUnusable",
+    "InvalidIndexInput",
+    "LabelNotLive",
+    "Unusable",
+    "VectorIndexError",
+    "meta_path",
+    "open_or_rebuild",
+]
 
 #: Links per element of the graph (hnswlib's M): more raise recall and memory alike; the
 #: index's benchmark figures (docs/benchmarks.md) are measured at 16.
@@ -53,15 +75,6 @@ INITIAL_CAPACITY: Final = 1024
 GROWTH_FACTOR: Final = 2
 #: Elements added per step of a rebuild, between progress reports.
 REBUILD_CHUNK_SIZE: Final = 10_000
-#: Version of the meta sidecar's layout (2: sealed with size, checksum and identity).
-META_FORMAT: Final = 2
-#: The layout written before the seal: such a file is rebuilt once.
-UNSEALED_META_FORMAT: Final = 1
-#: Random bytes in a save's identity.
-IDENTITY_BYTES: Final = 16
-META_SUFFIX: Final = ".meta.json"
-TEMPORARY_SUFFIX: Final = ".tmp"
-
 _SPACE: Final = "cosine"
 #: hnswlib's default, fixed here because replay must reproduce the same graph.
 _LEVEL_SEED: Final = 100
@@ -75,55 +88,11 @@ _LABELS_SHOWN_IN_ERRORS: Final = 5
 _MIN_DISTANCE: Final = np.float32(0.0)
 _MAX_DISTANCE: Final = np.float32(2.0)
 
-# hnswlib's file header (hnswalg.h saveIndex), little-endian on 64-bit hosts:
-# offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset,
-# offsetData (size_t), maxlevel (int), enterpoint_node (uint32), maxM, maxM0, M
-# (size_t), mult (double), ef_construction (size_t).
-_HEADER: Final = struct.Struct("<6QiI3QdQ")
-_LINK_COUNT_BYTES: Final = 4
-_FLOAT32_BYTES: Final = 4
-_LABEL_BYTES: Final = 8
-
 Labels = npt.NDArray[np.int64]
 Vectors = npt.NDArray[np.float32]
 Distances = npt.NDArray[np.float32]
 ProgressCallback = Callable[[int, int], None]
 LoadAll = Callable[[], tuple[Labels, Vectors, Labels]]
-
-
-class VectorIndexError(Exception):
-    """Base class for errors of the HNSW index."""
-
-
-class Unusable(StrEnum):
-    """Why a saved index is not used, in few enough words to label a metric."""
-
-    MISSING = "missing"
-    #: The sidecar or hnswlib's header cannot be read, or hnswlib refused the file.
-    CORRUPT = "corrupt"
-    #: The file is shorter (truncated) or longer than the one saved.
-    SIZE = "size"
-    CHECKSUM = "checksum"
-    #: Saved by a version that did not seal the file.
-    NO_CHECKSUM = "no_checksum"
-    #: Not the index this database last saved: an older save, or another peer's.
-    IDENTITY = "identity"
-    #: Another embedding model (dimension or index_version).
-    MODEL = "model"
-    #: The database changed after the save.
-    STALE = "stale"
-    #: Its live labels are not the database's live chunks.
-    LABELS = "labels"
-
-
-class IndexUnusable(VectorIndexError):
-    """The saved index cannot be used as it is and must be rebuilt from the database."""
-
-    def __init__(self, kind: Unusable, reason: str, path: Path) -> None:
-        super().__init__(f"index {path} is unusable: {reason}")
-        self.kind = kind
-        self.reason = reason
-        self.path = path
 
 
 class InvalidIndexInput(VectorIndexError, ValueError):
@@ -136,46 +105,6 @@ class LabelNotLive(VectorIndexError, LookupError):
 
 class IndexQueryFailed(VectorIndexError):
     """hnswlib could not answer a k-NN query even with an exhaustive search breadth."""
-
-
-@dataclass(frozen=True)
-class _Meta:
-    format: int
-    dim: int
-    index_version: str
-    count: int
-    stamp: str
-    m: int
-    ef_construction: int
-    max_elements: int
-    deleted: list[int]
-    size: int
-    checksum: str
-    identity: str
-
-
-def meta_path(path: Path) -> Path:
-    """Where the sidecar describing the index file at `path` lives."""
-    return path.with_name(path.name + META_SUFFIX)
-
-
-def _temporary(path: Path) -> Path:
-    return path.with_name(path.name + TEMPORARY_SUFFIX)
-
-
-def _fsync_path(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _replace_durably(temporary: Path, final: Path) -> None:
-    """Make the fully written `temporary` appear as `final`, surviving a power cut."""
-    _fsync_path(temporary)
-    os.replace(temporary, final)
-    _fsync_path(final.parent)
 
 
 def _preview(labels: Iterable[int]) -> str:
@@ -214,199 +143,6 @@ def _as_vectors(vectors: Any, dim: int, what: str) -> Vectors:
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
-def _read_meta(path: Path) -> _Meta:
-    sidecar = meta_path(path)
-    if not path.exists():
-        raise IndexUnusable(Unusable.MISSING, "missing", path)
-    if not sidecar.exists():
-        raise IndexUnusable(Unusable.MISSING, f"missing meta sidecar {sidecar.name}", path)
-    try:
-        fields = json.loads(sidecar.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as error:
-        raise IndexUnusable(
-            Unusable.CORRUPT, f"corrupt: meta sidecar unreadable ({error})", path
-        ) from error
-    if isinstance(fields, dict) and fields.get("format") == UNSEALED_META_FORMAT:
-        raise IndexUnusable(Unusable.NO_CHECKSUM, "no checksum: saved by an older version", path)
-    try:
-        meta = _Meta(**fields)
-    except TypeError as error:
-        raise IndexUnusable(
-            Unusable.CORRUPT, f"corrupt: meta sidecar unreadable ({error})", path
-        ) from error
-    if meta.format != META_FORMAT:
-        raise IndexUnusable(Unusable.CORRUPT, f"meta format {meta.format!r} != {META_FORMAT}", path)
-    integers = (meta.dim, meta.count, meta.m, meta.ef_construction, meta.max_elements, meta.size)
-    well_typed = (
-        all(isinstance(value, int) for value in integers)
-        and isinstance(meta.index_version, str)
-        and isinstance(meta.stamp, str)
-        and isinstance(meta.checksum, str)
-        and isinstance(meta.identity, str)
-        and isinstance(meta.deleted, list)
-        and all(isinstance(label, int) for label in meta.deleted)
-    )
-    if not well_typed:
-        raise IndexUnusable(
-            Unusable.CORRUPT, "corrupt: meta sidecar has fields of the wrong type", path
-        )
-    return meta
-
-
-def _checksum(file: int) -> str:
-    """blake3 of the whole file open as descriptor `file` (non-empty)."""
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    with mmap.mmap(file, 0, access=mmap.ACCESS_READ) as mapped:
-        hasher.update(mapped)
-    return hasher.hexdigest()
-
-
-def _file_checksum(path: Path) -> str:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        return _checksum(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _load_verified(engine: Any, path: Path, meta: _Meta) -> None:
-    """Load `path` into `engine` only if it is, byte for byte, the file `meta` sealed.
-
-    The file is held open while hashed and loaded: its inode cannot be reused meanwhile,
-    so the same inode under `path` after loading proves hnswlib read the verified bytes
-    (a save by another process replaces the file with a new inode).
-    """
-    try:
-        descriptor = os.open(path, os.O_RDONLY)
-    except FileNotFoundError as error:
-        raise IndexUnusable(Unusable.MISSING, "missing", path) from error
-    except OSError as error:
-        raise IndexUnusable(Unusable.CORRUPT, f"corrupt: unreadable ({error})", path) from error
-    try:
-        held = os.fstat(descriptor)
-        if held.st_size != meta.size:
-            raise IndexUnusable(
-                Unusable.SIZE, f"corrupt: {held.st_size} bytes, saved with {meta.size}", path
-            )
-        if _checksum(descriptor) != meta.checksum:
-            raise IndexUnusable(Unusable.CHECKSUM, "corrupt: checksum mismatch", path)
-        try:
-            engine.load_index(str(path), max_elements=meta.max_elements)
-        except (RuntimeError, MemoryError, OSError) as error:
-            raise IndexUnusable(Unusable.CORRUPT, f"corrupt: {error}", path) from error
-        try:
-            current = os.stat(path)
-        except OSError:
-            current = None
-        if current is None or (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
-            raise IndexUnusable(Unusable.STALE, "stale: replaced while it was read", path)
-    finally:
-        os.close(descriptor)
-
-
-def _check_header(path: Path, dim: int, meta: _Meta) -> None:
-    """Compare hnswlib's header with the meta before hnswlib allocates anything from it."""
-    try:
-        with path.open("rb") as file:
-            header = file.read(_HEADER.size)
-    except OSError as error:
-        raise IndexUnusable(Unusable.CORRUPT, f"corrupt: unreadable ({error})", path) from error
-    if len(header) < _HEADER.size:
-        raise IndexUnusable(
-            Unusable.CORRUPT, f"corrupt: file of {len(header)} bytes has no full header", path
-        )
-    (
-        level0_offset,
-        max_elements,
-        count,
-        bytes_per_element,
-        label_offset,
-        data_offset,
-        _max_level,
-        _entry_point,
-        _max_m,
-        max_m0,
-        m,
-        _level_multiplier,
-        ef_construction,
-    ) = _HEADER.unpack(header)
-    expected_data_offset = max_m0 * _LINK_COUNT_BYTES + _LINK_COUNT_BYTES
-    expected_label_offset = expected_data_offset + dim * _FLOAT32_BYTES
-    layout_ok = (
-        level0_offset == 0
-        and data_offset == expected_data_offset
-        and label_offset == expected_label_offset
-        and bytes_per_element == expected_label_offset + _LABEL_BYTES
-    )
-    if not layout_ok:
-        raise IndexUnusable(
-            Unusable.CORRUPT, f"corrupt: header does not describe {dim}-d vectors", path
-        )
-    built_as = (count, max_elements, m, ef_construction)
-    described = (meta.count, meta.max_elements, meta.m, meta.ef_construction)
-    if built_as != described:
-        raise IndexUnusable(
-            Unusable.STALE,
-            "stale: file holds (count, capacity, M, ef_construction) = "
-            f"{built_as}, meta describes {described}",
-            path,
-        )
-
-
-class _ReadersWriterLock:
-    """Many readers or one writer; a waiting writer holds new readers back.
-
-    hnswlib answers concurrent queries safely, but not a query concurrent with an
-    add, a resize or a (un)deletion. Writers hold the lock for one small mutation,
-    so a reader waits at most that long. The writing thread may read while it writes.
-    """
-
-    def __init__(self) -> None:
-        self._condition = threading.Condition(threading.Lock())
-        self._readers = 0
-        self._writer: int | None = None
-        self._writers_waiting = 0
-
-    @contextmanager
-    def reading(self) -> Iterator[None]:
-        me = threading.get_ident()
-        if self._writer == me:
-            yield
-            return
-        with self._condition:
-            while self._writer is not None or self._writers_waiting:
-                self._condition.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._readers -= 1
-                if self._readers == 0:
-                    self._condition.notify_all()
-
-    @contextmanager
-    def writing(self) -> Iterator[None]:
-        me = threading.get_ident()
-        if self._writer == me:
-            yield
-            return
-        with self._condition:
-            self._writers_waiting += 1
-            try:
-                while self._writer is not None or self._readers:
-                    self._condition.wait()
-            finally:
-                self._writers_waiting -= 1
-            self._writer = me
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._writer = None
-                self._condition.notify_all()
-
-
 class HnswIndex:
     """Cosine k-NN over live chunks; deleted labels (tombstoned or cold) are never returned,
     and come back only through `restore` (a cold chunk revived).
@@ -438,7 +174,7 @@ class HnswIndex:
         self._deleted = deleted
         self._stamp = stamp
         self._identity = identity
-        self._lock = _ReadersWriterLock()
+        self._lock = ReadersWriterLock()
         #: Changes since the file was last written or read (see `is_saved_at`).
         self._unsaved_changes = 0
 
@@ -496,7 +232,7 @@ class HnswIndex:
         _check_positive("dim", dim)
         _check_positive("ef", ef)
         path = Path(path)
-        meta = _read_meta(path)
+        meta = read_meta(path)
         if meta.dim != dim:
             raise IndexUnusable(Unusable.MODEL, f"dim {meta.dim} != {dim}", path)
         if meta.index_version != index_version:
@@ -516,9 +252,9 @@ class HnswIndex:
                 f"stale stamp: index has {meta.stamp!r}, database has {expected_stamp!r}",
                 path,
             )
-        _check_header(path, dim, meta)
+        check_header(path, dim, meta)
         engine = hnswlib.Index(space=_SPACE, dim=dim)
-        _load_verified(engine, path, meta)
+        load_verified(engine, path, meta)
         if engine.element_count != meta.count:
             raise IndexUnusable(
                 Unusable.STALE,
@@ -720,12 +456,12 @@ class HnswIndex:
         identity = secrets.token_hex(IDENTITY_BYTES)
         with self._lock.reading():
             self._path.parent.mkdir(parents=True, exist_ok=True)
-            index_temporary = _temporary(self._path)
+            index_temporary = temporary_path(self._path)
             self._engine.save_index(str(index_temporary))
             size = index_temporary.stat().st_size
-            checksum = _file_checksum(index_temporary)
-            _replace_durably(index_temporary, self._path)
-            meta = _Meta(
+            checksum = file_checksum(index_temporary)
+            replace_durably(index_temporary, self._path)
+            meta = IndexMeta(
                 format=META_FORMAT,
                 dim=self._dim,
                 index_version=self._index_version,
@@ -740,9 +476,9 @@ class HnswIndex:
                 identity=identity,
             )
             sidecar = meta_path(self._path)
-            sidecar_temporary = _temporary(sidecar)
+            sidecar_temporary = temporary_path(sidecar)
             sidecar_temporary.write_text(json.dumps(asdict(meta), sort_keys=True), encoding="utf-8")
-            _replace_durably(sidecar_temporary, sidecar)
+            replace_durably(sidecar_temporary, sidecar)
             self._stamp = stamp
             self._identity = identity
             self._unsaved_changes = 0

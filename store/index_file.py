@@ -1,0 +1,259 @@
+"""The sealed files of a saved HNSW index: hnswlib's own file and the meta sidecar.
+
+`<path>` is hnswlib's format; `<path>.meta.json` records what the file holds
+(dimension, index_version, element count, the database stamp it matches, build
+parameters, tombstoned labels) and seals it: the file's size and blake3 checksum, and an
+identity drawn afresh at every save, which the database records too (so a copy of an
+older save, or another peer's index, is told apart from the one this database last
+saved). Both are replaced atomically, the meta last, so a crash between the two leaves
+a meta that does not describe the file, which `read_meta` and `load_verified` detect.
+
+hnswlib trusts its input: a damaged body loads and then crashes the process (SIGSEGV)
+in the first query. `load_verified` therefore hands hnswlib only a file whose checksum
+it has verified, after `check_header` has compared hnswlib's header with the meta.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+import blake3
+
+#: Version of the meta sidecar's layout (2: sealed with size, checksum and identity).
+META_FORMAT: Final = 2
+#: The layout written before the seal: such a file is rebuilt once.
+UNSEALED_META_FORMAT: Final = 1
+#: Random bytes in a save's identity.
+IDENTITY_BYTES: Final = 16
+META_SUFFIX: Final = ".meta.json"
+TEMPORARY_SUFFIX: Final = ".tmp"
+
+# hnswlib's file header (hnswalg.h saveIndex), little-endian on 64-bit hosts:
+# offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset,
+# offsetData (size_t), maxlevel (int), enterpoint_node (uint32), maxM, maxM0, M
+# (size_t), mult (double), ef_construction (size_t).
+_HEADER: Final = struct.Struct("<6QiI3QdQ")
+_LINK_COUNT_BYTES: Final = 4
+_FLOAT32_BYTES: Final = 4
+_LABEL_BYTES: Final = 8
+
+
+class VectorIndexError(Exception):
+    """Base class for errors of the HNSW index."""
+
+
+class Unusable(StrEnum):
+    """Why a saved index is not used, in few enough words to label a metric."""
+
+    MISSING = "missing"
+    #: The sidecar or hnswlib's header cannot be read, or hnswlib refused the file.
+    CORRUPT = "corrupt"
+    #: The file is shorter (truncated) or longer than the one saved.
+    SIZE = "size"
+    CHECKSUM = "checksum"
+    #: Saved by a version that did not seal the file.
+    NO_CHECKSUM = "no_checksum"
+    #: Not the index this database last saved: an older save, or another peer's.
+    IDENTITY = "identity"
+    #: Another embedding model (dimension or index_version).
+    MODEL = "model"
+    #: The database changed after the save.
+    STALE = "stale"
+    #: Its live labels are not the database's live chunks.
+    LABELS = "labels"
+
+
+class IndexUnusable(VectorIndexError):
+    """The saved index cannot be used as it is and must be rebuilt from the database."""
+
+    def __init__(self, kind: Unusable, reason: str, path: Path) -> None:
+        super().__init__(f"index {path} is unusable: {reason}")
+        self.kind = kind
+        self.reason = reason
+        self.path = path
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    format: int
+    dim: int
+    index_version: str
+    count: int
+    stamp: str
+    m: int
+    ef_construction: int
+    max_elements: int
+    deleted: list[int]
+    size: int
+    checksum: str
+    identity: str
+
+
+def meta_path(path: Path) -> Path:
+    """Where the sidecar describing the index file at `path` lives."""
+    return path.with_name(path.name + META_SUFFIX)
+
+
+def temporary_path(path: Path) -> Path:
+    return path.with_name(path.name + TEMPORARY_SUFFIX)
+
+
+def fsync_path(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def replace_durably(temporary: Path, final: Path) -> None:
+    """Make the fully written `temporary` appear as `final`, surviving a power cut."""
+    fsync_path(temporary)
+    os.replace(temporary, final)
+    fsync_path(final.parent)
+
+
+def read_meta(path: Path) -> IndexMeta:
+    sidecar = meta_path(path)
+    if not path.exists():
+        raise IndexUnusable(Unusable.MISSING, "missing", path)
+    if not sidecar.exists():
+        raise IndexUnusable(Unusable.MISSING, f"missing meta sidecar {sidecar.name}", path)
+    try:
+        fields = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise IndexUnusable(
+            Unusable.CORRUPT, f"corrupt: meta sidecar unreadable ({error})", path
+        ) from error
+    if isinstance(fields, dict) and fields.get("format") == UNSEALED_META_FORMAT:
+        raise IndexUnusable(Unusable.NO_CHECKSUM, "no checksum: saved by an older version", path)
+    try:
+        meta = IndexMeta(**fields)
+    except TypeError as error:
+        raise IndexUnusable(
+            Unusable.CORRUPT, f"corrupt: meta sidecar unreadable ({error})", path
+        ) from error
+    if meta.format != META_FORMAT:
+        raise IndexUnusable(Unusable.CORRUPT, f"meta format {meta.format!r} != {META_FORMAT}", path)
+    integers = (meta.dim, meta.count, meta.m, meta.ef_construction, meta.max_elements, meta.size)
+    well_typed = (
+        all(isinstance(value, int) for value in integers)
+        and isinstance(meta.index_version, str)
+        and isinstance(meta.stamp, str)
+        and isinstance(meta.checksum, str)
+        and isinstance(meta.identity, str)
+        and isinstance(meta.deleted, list)
+        and all(isinstance(label, int) for label in meta.deleted)
+    )
+    if not well_typed:
+        raise IndexUnusable(
+            Unusable.CORRUPT, "corrupt: meta sidecar has fields of the wrong type", path
+        )
+    return meta
+
+
+def _checksum(file: int) -> str:
+    """blake3 of the whole file open as descriptor `file` (non-empty)."""
+    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    with mmap.mmap(file, 0, access=mmap.ACCESS_READ) as mapped:
+        hasher.update(mapped)
+    return hasher.hexdigest()
+
+
+def file_checksum(path: Path) -> str:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        return _checksum(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def load_verified(engine: Any, path: Path, meta: IndexMeta) -> None:
+    """Load `path` into `engine` only if it is, byte for byte, the file `meta` sealed.
+
+    The file is held open while hashed and loaded: its inode cannot be reused meanwhile,
+    so the same inode under `path` after loading proves hnswlib read the verified bytes
+    (a save by another process replaces the file with a new inode).
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError as error:
+        raise IndexUnusable(Unusable.MISSING, "missing", path) from error
+    except OSError as error:
+        raise IndexUnusable(Unusable.CORRUPT, f"corrupt: unreadable ({error})", path) from error
+    try:
+        held = os.fstat(descriptor)
+        if held.st_size != meta.size:
+            raise IndexUnusable(
+                Unusable.SIZE, f"corrupt: {held.st_size} bytes, saved with {meta.size}", path
+            )
+        if _checksum(descriptor) != meta.checksum:
+            raise IndexUnusable(Unusable.CHECKSUM, "corrupt: checksum mismatch", path)
+        try:
+            engine.load_index(str(path), max_elements=meta.max_elements)
+        except (RuntimeError, MemoryError, OSError) as error:
+            raise IndexUnusable(Unusable.CORRUPT, f"corrupt: {error}", path) from error
+        try:
+            current = os.stat(path)
+        except OSError:
+            current = None
+        if current is None or (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
+            raise IndexUnusable(Unusable.STALE, "stale: replaced while it was read", path)
+    finally:
+        os.close(descriptor)
+
+
+def check_header(path: Path, dim: int, meta: IndexMeta) -> None:
+    """Compare hnswlib's header with the meta before hnswlib allocates anything from it."""
+    try:
+        with path.open("rb") as file:
+            header = file.read(_HEADER.size)
+    except OSError as error:
+        raise IndexUnusable(Unusable.CORRUPT, f"corrupt: unreadable ({error})", path) from error
+    if len(header) < _HEADER.size:
+        raise IndexUnusable(
+            Unusable.CORRUPT, f"corrupt: file of {len(header)} bytes has no full header", path
+        )
+    (
+        level0_offset,
+        max_elements,
+        count,
+        bytes_per_element,
+        label_offset,
+        data_offset,
+        _max_level,
+        _entry_point,
+        _max_m,
+        max_m0,
+        m,
+        _level_multiplier,
+        ef_construction,
+    ) = _HEADER.unpack(header)
+    expected_data_offset = max_m0 * _LINK_COUNT_BYTES + _LINK_COUNT_BYTES
+    expected_label_offset = expected_data_offset + dim * _FLOAT32_BYTES
+    layout_ok = (
+        level0_offset == 0
+        and data_offset == expected_data_offset
+        and label_offset == expected_label_offset
+        and bytes_per_element == expected_label_offset + _LABEL_BYTES
+    )
+    if not layout_ok:
+        raise IndexUnusable(
+            Unusable.CORRUPT, f"corrupt: header does not describe {dim}-d vectors", path
+        )
+    built_as = (count, max_elements, m, ef_construction)
+    described = (meta.count, meta.max_elements, meta.m, meta.ef_construction)
+    if built_as != described:
+        raise IndexUnusable(
+            Unusable.STALE,
+            "stale: file holds (count, capacity, M, ef_construction) = "
+            f"{built_as}, meta describes {described}",
+            path,
+        )
