@@ -29,8 +29,9 @@ from starlette.routing import Route
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
 from dreamcycle.daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
-from dreamcycle.daemon.api.operations import Conflict, NotFound, NotReady, Operations
+from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import ApiConfig, Config
 from dreamcycle.daemon.health import Health
 from dreamcycle.store.database import InvalidObservation

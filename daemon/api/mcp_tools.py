@@ -34,7 +34,8 @@ from pydantic import BaseModel, Field
 
 from dreamcycle.daemon import client, defaults
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.operations import Conflict, NotFound, NotReady, Operations
+from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
+from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.client import ApiError, Route, request_model
 from dreamcycle.pulses.constants import STRENGTH_MAX
 from dreamcycle.pulses.context import MIN_BUDGET

@@ -1,6 +1,8 @@
 """The operations the daemon serves, whatever the transport (HTTP today).
 
 One method per operation, taking and returning the models of daemon/api/models.py.
+It stays one module because the class is the list of operations that the HTTP routes,
+the MCP tools and the client each mirror; shaping rows into answers is answers.py's.
 Each runs in a worker thread of its own (never the dream cycle's), so:
 
 * reads use a connection from a pool of read-only connections, each operation
@@ -34,6 +36,8 @@ import numpy as np
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.admission import record_admission
 from dreamcycle.daemon.api import models, views
+from dreamcycle.daemon.api.answers import context_hit, context_response, memory_row, recall_hit
+from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
 from dreamcycle.daemon.confidence import Cause, change_confidence, corroborate
 from dreamcycle.daemon.emit import (
     ConflictingOutcome,
@@ -46,11 +50,11 @@ from dreamcycle.daemon.emit import (
     emit_tombstone,
 )
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import Hit, WordMatches, rank_query, record_attribution, search_words
+from dreamcycle.daemon.recall import WordMatches, rank_query, record_attribution, search_words
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.status import status_report
 from dreamcycle.pulses import constants
-from dreamcycle.pulses.context import Bundle, Candidate, Member, Tier, pack, render
+from dreamcycle.pulses.context import Candidate, Tier, pack
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.store import tiers
 from dreamcycle.store.database import (
@@ -69,18 +73,6 @@ log = logging.getLogger("dreamcycle.api")
 VECTOR_DECISION: Final = "recall by vector"
 #: Distinct filters whose matching chunks are kept between calls (oldest dropped first).
 FILTERS_CACHED: Final = 64
-
-
-class NotFound(LookupError):
-    """The decision or chunk named is not known here."""
-
-
-class Conflict(RuntimeError):
-    """The request contradicts what is stored (saving a retracted chunk, say)."""
-
-
-class NotReady(RuntimeError):
-    """The index is not loaded yet (or no longer): try again shortly."""
 
 
 class Operations:
@@ -207,7 +199,7 @@ class Operations:
             with self._writing() as writer:
                 digest = record_attribution(writer, hits, decision, text, vector)
         return models.RecallResponse(
-            decision_hash=digest, hits=[_hit(h, request.explain) for h in hits]
+            decision_hash=digest, hits=[recall_hit(h, request.explain) for h in hits]
         )
 
     def save(self, request: models.SaveRequest) -> models.SaveResponse:
@@ -306,7 +298,7 @@ class Operations:
     def memory(self, request: models.MemoryRequest) -> models.Memory:
         self._require_peer()
         with self._reading() as view:
-            return _memory_row(view.db, request.ref)
+            return memory_row(view.db, request.ref)
 
     def forgotten(self, request: models.ForgottenRequest) -> models.ForgottenResponse:
         self._require_peer()
@@ -388,17 +380,17 @@ class Operations:
         digest = None
         if request.record and bundle.members:
             # Exactly what the bundle holds, in its order: an outcome credits these.
-            in_bundle = [_as_hit(held[m.candidate.content_hash], m) for m in bundle.members]
+            in_bundle = [context_hit(held[m.candidate.content_hash], m) for m in bundle.members]
             with self._writing() as writer:
                 digest = record_attribution(
                     writer, in_bundle, request.decision or request.task, request.task, vector
                 )
-        return _context_response(bundle, digest, held, started)
+        return context_response(bundle, digest, held, started)
 
     def explain(self, request: models.RefRequest) -> models.ExplainResponse:
         self._require_peer()
         with self._reading() as view:
-            return views.explain(view.db, _memory_row(view.db, request.ref))
+            return views.explain(view.db, memory_row(view.db, request.ref))
 
     def timeline(self, request: models.TimelineRequest) -> models.TimelineResponse:
         self._require_peer()
@@ -427,7 +419,7 @@ class Operations:
         or importance alone is a revision of the same memory."""
         self._require_peer()
         with self._reading() as view:
-            old = _memory_row(view.db, request.ref)
+            old = memory_row(view.db, request.ref)
         if old.state == "tombstoned":
             raise Conflict(f"chunk {old.content_hash} was retracted (tombstoned) already")
         given = request.model_dump(exclude={"ref", "reason"}, exclude_none=True)
@@ -467,7 +459,7 @@ class Operations:
         self._require_peer()
         now = self._rt.clock.now_ms()
         with self._writing() as writer:
-            memory = _memory_row(writer.db, request.ref)
+            memory = memory_row(writer.db, request.ref)
             rowid = tiers.cold_rowid_of_hash(writer.db, memory.content_hash)
             if rowid is None:
                 raise Conflict(f"chunk {memory.content_hash} is {memory.state}, not cold")
@@ -478,7 +470,7 @@ class Operations:
     def _revise(self, ref: str, changes: dict[str, str | float | None]) -> models.ChunkQueued:
         self._require_peer()
         with self._writing() as writer:
-            memory = _memory_row(writer.db, ref)
+            memory = memory_row(writer.db, ref)
             if memory.state == "tombstoned":
                 raise Conflict(f"chunk {memory.content_hash} was retracted (tombstoned)")
             emitted = emit_revision(
@@ -498,7 +490,7 @@ class Operations:
         self._require_peer()
         now = self._rt.clock.now_ms()
         with self._writing() as writer, writer.db.transaction():
-            memory = _memory_row(writer.db, request.ref)
+            memory = memory_row(writer.db, request.ref)
             if memory.state == "tombstoned":
                 raise Conflict(f"chunk {memory.content_hash} was retracted (tombstoned)")
             # Shaped like an outcome's pulse: the chunk and its nearest neighbours.
@@ -585,129 +577,3 @@ def _matching(db: Database, filters: models.RecallFilters) -> frozenset[int]:
     where, params = views.filter_clauses(filters)
     rows = db.fetch_all(f"SELECT id FROM observations WHERE {' AND '.join(where)}", tuple(params))
     return frozenset(int(r[0]) for r in rows)
-
-
-def _memory_row(db: Database, ref: str) -> models.Memory:
-    # A range on the indexed hash column: hex digits sort below "g".
-    rows = db.fetch_all(
-        "SELECT content_hash, title, content, type, kind, project, scope, topic_key, session_id, "
-        "importance, pin_floor, deletion_policy, salience, created_at, deleted_at IS NOT NULL, "
-        "cold_at IS NOT NULL, cold_reason, confidence, stability FROM observations "
-        f"WHERE content_hash >= ? AND content_hash < ? AND type != '{EFFICACY_TYPE}' "
-        "ORDER BY content_hash LIMIT 2",
-        (ref, ref + "g"),
-    )
-    if not rows:
-        raise NotFound(f"no chunk stored here has a hash starting {ref}")
-    if len(rows) > 1:
-        raise ValueError(f"{ref} is the start of more than one chunk hash: give more digits")
-    (digest, title, content, type_, kind, project, scope, topic, session, importance, floor,
-     policy, salience, created, tombstoned, cold, cold_reason, confidence,
-     stability) = rows[0]  # fmt: skip
-    return models.Memory(
-        content_hash=digest,
-        title=title,
-        content=content,
-        type=type_,
-        kind=kind,
-        project=project,
-        scope=scope,
-        topic_key=topic,
-        session_id=session,
-        importance=importance,
-        pin_floor=floor,
-        deletion_policy=policy,
-        salience=salience,
-        confidence=confidence,
-        stability=stability,
-        created_at=created,
-        state="tombstoned" if tombstoned else "cold" if cold else "live",
-        cold_reason=cold_reason,
-    )
-
-
-def _hit(hit: Hit, explain: bool) -> models.RecallHit:
-    factors = None
-    if explain:
-        factors = models.RankingFactors(
-            relevance=hit.relevance,
-            similarity=hit.similarity,
-            salience=hit.salience,
-            cold=hit.cold,
-            vector_rank=hit.vector_rank,
-            lexical_rank=hit.lexical_rank,
-            learned_rank=hit.learned_rank,
-            key_similarity=hit.key_similarity,
-            confidence=hit.confidence,
-        )
-    return models.RecallHit(
-        content_hash=hit.content_hash,
-        title=hit.title,
-        content=hit.content,
-        score=hit.score,
-        similarity=hit.similarity,
-        salience=hit.salience,
-        cold=hit.cold,
-        confidence=hit.confidence,
-        stability=hit.stability,
-        factors=factors,
-    )
-
-
-def _as_hit(held: views.Held, member: Member) -> Hit:
-    candidate = held.candidate
-    return Hit(
-        rowid=held.rowid,
-        content_hash=candidate.content_hash,
-        title=candidate.title,
-        content=candidate.content,
-        similarity=0.0,
-        salience=candidate.salience,
-        score=member.rank_salience,
-        cold=held.cold,
-    )
-
-
-def _context_response(
-    bundle: Bundle, digest: str | None, held: dict[str, views.Held], started: float
-) -> models.ContextResponse:
-    def tier(which: Tier) -> list[models.ContextMemory]:
-        return [
-            models.ContextMemory(
-                content_hash=m.candidate.content_hash,
-                title=m.candidate.title,
-                content=m.candidate.content,
-                salience=m.candidate.salience,
-                rank_salience=m.rank_salience,
-                tokens=m.tokens,
-                truncated=m.truncated,
-                cold=held[m.candidate.content_hash].cold,
-            )
-            for m in bundle.tier(which)
-        ]
-
-    if not bundle.members:
-        header = "No memory matches this."
-    elif digest is None:
-        header = "not recorded"
-    else:
-        header = f"decision {digest} (cite the [hashes] you use in mem_outcome)"
-    return models.ContextResponse(
-        decision_hash=digest,
-        tiers=models.ContextTiers(
-            pinned=tier(Tier.PINNED), outcomes=tier(Tier.OUTCOMES), relevant=tier(Tier.RELEVANT)
-        ),
-        tokens=models.ContextTokens(
-            pinned=bundle.tokens(Tier.PINNED),
-            outcomes=bundle.tokens(Tier.OUTCOMES),
-            relevant=bundle.tokens(Tier.RELEVANT),
-            total=bundle.tokens(),
-            budget=bundle.budget,
-        ),
-        overflow=[
-            models.Reference(content_hash=r.content_hash, title=r.title) for r in bundle.overflow
-        ],
-        dropped=bundle.dropped,
-        text=render(bundle, header),
-        latency_ms=(time.perf_counter() - started) * 1000.0,
-    )

@@ -16,6 +16,7 @@ from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.config import DownscaleConfig
+from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.pulses.context import Candidate
 from dreamcycle.store import checkpoints
 from dreamcycle.store import keys as key_store
@@ -25,7 +26,21 @@ from dreamcycle.store.timefmt import iso_from_ms, ms_from_iso
 Vector = np.ndarray[Any, np.dtype[np.float32]]
 
 #: Journal steps that name the chunk itself (pulses name it by their seed hash).
-_OWN_STEPS = ("chunk", "tombstone", "supersede", "reconsolidate", "sweep", "revive", "confidence")
+_OWN_STEPS = (
+    JournalKind.CHUNK,
+    JournalKind.TOMBSTONE,
+    JournalKind.SUPERSEDE,
+    JournalKind.RECONSOLIDATE,
+    JournalKind.SWEEP,
+    JournalKind.REVIVE,
+    JournalKind.CONFIDENCE,
+)
+#: The cause shown for a step that carries nothing more to say.
+_PLAIN_CAUSES = {
+    JournalKind.TOMBSTONE: "tombstoned",
+    JournalKind.SWEEP: "swept to the cold tier",
+    JournalKind.REVIVE: "revived from the cold tier",
+}
 
 
 def filter_clauses(filters: models.RecallFilters) -> tuple[list[str], list[Any]]:
@@ -130,8 +145,8 @@ def explain(db: Database, memory: models.Memory) -> models.ExplainResponse:
     # the new chunk by rowid.
     about = (
         f"FROM journal WHERE (ref = ?1 AND kind IN ({own})) "
-        "OR (kind = 'pulse' AND json_extract(body, '$.pulse.seed_hash') = ?1) "
-        "OR (kind = 'supersede' AND json_extract(body, '$.new') = ?2)"
+        f"OR (kind = '{JournalKind.PULSE}' AND json_extract(body, '$.pulse.seed_hash') = ?1) "
+        f"OR (kind = '{JournalKind.SUPERSEDE}' AND json_extract(body, '$.new') = ?2)"
     )
     total = int(db.fetch_one(f"SELECT count(*) {about}", (digest, obs.rowid))[0])
     rows = db.fetch_all(
@@ -165,11 +180,11 @@ def _step(
     db: Database, rowid: int, seq: int, kind: str, body: dict[str, Any], at_ms: int
 ) -> models.SalienceStep:
     step = models.SalienceStep(seq=seq, at_ms=at_ms, step=kind, cause=kind)  # type: ignore[arg-type]
-    if kind == "chunk":
+    if kind == JournalKind.CHUNK:
         step.cause = "admitted"
         step.salience = body.get("initial")
         step.pin_floor = body.get("pin_floor")
-    elif kind == "pulse":
+    elif kind == JournalKind.PULSE:
         pulse = body["pulse"]
         step.pulse_id = pulse.get("pulse_id")
         step.pulse_kind = pulse["kind"]
@@ -187,19 +202,15 @@ def _step(
             step.cause = f"outcome {step.pulse_kind} pulse"
         else:
             step.cause = f"{step.pulse_kind} pulse seeded here"
-    elif kind == "supersede":
+    elif kind == JournalKind.SUPERSEDE:
         replaced = body.get("new") == rowid
         step.cause = "inherited the salience of the chunk it replaced" if replaced else "superseded"
-    elif kind == "reconsolidate":
+    elif kind == JournalKind.RECONSOLIDATE:
         step.pin_floor = body.get("pin_floor")
         step.cause = "pinned" if (step.pin_floor or 0) > 0 else "unpinned"
-    elif kind == "tombstone":
-        step.cause = "tombstoned"
-    elif kind == "sweep":
-        step.cause = "swept to the cold tier"
-    elif kind == "revive":
-        step.cause = "revived from the cold tier"
-    elif kind == "confidence":
+    elif kind in _PLAIN_CAUSES:
+        step.cause = _PLAIN_CAUSES[JournalKind(kind)]
+    elif kind == JournalKind.CONFIDENCE:
         step.confidence = body.get("after")
         step.reason = body.get("reason") or None
         direction = "lowered" if body.get("after", 0.0) < body.get("before", 0.0) else "raised"
@@ -209,7 +220,7 @@ def _step(
 
 def _downscale(db: Database, rowid: int, kind: str, stability: float) -> models.DownscaleSummary:
     row = db.fetch_one(
-        "SELECT count(*), max(seq) FROM journal WHERE kind = 'downscale' AND seq > "
+        f"SELECT count(*), max(seq) FROM journal WHERE kind = '{JournalKind.DOWNSCALE}' AND seq > "
         "coalesce((SELECT admitted_seq FROM observations WHERE id = ?), 9e18)",
         (rowid,),
     )
