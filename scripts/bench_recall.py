@@ -53,6 +53,7 @@ from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.keys import init_key
 from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.service import share_the_interpreter
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.embedder import DEFAULT_DIM
 from scripts.bench_common import (
@@ -344,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.chunks < 1000 or args.calls < 10:
         raise BenchmarkError("--chunks must be >= 1000 and --calls >= 10")
     machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
+    share_the_interpreter()  # the in-process figures run as the daemon's process does
     rng = np.random.default_rng(SEED)
     corpus = Corpus(rng)
     query_vectors = corpus.vectors(rng.integers(0, TOPICS, size=args.calls).astype(np.int64))
