@@ -478,7 +478,7 @@ def test_a_daemon_bootstraps_past_a_future_snapshot_and_hears_segments_after_a_f
             lambda: (
                 alice.pulse_status(ahead.pulse.pulse_id) == "applied"
                 # The cursor moves in the transaction that records the segment, after the pulse.
-                and alice.scalar("SELECT 1 FROM applied_segments WHERE key = ?", (ahead_key,))
+                and alice.query("SELECT 1 FROM applied_segments WHERE key = ?", (ahead_key,))
             ),
             what="the pulse dated 59 minutes ahead applied and its segment recorded",
             context=daemon.log_tail,
