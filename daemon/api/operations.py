@@ -12,7 +12,8 @@ Each runs in a worker thread of its own (never the dream cycle's), so:
 * the live index is read from the peer on every call (a failed phase replaces it),
   and chunks are added to it only after their transaction committed;
 * texts are embedded by an embedder of their own, so a cycle embedding thousands
-  of chunks never holds a query up.
+  of chunks never holds a query up; it runs one thread (a single query gains little
+  from more, and their spinning takes the core the query's word search runs on).
 
 Errors: ValueError is a bad request, NotFound an unknown decision or hash,
 Conflict a request that contradicts what is stored, NotReady a daemon still
@@ -82,7 +83,7 @@ class Operations:
         self._embedder = embedder or Embedder(
             config.embedding.model,
             batch_size=config.embedding.batch_size,
-            threads=config.embedding.threads or None,
+            threads=defaults.API_EMBEDDING_THREADS,
         )
         self._cache = StampedCache()
         # The daemon's own: the cycle's ranking (the prune gate) and the API's share one copy.
