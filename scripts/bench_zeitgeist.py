@@ -49,9 +49,11 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import numpy as np
 import numpy.typing as npt
 
+from dreamcycle.daemon.backend_probe import ProbeBeforeWrite
 from dreamcycle.daemon.clock import SystemClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import CURSOR_META_KEY, PHASES, CycleState, run_cycle_blocking
+from dreamcycle.daemon.health import ObservedBackend
 from dreamcycle.daemon.ingest import ingest, read_files
 from dreamcycle.daemon.keys import write_keyring
 from dreamcycle.daemon.runtime import Peer, Runtime
@@ -512,7 +514,11 @@ def ingest_published(rt: Peer) -> IngestResult:
 
 
 def reader_backend(rt: Peer) -> S3Backend:
-    backend = rt.zeitgeist.backend
+    """The S3 backend under the peer's wrappers (the health record, the gate that waits
+    for a probe before the first write), whose requests the figures count."""
+    backend: object = rt.zeitgeist.backend
+    while isinstance(backend, ObservedBackend | ProbeBeforeWrite):
+        backend = backend.inner
     if not isinstance(backend, S3Backend):
         raise BenchmarkFailed(f"the reader's zeitgeist backend is {backend!r}, not S3")
     return backend
