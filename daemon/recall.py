@@ -142,7 +142,7 @@ def rank_query(
     if they were cold already (the prune gate asks what a sweep would lose);
     `allowed` (a filter's matches) keeps only those chunks, and the vector retriever
     then searches among them alone. `words` is `search_words(rt, query)` when the
-    caller ran it already, in the same snapshot (or knows there are no words).
+    caller ran it already (while the query was being embedded), in the same snapshot.
     Candidates less certain than `min_confidence` are dropped before ranking.
     """
     cfg = rt.config.recall

@@ -93,8 +93,10 @@ class Operations:
         self._writer: Runtime | None = None
         self._write_lock = threading.Lock()
         self._peer: Peer | None = None
-        #: Reads the stored embeddings once attached, so the first requests need not wait.
-        self._background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="preload")
+        #: Embeds query texts while the calling thread searches their words.
+        self._embedding_pool = ThreadPoolExecutor(
+            max_workers=config.api.workers, thread_name_prefix="embed"
+        )
 
     # ---- life cycle -------------------------------------------------------------------
 
@@ -114,7 +116,7 @@ class Operations:
         # Ranking takes every candidate's cosine from its stored embedding: held in memory,
         # recall reads no embedding from the database. Read in the background meanwhile
         # (recall reads what it misses); the pool's shutdown waits for it.
-        self._background.submit(self._load_stored_vectors)
+        self._embedding_pool.submit(self._load_stored_vectors)
 
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:
@@ -130,7 +132,7 @@ class Operations:
 
     def close(self) -> None:
         self._peer = None
-        self._background.shutdown(wait=True)
+        self._embedding_pool.shutdown(wait=True)
         for db in self._opened:
             db.close()
         self._opened.clear()
@@ -179,7 +181,7 @@ class Operations:
         text = request.query or ""
         top_k = request.top_k or self._rt.config.recall.top_k
         with self._reading() as view:
-            vector, words = self._vector_and_words(view, request)
+            vector, words = self._embed_while_searching(view, request)
             allowed = _allowed(view, request.filters) if request.filters.active() else None
             hits = rank_query(
                 view,
@@ -346,7 +348,9 @@ class Operations:
         peer = self._require_peer()
         now = self._rt.clock.now_ms()
         with self._reading() as view:
-            vector, words = self._embedder.embed_one(request.task), search_words(view, request.task)
+            embedding = self._embedding_pool.submit(self._embedder.embed_one, request.task)
+            words = search_words(view, request.task)
+            vector = embedding.result()
             allowed = _allowed(view, request.filters) if request.filters.active() else None
             hits = rank_query(
                 view,
@@ -528,16 +532,20 @@ class Operations:
             **report, index_live=index.live_count, index_capacity=index.capacity
         )
 
-    def _vector_and_words(
+    def _embed_while_searching(
         self, view: Runtime, request: models.RecallRequest
     ) -> tuple[np.ndarray[Any, np.dtype[np.float32]], WordMatches]:
-        """The query's vector and its full-text matches, one after the other: the words
-        take about a millisecond, less than handing the embedding to another thread cost
-        (recall by text at 20k chunks, two cores: 9.9-10.5 ms p50 and 13.7-15.5 ms p99 in
-        turn, 11.3-11.5 and 18.8-22.4 overlapped). A vector alone has no words to search."""
+        """The query's vector and its full-text matches: a text is embedded in another
+        thread (the model releases the GIL) while its words are searched here, in the
+        caller's snapshot. A vector alone has no words to search."""
         if request.query is None:
             return self._query_vector(request), WordMatches([], [])
-        return self._embedder.embed_one(request.query), search_words(view, request.query)
+        embedding = self._embedding_pool.submit(self._embedder.embed_one, request.query)
+        try:
+            words = search_words(view, request.query)
+        finally:
+            vector = embedding.result()
+        return vector, words
 
     def _query_vector(self, request: models.RecallRequest) -> np.ndarray[Any, np.dtype[np.float32]]:
         if request.query is not None:
