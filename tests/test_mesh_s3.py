@@ -507,7 +507,12 @@ def test_four_peers_share_one_zeitgeist_on_s3(
     # p4 joins after the compaction and bootstraps from the snapshot.
     daemons.append(p4.start("--interval", str(CYCLE_INTERVAL_S)))
     wait_applied_everywhere([p4], emitted, daemons)
-    bootstrapped = p4.query("SELECT key FROM applied_segments WHERE key LIKE 'snap/%'")
+    # The snapshot is recorded as applied in the transaction after its pulses.
+    bootstrapped = wait_until(
+        lambda: p4.query("SELECT key FROM applied_segments WHERE key LIKE 'snap/%'"),
+        what="p4 recording the snapshot it bootstrapped from",
+        context=daemons[-1].log_tail,
+    )
     assert [str(row[0]) for row in bootstrapped] == [report.snapshot_key]
     check_exactly_once(p4, set(emitted))
     compare_replicas(peers["p1"], p4, tmp_path)
