@@ -49,9 +49,8 @@ EMBED_BATCH_SIZE: Final = embedder.DEFAULT_BATCH_SIZE
 EMBEDDING_THREADS: Final = 0
 #: Threads of the API's own embedder, which embeds one short query at a time: a second
 #: thread barely shortens it, and onnxruntime's threads spin while they wait, taking the
-#: core that the query's full-text search and other requests need. Measured with
-#: scripts/bench_recall.py's workload at 20k chunks on two cores: recall by vector while
-#: cycles run went from 9.5 to 5.9 ms p99 with one thread, and the cycles ran 25 % faster.
+#: core that the query's full-text search and other requests need (docs/benchmarks.md,
+#: recall figures of 2026-11-25).
 API_EMBEDDING_THREADS: Final = 1
 #: Chunks embedded per cycle at most (the rest wait for the next cycle).
 MAX_EMBED_PER_CYCLE: Final = 4_096
