@@ -105,17 +105,18 @@ def search_lexical(
         expression = f"{column} : ({expression})"
     if cold is None:
         # Tombstoned chunks are not in recall_fts (migration 0011): both tiers need no row.
-        rows = db.fetch_all(
-            "SELECT rowid FROM recall_fts WHERE recall_fts MATCH ? "
-            "ORDER BY bm25(recall_fts), rowid LIMIT ?",
-            (expression, limit),
+        best = (
+            "SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts "
+            "WHERE recall_fts MATCH ? ORDER BY score, id LIMIT ?"
         )
     else:
         tier = "o.cold_at IS NOT NULL" if cold else "o.cold_at IS NULL"
-        rows = db.fetch_all(
-            "SELECT f.rowid FROM recall_fts f JOIN observations o ON o.id = f.rowid "
-            f"WHERE recall_fts MATCH ? AND {tier} "
-            "ORDER BY bm25(recall_fts), f.rowid LIMIT ?",
-            (expression, limit),
+        best = (
+            "SELECT f.rowid AS id, bm25(recall_fts) AS score FROM recall_fts f "
+            f"JOIN observations o ON o.id = f.rowid WHERE recall_fts MATCH ? AND {tier} "
+            "ORDER BY score, id LIMIT ?"
         )
-    return [int(r[0]) for r in rows]
+    found: list[int] = db.fetch_packed(
+        "id", f"FROM ({best})", (expression, limit), order_by="score, id"
+    )
+    return found

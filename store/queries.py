@@ -8,6 +8,7 @@ transaction and never commit on their own.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import apsw
@@ -23,6 +24,24 @@ class TableQueries:
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         return self.conn.execute(sql, params).fetchall()
 
+    def _packed(
+        self, value: str, tail: str, params: tuple[Any, ...] = (), *, order_by: str = ""
+    ) -> list[Any]:
+        """`SELECT value tail` as a list (a value of several columns is a `json_array`),
+        read in one step: SQLite packs every row into one JSON array.
+
+        apsw lets go of the GIL around each step, and taking it back waits out the switch
+        interval whenever another thread is running Python (a dream cycle is), so a read
+        of many rows pays that wait per row exactly when the daemon is busy. Recall's reads
+        of many rows come this way. JSON carries a REAL exactly (tests/test_recall_read_paths.py checks).
+        Rows come in no particular order unless `order_by` orders them.
+        """
+        order = f" ORDER BY {order_by}" if order_by else ""
+        packed = self._one(f"SELECT json_group_array({value}{order}) {tail}", params)
+        found: list[Any] = json.loads(packed[0])
+        return found
+
     # The stores of other tables (tiers, keys, lexical) query through these.
     fetch_one = _one
     fetch_all = _all
+    fetch_packed = _packed

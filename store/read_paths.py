@@ -39,14 +39,11 @@ class TierSets:
 
 def tier_sets(db: Database) -> TierSets:
     """Tombstoned and cold chunks, each read from its own index (no row is visited)."""
-    tombstoned = db.fetch_all("SELECT id FROM observations WHERE deleted_at IS NOT NULL")
-    cold = db.fetch_all(
-        "SELECT id FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
+    tombstoned = db.fetch_packed("id", "FROM observations WHERE deleted_at IS NOT NULL")
+    cold = db.fetch_packed(
+        "id", "FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
     )
-    return TierSets(
-        tombstoned=frozenset(int(r[0]) for r in tombstoned),
-        cold=frozenset(int(r[0]) for r in cold),
-    )
+    return TierSets(tombstoned=frozenset(tombstoned), cold=frozenset(cold))
 
 
 def in_write_transaction(db: Database) -> bool:
@@ -72,8 +69,8 @@ def hit_rows(db: Database, rowids: Sequence[int]) -> dict[int, HitRow]:
     marks = ",".join("?" * len(rowids))
     return {
         int(r[0]): HitRow(str(r[1]), str(r[2]), str(r[3]), float(r[4]), float(r[5]), float(r[6]))
-        for r in db.fetch_all(
-            "SELECT id, content_hash, title, content, salience, confidence, stability "
+        for r in db.fetch_packed(
+            "json_array(id, content_hash, title, content, salience, confidence, stability)",
             f"FROM observations WHERE id IN ({marks})",
             tuple(rowids),
         )
@@ -87,8 +84,9 @@ def candidate_numbers(
     marks = ",".join("?" * len(rowids))
     found = {
         int(r[0]): (float(r[1]), float(r[2]))
-        for r in db.fetch_all(
-            f"SELECT id, salience, confidence FROM observations WHERE id IN ({marks})",
+        for r in db.fetch_packed(
+            "json_array(id, salience, confidence)",
+            f"FROM observations WHERE id IN ({marks})",
             tuple(rowids),
         )
     }

@@ -576,5 +576,6 @@ def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
 
 def _matching(db: Database, filters: models.RecallFilters) -> frozenset[int]:
     where, params = views.filter_clauses(filters)
-    rows = db.fetch_all(f"SELECT id FROM observations WHERE {' AND '.join(where)}", tuple(params))
-    return frozenset(int(r[0]) for r in rows)
+    return frozenset(
+        db.fetch_packed("id", f"FROM observations WHERE {' AND '.join(where)}", tuple(params))
+    )

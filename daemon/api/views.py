@@ -83,10 +83,12 @@ def pinned_tier(db: Database, filters: models.RecallFilters) -> list[Held]:
     salience first."""
     where, params = filter_clauses(filters)
     where.append("(pin_floor > 0 OR deletion_policy = 'never')")
-    rows = db.fetch_all(
-        "SELECT id, content_hash, title, content, salience, cold_at IS NOT NULL "
-        f"FROM observations WHERE {' AND '.join(where)} ORDER BY salience DESC, id LIMIT ?",
+    rows = db.fetch_packed(
+        "json_array(id, content_hash, title, content, salience, cold)",
+        "FROM (SELECT id, content_hash, title, content, salience, cold_at IS NOT NULL AS cold "
+        f"FROM observations WHERE {' AND '.join(where)} ORDER BY salience DESC, id LIMIT ?)",
         (*params, defaults.CONTEXT_PINNED_LIMIT),
+        order_by="salience DESC, id",
     )
     return [_held(row) for row in rows]
 
@@ -112,8 +114,8 @@ def outcome_tier(
     if not wanted:
         return []
     marks = ",".join("?" * len(wanted))
-    rows = db.fetch_all(
-        "SELECT id, content_hash, title, content, salience, cold_at IS NOT NULL "
+    rows = db.fetch_packed(
+        "json_array(id, content_hash, title, content, salience, cold_at IS NOT NULL)",
         f"FROM observations WHERE content_hash IN ({marks}) AND deleted_at IS NULL "
         f"AND type != '{EFFICACY_TYPE}'",
         tuple(wanted),
