@@ -305,6 +305,16 @@ class Peer:
         with closing(sqlite3.connect(self.database_path, timeout=WAIT_TIMEOUT_S)) as conn:
             return conn.execute(sql, tuple(params)).fetchall()
 
+    def query_together(self, *sqls: str) -> list[list[tuple[Any, ...]]]:
+        """The rows of each query, all read in one snapshot (the daemon may commit between
+        separate reads)."""
+        with closing(sqlite3.connect(self.database_path, timeout=WAIT_TIMEOUT_S)) as conn:
+            conn.execute("BEGIN")
+            try:
+                return [conn.execute(sql).fetchall() for sql in sqls]
+            finally:
+                conn.rollback()
+
     def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
         rows = self.query(sql, params)
         assert len(rows) == 1, f"{sql} returned {len(rows)} rows"

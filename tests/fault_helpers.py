@@ -105,27 +105,19 @@ def fill(path: Path) -> Path:
 
 def admission_consistent(peer: Peer) -> int:
     """Every admitted chunk journaled once and announced once (an `assert` queued), every
-    pending one neither: the number admitted. Efficacy rows are the daemon's own records."""
-    admitted = {
-        str(digest)
-        for (digest,) in peer.query(
-            "SELECT content_hash FROM observations "
-            "WHERE admitted_seq IS NOT NULL AND type != 'efficacy'"
-        )
-    }
-    pending = {
-        str(digest)
-        for (digest,) in peer.query(
-            "SELECT content_hash FROM observations WHERE admitted_seq IS NULL"
-        )
-    }
-    journaled = Counter(
-        str(ref) for (ref,) in peer.query("SELECT ref FROM journal WHERE kind = 'chunk'")
+    pending one neither: the number admitted. Efficacy rows are the daemon's own records.
+    Read in one snapshot: the daemon admits while this looks."""
+    admitted_rows, pending_rows, journal_rows, outbox_rows = peer.query_together(
+        "SELECT content_hash FROM observations "
+        "WHERE admitted_seq IS NOT NULL AND type != 'efficacy'",
+        "SELECT content_hash FROM observations WHERE admitted_seq IS NULL",
+        "SELECT ref FROM journal WHERE kind = 'chunk'",
+        "SELECT body FROM outbox WHERE kind = 'assert'",
     )
-    announced = Counter(
-        str(json.loads(body)["content_hash"])
-        for (body,) in peer.query("SELECT body FROM outbox WHERE kind = 'assert'")
-    )
+    admitted = {str(digest) for (digest,) in admitted_rows}
+    pending = {str(digest) for (digest,) in pending_rows}
+    journaled = Counter(str(ref) for (ref,) in journal_rows)
+    announced = Counter(str(json.loads(body)["content_hash"]) for (body,) in outbox_rows)
     for digest in admitted:
         assert journaled[digest] == 1, f"{digest} journaled {journaled[digest]} times"
         assert announced[digest] == 1, f"{digest} announced {announced[digest]} times"
