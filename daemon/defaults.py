@@ -235,10 +235,12 @@ API_WORKERS: Final = 8
 API_SOCKET_MODE: Final = 0o600
 #: Largest request body accepted, in bytes (a memory is text, not a file upload).
 API_MAX_BODY_BYTES: Final = 1 << 20
-#: How long a thread holding the GIL runs before one waiting for it may take it. Python's
-#: 5 ms default makes a request wait up to 5 ms per hand-over while a cycle computes in
-#: pure Python beside it; 1 ms keeps recall in milliseconds while cycles run.
-THREAD_SWITCH_INTERVAL_S: Final = 0.001
+#: How long a thread holding the GIL runs before one waiting for it may take it. A request
+#: waits up to this long at each hand-over while a cycle computes in pure Python beside it
+#: (Python's default is 5 ms). Chosen by scripts/bench_recall.py at 20k chunks, in process
+#: with cycles running (docs/benchmarks.md): recall by vector p99 5.0 / 5.0 ms at 0.2 ms
+#: against 7.5 / 9.0 ms at 1 ms, two runs each.
+THREAD_SWITCH_INTERVAL_S: Final = 0.0002
 #: How long a client (daemon/client.py, `dreamcycle mcp`) waits for the daemon's answer.
 CLIENT_TIMEOUT_S: Final = 30.0
 
