@@ -341,11 +341,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS)
     parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="GIL switch interval in seconds for the in-process figures (default: the "
+        "daemon's); to compare settings, with --in-process-only",
+    )
+    parser.add_argument(
+        "--in-process-only", action="store_true", help="skip the daemon's (HTTP) figures"
+    )
     args = parser.parse_args(argv)
     if args.chunks < 1000 or args.calls < 10:
         raise BenchmarkError("--chunks must be >= 1000 and --calls >= 10")
+    if args.switch_interval is not None and not 0 < args.switch_interval <= 1:
+        raise BenchmarkError("--switch-interval must be in (0, 1] seconds")
     machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
     share_the_interpreter()  # the in-process figures run as the daemon's process does
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     rng = np.random.default_rng(SEED)
     corpus = Corpus(rng)
     query_vectors = corpus.vectors(rng.integers(0, TOPICS, size=args.calls).astype(np.int64))
@@ -382,17 +396,19 @@ def main(argv: list[str] | None = None) -> int:
         peer.save_index()
         peer.close()
         rt.close()
-        with daemon(data_dir, 3600.0) as (client, pid):
-            time.sleep(2.0)  # the first cycle runs at start
-            rows += Workload(corpus, query_vectors, http_call(client)).run(
-                args.calls, "HTTP, Unix socket"
-            )
-            daemon_rss = rss_mib(pid)
-        with daemon(data_dir, 0.01) as (client, pid), pulses_beside(data_dir, corpus) as sent:
-            rows += Workload(corpus, query_vectors, http_call(client)).run(
-                args.calls, "HTTP, Unix socket, cycles running"
-            )
-        print(f"{sent[0]} pulses sent to the daemon while its cycles ran back to back")
+        daemon_rss: float | None = None
+        if not args.in_process_only:
+            with daemon(data_dir, 3600.0) as (client, pid):
+                time.sleep(2.0)  # the first cycle runs at start
+                rows += Workload(corpus, query_vectors, http_call(client)).run(
+                    args.calls, "HTTP, Unix socket"
+                )
+                daemon_rss = rss_mib(pid)
+            with daemon(data_dir, 0.01) as (client, pid), pulses_beside(data_dir, corpus) as sent:
+                rows += Workload(corpus, query_vectors, http_call(client)).run(
+                    args.calls, "HTTP, Unix socket, cycles running"
+                )
+            print(f"{sent[0]} pulses sent to the daemon while its cycles ran back to back")
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
     idle = {
@@ -406,8 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         base = idle.get((row["figure"], row["path"].replace(", cycles running", "")))
         row["x_idle_p99"] = row["p99_ms"] / base["p99_ms"] if base else None
     print(machine_summary(machine))
-    print(f"{args.chunks} chunks, {args.calls} calls per figure; RSS in process "
-          f"{in_process_rss:.0f} MiB, daemon {daemon_rss:.0f} MiB")  # fmt: skip
+    print(f"{args.chunks} chunks, {args.calls} calls per figure, GIL switch interval "
+          f"{sys.getswitchinterval() * 1000:g} ms in process; RSS in process "
+          f"{in_process_rss:.0f} MiB, daemon "
+          f"{'not run' if daemon_rss is None else f'{daemon_rss:.0f} MiB'}")  # fmt: skip
     print_table(
         rows,
         [
@@ -423,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(
         args.out,
         {"machine": machine, "chunks": args.chunks, "calls": args.calls,
+         "switch_interval_s": sys.getswitchinterval(),
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss}, "rows": rows},
     )  # fmt: skip
     return 0

@@ -33,8 +33,8 @@ class TableQueries:
         apsw lets go of the GIL around each step, and taking it back waits out the switch
         interval whenever another thread is running Python (a dream cycle is), so a read
         of many rows pays that wait per row exactly when the daemon is busy. Recall's reads
-        of many rows come this way. JSON carries a REAL exactly (tests/test_recall_read_paths.py checks).
-        Rows come in no particular order unless `order_by` orders them.
+        of many rows come this way. JSON carries a REAL exactly (tests/test_packed_reads.py
+        checks). Rows come in no particular order unless `order_by` orders them.
         """
         order = f" ORDER BY {order_by}" if order_by else ""
         packed = self._one(f"SELECT json_group_array({value}{order}) {tail}", params)
