@@ -1,7 +1,8 @@
 """Reading the log: polls inside the window, cursors, bounded reads, the snapshot to trust.
 
 A reader lists from `cursor - window` and skips what it has applied, so a segment that
-landed late is still seen; an idle poll is one listing request. Nothing read can move
+landed late is still seen; an idle poll is one listing request, and a key listed again
+that was applied costs a dictionary lookup. Nothing read can move
 a reader past real segments: keys dated beyond the allowed clock skew are deferred, a
 cursor never moves beyond the wall clock of the poll that listed its segment, and a
 snapshot is taken only if it is sealed, not dated after now, holds no entry dated
@@ -64,7 +65,13 @@ class LogReader(LogCore):
         self._listed_at_hlc = self._now_hlc()
         fresh: list[str] = []
         horizon_ahead = hlc_from_ms(self._wall_ms() + self.max_future_ms)
+        known = self._known_applied
+        for key, hlc in list(known.items()):
+            if hlc < start_hlc:
+                del known[key]
         for key in self.backend.list_after(SEGMENT_PREFIX, segment_listing_start(start_hlc)):
+            if key in known:
+                continue  # observed and applied when first listed
             try:
                 parsed = parse_segment_key(key)
             except InvalidKey as exc:
@@ -81,7 +88,9 @@ class LogReader(LogCore):
                 )
                 continue
             self.clock.observe(parsed.hlc)
-            if not is_applied(key):
+            if is_applied(key):
+                known[key] = parsed.hlc
+            else:
                 fresh.append(key)
         return fresh
 
