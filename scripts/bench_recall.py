@@ -14,11 +14,15 @@ embedded by the real model). Then, in one run:
 * both again while dream cycles run back to back beside them, with Reward pulses to
   propagate (one per cycle in process, one every 0.25 s to the daemon).
 
-p50 and p99 over `--calls` calls each (default 1000), ratios to the baselines
+Each figure is measured in `--rounds` rounds (default 3) of `--calls` calls (default
+500), the figures of one path taking turns round by round (the baselines with the
+in-process ones), so that a slow minute of a shared machine lands in one round of every
+figure rather than in all of one: a figure's p50 and p99 are the medians of its rounds',
+and its rounds' lowest and highest p99 are kept beside them. Ratios to the baselines
 measured in the same run, and resident memory. Results go to
 bench-results/recall.json; docs/benchmarks.md has figures and targets.
 
-    .venv/bin/python scripts/bench_recall.py [--chunks 100000] [--calls 1000]
+    .venv/bin/python scripts/bench_recall.py [--chunks 100000] [--calls 500] [--rounds 3]
 
 One file: a benchmark that runs as one standalone script, its store, workload and daemon set
 up for that one run.
@@ -66,7 +70,8 @@ from scripts.bench_common import (
 )
 
 DEFAULT_CHUNKS: Final = 100_000
-DEFAULT_CALLS: Final = 1_000
+DEFAULT_CALLS: Final = 500
+DEFAULT_ROUNDS: Final = 3
 DEFAULT_OUT: Final = Path("bench-results/recall.json")
 SEED: Final = 20261123
 TOPICS: Final = 500
@@ -79,9 +84,10 @@ PROJECTS: Final = 20
 READY_TIMEOUT_S: Final = 600.0
 PERCENTILES: Final = (50, 99)
 #: Pulse texts the cycles-running figures cycle through, and how often one reaches the
-#: daemon (its cycles run back to back: at --interval 0.01 most have one to apply).
+#: daemon: its cycles run back to back (--interval 0.01), and one with a pulse to apply
+#: takes tens of milliseconds, so at this rate most cycles have one, as in process.
 PULSE_TEXTS: Final = 50
-PULSE_EVERY_S: Final = 0.25
+PULSE_EVERY_S: Final = 0.05
 
 Vectors = npt.NDArray[np.float32]
 
@@ -172,6 +178,30 @@ def measure(calls: int, action: Callable[[int], Any]) -> dict[str, float]:
     return percentiles(samples)
 
 
+#: One figure to measure: its name, the path it takes, and one call (given its number).
+Figure = tuple[str, str, Callable[[int], Any]]
+
+
+def measure_rounds(figures: list[Figure], calls: int, rounds: int) -> list[dict[str, Any]]:
+    """Every figure `rounds` times, taking turns; each row the medians of its rounds'
+    p50 and p99, and the lowest and highest of its rounds' p99."""
+    by_round: list[list[dict[str, float]]] = [[] for _ in figures]
+    for _ in range(rounds):
+        for results, (_, _, action) in zip(by_round, figures, strict=True):
+            results.append(measure(calls, action))
+    return [
+        {
+            "figure": name,
+            "path": path,
+            **{key: float(np.median([r[key] for r in results])) for key in results[0]},
+            "p99_min_ms": min(r["p99_ms"] for r in results),
+            "p99_max_ms": max(r["p99_ms"] for r in results),
+            "rounds": results,
+        }
+        for (name, path, _), results in zip(figures, by_round, strict=True)
+    ]
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -212,17 +242,14 @@ class Workload:
         if found.hits[0].content_hash != saved.content_hash:
             raise BenchmarkError("a saved chunk was not recalled first at once")
 
-    def run(self, calls: int, label: str) -> list[dict[str, Any]]:
-        rows = []
-        for name, action in (
-            ("recall by vector", self.by_vector),
-            ("recall by text", self.by_text),
-            ("recall by text, filtered", self.filtered),
-            ("context bundle", self.context),
-            ("save, then recall", self.save_then_recall),
-        ):
-            rows.append({"figure": name, "path": label, **measure(calls, action)})
-        return rows
+    def figures(self, path: str) -> list[Figure]:
+        return [
+            ("recall by vector", path, self.by_vector),
+            ("recall by text", path, self.by_text),
+            ("recall by text, filtered", path, self.filtered),
+            ("context bundle", path, self.context),
+            ("save, then recall", path, self.save_then_recall),
+        ]
 
 
 def in_process_call(ops: Operations) -> Callable[[str, Any], Any]:
@@ -339,7 +366,12 @@ def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, in
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS)
-    parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
+    parser.add_argument(
+        "--calls", type=int, default=DEFAULT_CALLS, help="calls per figure in each round"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds per figure, taking turns"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument(
         "--switch-interval",
@@ -352,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         "--in-process-only", action="store_true", help="skip the daemon's (HTTP) figures"
     )
     args = parser.parse_args(argv)
-    if args.chunks < 1000 or args.calls < 10:
-        raise BenchmarkError("--chunks must be >= 1000 and --calls >= 10")
+    if args.chunks < 1000 or args.calls < 10 or args.rounds < 1:
+        raise BenchmarkError("--chunks must be >= 1000, --calls >= 10 and --rounds >= 1")
     if args.switch_interval is not None and not 0 < args.switch_interval <= 1:
         raise BenchmarkError("--switch-interval must be in (0, 1] seconds")
     machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
@@ -382,14 +414,18 @@ def main(argv: list[str] | None = None) -> int:
         ops.attach(peer)
         pool = config.recall.candidates
         texts = [corpus.query() for _ in range(args.calls)]
-        rows.append({"figure": "raw k-NN (baseline)", "path": "hnswlib",
-                     **measure(args.calls, lambda i: peer.index.knn_many(query_vectors[i][None, :], pool))})  # fmt: skip
-        rows.append({"figure": "embed one text (baseline)", "path": "fastembed",
-                     **measure(args.calls, lambda i: ops._embedder.embed_one(texts[i]))})  # fmt: skip
         workload = Workload(corpus, query_vectors, in_process_call(ops))
-        rows += workload.run(args.calls, "in process")
+        baselines: list[Figure] = [
+            ("raw k-NN (baseline)", "hnswlib",
+             lambda i: peer.index.knn_many(query_vectors[i][None, :], pool)),
+            ("embed one text (baseline)", "fastembed",
+             lambda i: ops._embedder.embed_one(texts[i])),
+        ]  # fmt: skip
+        rows += measure_rounds(baselines + workload.figures("in process"), args.calls, args.rounds)
         with cycles_beside(peer, ops, corpus) as cycles:
-            rows += workload.run(args.calls, "in process, cycles running")
+            rows += measure_rounds(
+                workload.figures("in process, cycles running"), args.calls, args.rounds
+            )
         print(f"{cycles[0]} cycles, each with a pulse, ran beside the in-process figures")
         in_process_rss = rss_mib(os.getpid())
         ops.close()
@@ -400,13 +436,13 @@ def main(argv: list[str] | None = None) -> int:
         if not args.in_process_only:
             with daemon(data_dir, 3600.0) as (client, pid):
                 time.sleep(2.0)  # the first cycle runs at start
-                rows += Workload(corpus, query_vectors, http_call(client)).run(
-                    args.calls, "HTTP, Unix socket"
-                )
+                http = Workload(corpus, query_vectors, http_call(client))
+                rows += measure_rounds(http.figures("HTTP, Unix socket"), args.calls, args.rounds)
                 daemon_rss = rss_mib(pid)
             with daemon(data_dir, 0.01) as (client, pid), pulses_beside(data_dir, corpus) as sent:
-                rows += Workload(corpus, query_vectors, http_call(client)).run(
-                    args.calls, "HTTP, Unix socket, cycles running"
+                http = Workload(corpus, query_vectors, http_call(client))
+                rows += measure_rounds(
+                    http.figures("HTTP, Unix socket, cycles running"), args.calls, args.rounds
                 )
             print(f"{sent[0]} pulses sent to the daemon while its cycles ran back to back")
     knn_p99 = rows[0]["p99_ms"]
@@ -422,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         base = idle.get((row["figure"], row["path"].replace(", cycles running", "")))
         row["x_idle_p99"] = row["p99_ms"] / base["p99_ms"] if base else None
     print(machine_summary(machine))
-    print(f"{args.chunks} chunks, {args.calls} calls per figure, GIL switch interval "
+    print(f"{args.chunks} chunks, {args.rounds} rounds of {args.calls} calls per figure "
+          "(medians of the rounds), GIL switch interval "
           f"{sys.getswitchinterval() * 1000:g} ms in process; RSS in process "
           f"{in_process_rss:.0f} MiB, daemon "
           f"{'not run' if daemon_rss is None else f'{daemon_rss:.0f} MiB'}")  # fmt: skip
@@ -433,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
             Column("path"),
             Column("p50_ms", "p50 ms", ".2f"),
             Column("p99_ms", "p99 ms", ".2f"),
+            Column("p99_min_ms", "p99 low", ".2f"),
+            Column("p99_max_ms", "p99 high", ".2f"),
             Column("x_knn_p99", "p99 / k-NN p99", ".1f"),
             Column("minus_embed_p99_ms", "p99 - embed p99 (ms)", ".2f"),
             Column("x_idle_p99", "p99 / idle p99", ".2f"),
@@ -440,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     write_json(
         args.out,
-        {"machine": machine, "chunks": args.chunks, "calls": args.calls,
+        {"machine": machine, "chunks": args.chunks, "calls": args.calls, "rounds": args.rounds,
          "switch_interval_s": sys.getswitchinterval(),
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss}, "rows": rows},
     )  # fmt: skip
