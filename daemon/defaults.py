@@ -60,12 +60,12 @@ ZEITGEIST_WINDOW_S: Final = zeitgeist_defaults.DEFAULT_WINDOW_MS / 1000
 #: decompressed, and lines. A cycle publishes at most MAX_ENTRIES_PER_SEGMENT entries, a
 #: few MiB; a segment beyond any limit is refused whole and counted.
 ZEITGEIST_MAX_SEGMENT_BYTES: Final = zeitgeist_defaults.MAX_SEGMENT_COMPRESSED_BYTES
-ZEITGEIST_MAX_SEGMENT_EXPANDED_BYTES: Final = zeitgeist_defaults.MAX_SEGMENT_BYTES
+ZEITGEIST_MAX_SEGMENT_EXPANDED_BYTES: Final = zeitgeist_defaults.MAX_SEGMENT_EXPANDED_BYTES
 ZEITGEIST_MAX_SEGMENT_LINES: Final = zeitgeist_defaults.MAX_SEGMENT_LINES
 #: The same for a snapshot, which folds the whole history (read at start-up and by
 #: compaction).
 ZEITGEIST_MAX_SNAPSHOT_BYTES: Final = zeitgeist_defaults.MAX_SNAPSHOT_COMPRESSED_BYTES
-ZEITGEIST_MAX_SNAPSHOT_EXPANDED_BYTES: Final = zeitgeist_defaults.MAX_SNAPSHOT_BYTES
+ZEITGEIST_MAX_SNAPSHOT_EXPANDED_BYTES: Final = zeitgeist_defaults.MAX_SNAPSHOT_EXPANDED_BYTES
 ZEITGEIST_MAX_SNAPSHOT_LINES: Final = zeitgeist_defaults.MAX_SNAPSHOT_LINES
 LIVENESS_TIMEOUT_S: Final = zeitgeist_defaults.DEFAULT_LIVENESS_TIMEOUT_MS / 1000
 COMPACTION_INTERVAL_S: Final = 3_600.0

@@ -10,7 +10,7 @@ Targets (structure-aware: each case starts from a valid input and breaks it):
   InvalidEntry may escape decode_entry, a valid entry round-trips to itself.
 * segment: decode_segment over mutated gzip bytes and mutated payloads (truncated,
   invalid UTF-8, deep nesting, huge lines, many newlines), and once per run the heavy
-  shapes: a compressed bomb, a payload of MAX_SEGMENT_BYTES newlines, one huge line.
+  shapes: a compressed bomb, a payload of MAX_SEGMENT_EXPANDED_BYTES newlines, one huge line.
 * snapshot: Zeitgeist.latest_snapshot over a directory log whose newest snapshot is
   mutated (it must fall back to the older sound one exactly when the newest is
   corrupt, holds an entry dated after itself, or lacks an entry of the older one),
@@ -86,7 +86,7 @@ from dreamcycle.pulses.pulse import (
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import (
     ENTRY_TYPES,
-    MAX_SEGMENT_BYTES,
+    MAX_SEGMENT_EXPANDED_BYTES,
     SNAPSHOT_LIMITS,
     AssertEntry,
     AttributionEntry,
@@ -662,13 +662,13 @@ class SegmentReader(Target):
     memory_limit_mib = 1024.0
 
     def heavy_shapes(self) -> list[tuple[str, Callable[[], bytes]]]:
-        limit = MAX_SEGMENT_BYTES
+        limit = MAX_SEGMENT_EXPANDED_BYTES
         return [
             (
-                "a gzip bomb: MAX_SEGMENT_BYTES + 1 zero bytes",
+                "a gzip bomb: MAX_SEGMENT_EXPANDED_BYTES + 1 zero bytes",
                 lambda: gzip.compress(b"\0" * (limit + 1)),
             ),
-            ("MAX_SEGMENT_BYTES newlines", lambda: gzip.compress(b"\n" * limit)),
+            ("MAX_SEGMENT_EXPANDED_BYTES newlines", lambda: gzip.compress(b"\n" * limit)),
             (
                 "one line of 200 MiB",
                 lambda: gzip.compress(b'{"v":1,"a":"' + b"x" * (200 * MIB) + b'"}'),

@@ -32,11 +32,11 @@ from dreamcycle.zeitgeist._entry_wire import (
 )
 from dreamcycle.zeitgeist._segment_seal import Sealer, SegmentSeal, payload_digest
 from dreamcycle.zeitgeist.defaults import (
-    MAX_SEGMENT_BYTES,
     MAX_SEGMENT_COMPRESSED_BYTES,
+    MAX_SEGMENT_EXPANDED_BYTES,
     MAX_SEGMENT_LINES,
-    MAX_SNAPSHOT_BYTES,
     MAX_SNAPSHOT_COMPRESSED_BYTES,
+    MAX_SNAPSHOT_EXPANDED_BYTES,
     MAX_SNAPSHOT_LINES,
 )
 
@@ -62,7 +62,7 @@ class SegmentLimits:
     """What one segment (or snapshot) may cost a reader; beyond any of them it is refused."""
 
     compressed_bytes: int = MAX_SEGMENT_COMPRESSED_BYTES
-    expanded_bytes: int = MAX_SEGMENT_BYTES
+    expanded_bytes: int = MAX_SEGMENT_EXPANDED_BYTES
     #: Lines, blank ones included: each costs a step of the reader.
     lines: int = MAX_SEGMENT_LINES
 
@@ -76,7 +76,7 @@ class SegmentLimits:
 SEGMENT_LIMITS: Final = SegmentLimits()
 SNAPSHOT_LIMITS: Final = SegmentLimits(
     compressed_bytes=MAX_SNAPSHOT_COMPRESSED_BYTES,
-    expanded_bytes=MAX_SNAPSHOT_BYTES,
+    expanded_bytes=MAX_SNAPSHOT_EXPANDED_BYTES,
     lines=MAX_SNAPSHOT_LINES,
 )
 

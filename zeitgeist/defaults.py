@@ -28,13 +28,13 @@ DEFAULT_MAX_FUTURE_MS: Final = 3_600_000
 MAX_SEGMENT_COMPRESSED_BYTES: Final = 64 * 1024 * 1024
 #: Largest decompressed segment accepted, so a corrupt or hostile object cannot
 #: exhaust memory (a cycle's segment is normally a few hundred kilobytes).
-MAX_SEGMENT_BYTES: Final = 256 * 1024 * 1024
+MAX_SEGMENT_EXPANDED_BYTES: Final = 256 * 1024 * 1024
 #: Most lines of a segment, blank ones included: the seal, 5,000 entries a cycle
 #: publishes at most, and room for entries of newer kinds.
 MAX_SEGMENT_LINES: Final = 20_000
 #: A snapshot folds the whole history, so it may be far larger than a segment.
 MAX_SNAPSHOT_COMPRESSED_BYTES: Final = 1024 * 1024 * 1024
-MAX_SNAPSHOT_BYTES: Final = 4 * 1024 * 1024 * 1024
+MAX_SNAPSHOT_EXPANDED_BYTES: Final = 4 * 1024 * 1024 * 1024
 MAX_SNAPSHOT_LINES: Final = 5_000_000
 
 # ---- the networked backends (zeitgeist/s3.py, zeitgeist/redis_streams.py) ---------------

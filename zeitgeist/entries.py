@@ -94,11 +94,11 @@ from dreamcycle.zeitgeist._segment_codec import (
 )
 from dreamcycle.zeitgeist._segment_seal import Sealer, SegmentSeal, payload_digest
 from dreamcycle.zeitgeist.defaults import (
-    MAX_SEGMENT_BYTES,
     MAX_SEGMENT_COMPRESSED_BYTES,
+    MAX_SEGMENT_EXPANDED_BYTES,
     MAX_SEGMENT_LINES,
-    MAX_SNAPSHOT_BYTES,
     MAX_SNAPSHOT_COMPRESSED_BYTES,
+    MAX_SNAPSHOT_EXPANDED_BYTES,
     MAX_SNAPSHOT_LINES,
 )
 
@@ -114,11 +114,11 @@ __all__ = [
     "LABEL_MAX_CHARS",
     "MAX_KIND_LABEL",
     "MAX_LINE_BYTES",
-    "MAX_SEGMENT_BYTES",
     "MAX_SEGMENT_COMPRESSED_BYTES",
+    "MAX_SEGMENT_EXPANDED_BYTES",
     "MAX_SEGMENT_LINES",
-    "MAX_SNAPSHOT_BYTES",
     "MAX_SNAPSHOT_COMPRESSED_BYTES",
+    "MAX_SNAPSHOT_EXPANDED_BYTES",
     "MAX_SNAPSHOT_LINES",
     "READABLE_VERSIONS",
     "RECONSOLIDATE_FIELDS",
