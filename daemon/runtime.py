@@ -34,6 +34,9 @@ from dreamcycle.zeitgeist.retry import RetryPolicy
 
 log = logging.getLogger("dreamcycle.runtime")
 
+#: The name a runtime's rollback hook is registered under on its database connection.
+ROLLBACK_HOOK_ID = "recall_cache"
+
 #: meta key holding the highest HLC this peer has issued or read.
 HLC_META_KEY = "hlc_high"
 #: meta key holding the identity of the index save this database last recorded: a sound
@@ -150,6 +153,11 @@ class Runtime:
     #: Stored embeddings recall has read, kept: an admitted chunk's never changes.
     stored_vectors: StoredVectors = field(default_factory=StoredVectors, repr=False)
     _lock_file: IO[str] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # A value cached inside a write transaction carries a stamp of changes that a
+        # rollback undoes, and a later commit can reach the same stamp with other rows.
+        self.db.conn.set_rollback_hook(self.recall_cache.entries.clear, id=ROLLBACK_HOOK_ID)
 
     @property
     def peer_id(self) -> str:

@@ -567,7 +567,8 @@ def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
     stamp = view.db.filter_stamp()
     cached: frozenset[int] | None = view.recall_cache.get(name, stamp)
     if cached is None:
-        stale = [key for key in view.recall_cache.entries if key.startswith("filter:")]
+        # A copy to iterate: another thread's put or rollback may change the cache meanwhile.
+        stale = [key for key in list(view.recall_cache.entries) if key.startswith("filter:")]
         if len(stale) >= FILTERS_CACHED:
             view.recall_cache.entries.pop(stale[0], None)
         cached = view.recall_cache.put(name, stamp, _matching(view.db, filters))
