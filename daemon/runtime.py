@@ -34,9 +34,6 @@ from dreamcycle.zeitgeist.retry import RetryPolicy
 
 log = logging.getLogger("dreamcycle.runtime")
 
-#: The name a runtime's rollback hook is registered under on its database connection.
-ROLLBACK_HOOK_ID = "recall_cache"
-
 #: meta key holding the highest HLC this peer has issued or read.
 HLC_META_KEY = "hlc_high"
 #: meta key holding the identity of the index save this database last recorded: a sound
@@ -157,7 +154,8 @@ class Runtime:
     def __post_init__(self) -> None:
         # A value cached inside a write transaction carries a stamp of changes that a
         # rollback undoes, and a later commit can reach the same stamp with other rows.
-        self.db.conn.set_rollback_hook(self.recall_cache.entries.clear, id=ROLLBACK_HOOK_ID)
+        # One hook per cache: runtimes made with dataclasses.replace share the connection.
+        self.db.conn.set_rollback_hook(self.recall_cache.entries.clear, id=id(self.recall_cache))
 
     @property
     def peer_id(self) -> str:

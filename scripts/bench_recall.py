@@ -12,11 +12,12 @@ embedded by the real model). Then, in one run:
   recalled by its text: the pair is timed, and the chunk must come first);
 * the same through a real `dreamcycle run` daemon over its Unix socket (httpx);
 * both again while dream cycles run back to back beside them, with Reward pulses to
-  propagate (one per cycle in process, one every 0.25 s to the daemon).
+  propagate (one per cycle in process, one every PULSE_EVERY_S to the daemon).
 
 Each figure is measured in `--rounds` rounds (default 3) of `--calls` calls (default
-500), the figures of one path taking turns round by round (the baselines with the
-in-process ones), so that a slow minute of a shared machine lands in one round of every
+500), the figures of one path taking turns round by round (the baselines with the idle
+in-process ones; each path, idle or with cycles, in process or over HTTP, is its own
+batch, so ratios between paths compare different minutes), so that a slow minute of a shared machine lands in one round of every
 figure rather than in all of one: a figure's p50 and p99 are the medians of its rounds',
 and its rounds' lowest and highest p99 are kept beside them. Ratios to the baselines
 measured in the same run, and resident memory. Results go to

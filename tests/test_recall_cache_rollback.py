@@ -57,3 +57,23 @@ def test_reads_do_not_empty_the_recall_cache(tmp_path: Path) -> None:
         assert rt.recall_cache.get("tiers", stamp) == "kept"
     finally:
         rt.close()
+
+
+def test_a_runtime_made_from_another_keeps_both_caches_emptied(tmp_path: Path) -> None:
+    """A runtime made with dataclasses.replace shares the connection: a rollback empties
+    its cache and the original's."""
+    import dataclasses
+
+    from dreamcycle.daemon.memo import StampedCache
+
+    rt = _runtime(tmp_path)
+    try:
+        other = dataclasses.replace(rt, recall_cache=StampedCache())
+        rt.recall_cache.put("tiers", "s", "original")
+        other.recall_cache.put("tiers", "s", "other")
+        with pytest.raises(Refused), rt.db.transaction():
+            raise Refused
+        assert rt.recall_cache.entries == {}
+        assert other.recall_cache.entries == {}
+    finally:
+        rt.close()

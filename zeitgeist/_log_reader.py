@@ -60,6 +60,9 @@ class LogReader(LogCore):
 
         Keys stamped more than `max_future_ms` ahead of this peer's wall clock are
         deferred (not returned, not observed) until the wall clock comes close.
+        `is_applied` must keep saying True once it has (an applied segment is recorded
+        for good): such a key is remembered, and later polls neither observe it again nor
+        ask about it.
         """
         start_hlc = self.listing_start(cursor_hlc)
         self._listed_at_hlc = self._now_hlc()
