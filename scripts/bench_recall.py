@@ -15,11 +15,12 @@ embedded by the real model). Then, in one run:
   propagate (one per cycle in process, one every PULSE_EVERY_S to the daemon).
 
 Each figure is measured in `--rounds` rounds (default 3) of `--calls` calls (default
-500), the figures of one path taking turns round by round (the baselines with the idle
-in-process ones; each path, idle or with cycles, in process or over HTTP, is its own
-batch, so ratios between paths compare different minutes), so that a slow minute of a shared machine lands in one round of every
-figure rather than in all of one: a figure's p50 and p99 are the medians of its rounds',
-and its rounds' lowest and highest p99 are kept beside them. Ratios to the baselines
+500), the figures of one path taking turns round by round, so that a slow minute of a
+shared machine lands in one round of every figure rather than in all of one; the
+baselines take turns with the idle in-process figures, and each path (idle or with
+cycles, in process or over HTTP) is a batch of its own, so ratios between paths compare
+different minutes. A figure's p50 and p99 are the medians of its rounds', and its rounds'
+lowest and highest p99 are kept beside them. Ratios to the baselines
 measured in the same run, and resident memory. Results go to
 bench-results/recall.json; docs/benchmarks.md has figures and targets.
 

@@ -79,4 +79,4 @@ def test_keys_known_applied_are_not_asked_about_again(tmp_path) -> None:
     now[0] += 10 * reader.window_ms
     later = HybridLogicalClock(lambda: now[0]).now()
     assert reader.poll(later, is_applied) == []
-    assert reader._known_applied == {}
+    assert reader._known_applied == set()

@@ -129,10 +129,10 @@ class LogCore:
         self._logged = LogOnce()
         #: This peer's wall clock (as an HLC) when it last listed segments.
         self._listed_at_hlc: int | None = None
-        #: Segment keys inside the window that the caller said were applied, with their
-        #: HLCs: a record of a segment applied is never removed, so a later poll that lists
-        #: them again neither parses nor asks about them. Pruned as the window moves on.
-        self._known_applied: dict[str, int] = {}
+        #: Segment keys of the last listing that the caller said were applied: a record of
+        #: a segment applied is never removed, so a later poll that lists them again
+        #: neither parses nor asks about them.
+        self._known_applied: set[str] = set()
         #: Things skipped rather than failed on, by reason (for metrics).
         self.counters: Counter[str] = Counter()
         #: The highest sequence number this peer id claimed that a key of this peer sealed:

@@ -69,12 +69,13 @@ class LogReader(LogCore):
         fresh: list[str] = []
         horizon_ahead = hlc_from_ms(self._wall_ms() + self.max_future_ms)
         known = self._known_applied
-        for key, hlc in list(known.items()):
-            if hlc < start_hlc:
-                del known[key]
+        # What this listing holds and was applied: keys that left the window (or were
+        # compacted away) drop out of the memory by not being listed.
+        still_known: set[str] = set()
         for key in self.backend.list_after(SEGMENT_PREFIX, segment_listing_start(start_hlc)):
             if key in known:
-                continue  # observed and applied when first listed
+                still_known.add(key)  # observed and applied when first listed
+                continue
             try:
                 parsed = parse_segment_key(key)
             except InvalidKey as exc:
@@ -92,9 +93,10 @@ class LogReader(LogCore):
                 continue
             self.clock.observe(parsed.hlc)
             if is_applied(key):
-                known[key] = parsed.hlc
+                still_known.add(key)
             else:
                 fresh.append(key)
+        self._known_applied = still_known
         return fresh
 
     def fetch(self, key: str) -> DecodedSegment:
