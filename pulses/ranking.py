@@ -259,9 +259,10 @@ def _multipliers(
 def _check(c: CandidateColumns) -> None:
     """Refuse duplicates, non-finite numbers and ranks below one, naming the candidate."""
     labels = c.labels
-    if len(np.unique(labels)) != len(labels):
+    listed = labels.tolist()
+    if len(set(listed)) != len(listed):
         seen: set[int] = set()
-        for label in labels.tolist():
+        for label in listed:
             if label in seen:
                 raise InvalidRanking(f"candidate {label} appears twice")
             seen.add(label)

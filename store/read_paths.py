@@ -106,12 +106,15 @@ class StoredVectors:
     """
 
     def __init__(self) -> None:
-        self._slots: dict[int, int] = {}
+        # Row of `_matrix` per rowid, -1 for none: looked up for a whole candidate list in
+        # one array operation rather than a dict lookup each.
+        self._slot_of: npt.NDArray[np.int32] = np.full(0, -1, dtype=np.int32)
+        self._held = 0
         self._matrix: npt.NDArray[np.float32] = np.zeros((0, 0), dtype=np.float32)
         self._adding = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return self._held
 
     def load_all(self, db: Database) -> int:
         """Read every admitted chunk's embedding (not tombstoned ones: never ranked), in
@@ -125,7 +128,7 @@ class StoredVectors:
                 (after, LOAD_BATCH),
             )
             if not found:
-                return len(self._slots)
+                return self._held
             self._keep([int(r[0]) for r in found], _matrix([bytes(r[1]) for r in found]))
             after = int(found[-1][0])
 
@@ -134,12 +137,13 @@ class StoredVectors:
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
         """(the stored embeddings of those of `rowids` that have one, in their order; which
         of `rowids` have one)."""
-        slots = self._slots
-        positions = [slots.get(rowid, -1) for rowid in rowids]
-        missing = [rowid for rowid, at in zip(rowids, positions, strict=True) if at < 0]
+        # The slots before the matrix: a slot is published only after its row is written.
+        positions = self._positions(rowids)
         matrix = self._matrix
-        if not missing:
-            return matrix[positions], np.ones(len(rowids), dtype=np.bool_)
+        held = positions >= 0
+        if held.all():
+            return matrix[positions], held
+        missing = [rowid for rowid, kept in zip(rowids, held.tolist(), strict=True) if not kept]
         read = db.fetch_all(
             f"SELECT id, embedding, admitted_seq IS NOT NULL FROM observations "
             f"WHERE id IN ({','.join('?' * len(missing))}) AND embedding IS NOT NULL",
@@ -152,22 +156,34 @@ class StoredVectors:
         if admitted:
             self._keep(admitted, np.array([fresh[rowid] for rowid in admitted]))
         present = np.array(
-            [at >= 0 or rowid in fresh for rowid, at in zip(rowids, positions, strict=True)],
+            [kept or rowid in fresh for rowid, kept in zip(rowids, held.tolist(), strict=True)],
             dtype=np.bool_,
         )
         rows = [
             matrix[at] if at >= 0 else fresh[rowid]
-            for rowid, at in zip(rowids, positions, strict=True)
+            for rowid, at in zip(rowids, positions.tolist(), strict=True)
             if at >= 0 or rowid in fresh
         ]
         return (np.array(rows) if rows else np.zeros((0, 0), dtype=np.float32)), present
 
+    def _positions(self, rowids: Sequence[int]) -> npt.NDArray[np.int32]:
+        """Each rowid's row in the matrix, -1 where none is held."""
+        slot_of = self._slot_of
+        ids = np.asarray(rowids, dtype=np.int64)
+        known = (ids >= 0) & (ids < len(slot_of))
+        if known.all():
+            return slot_of[ids]
+        positions = np.full(len(ids), -1, dtype=np.int32)
+        positions[known] = slot_of[ids[known]]
+        return positions
+
     def _keep(self, rowids: list[int], vectors: npt.NDArray[np.float32]) -> None:
         with self._adding:
-            new = [i for i, rowid in enumerate(rowids) if rowid not in self._slots]
+            positions = self._positions(rowids)
+            new = [i for i, at in enumerate(positions.tolist()) if at < 0]
             if not new:
                 return
-            start = len(self._slots)
+            start = self._held
             needed = start + len(new)
             matrix = self._matrix
             if needed > len(matrix):
@@ -176,8 +192,18 @@ class StoredVectors:
                     grown[:start] = matrix[:start]
                 self._matrix = matrix = grown
             matrix[start:needed] = vectors[new]
-            for offset, i in enumerate(new):
-                self._slots[rowids[i]] = start + offset
+            new_ids = np.array([rowids[i] for i in new], dtype=np.int64)
+            slot_of = self._slot_of
+            highest = int(new_ids.max())
+            if highest >= len(slot_of):
+                # Grown as a copy published whole, with the new slots already in it.
+                grown_slots = np.full(max(highest + 1, 2 * len(slot_of)), -1, dtype=np.int32)
+                grown_slots[: len(slot_of)] = slot_of
+                grown_slots[new_ids] = np.arange(start, needed, dtype=np.int32)
+                self._slot_of = grown_slots
+            else:
+                slot_of[new_ids] = np.arange(start, needed, dtype=np.int32)
+            self._held = needed
 
 
 def _matrix(blobs: list[bytes]) -> npt.NDArray[np.float32]:

@@ -1,0 +1,88 @@
+"""Recall's memory of stored embeddings (store/read_paths.StoredVectors) gives each chunk
+the embedding the database holds, keeps only admitted chunks' (a pending chunk may be
+embedded again), and finds chunks whose rowids lie past everything it held before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dreamcycle.store.database import Database, NewObservation
+from dreamcycle.store.read_paths import StoredVectors
+
+NOW_MS = 1_800_000_000_000
+DIM = 8
+
+
+def _add(db: Database, count: int, rng: np.random.Generator, *, admitted: bool) -> list[int]:
+    items = [NewObservation(content=f"chunk {rng.integers(1 << 62)}") for _ in range(count)]
+    with db.transaction():
+        rowids = [a.rowid for a in db.add_observations(items, now_ms=NOW_MS)]
+        vectors = rng.standard_normal((count, DIM)).astype(np.float32)
+        db.set_embeddings(rowids, vectors, model_id="m", index_version="m/8")
+        if admitted:
+            db.conn.executemany(
+                "UPDATE observations SET admitted_seq = 0 WHERE id = ?", [(r,) for r in rowids]
+            )
+    return rowids
+
+
+def _stored(db: Database, rowids: list[int]) -> np.ndarray:
+    rows = dict(
+        db.fetch_all(
+            f"SELECT id, embedding FROM observations WHERE id IN ({','.join('?' * len(rowids))})",
+            tuple(rowids),
+        )
+    )
+    return np.stack([np.frombuffer(bytes(rows[r]), dtype="<f4") for r in rowids])
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    return Database(tmp_path / "d.db")
+
+
+def test_gather_returns_the_stored_rows_and_keeps_only_admitted_ones(db: Database) -> None:
+    rng = np.random.default_rng(7)
+    admitted = _add(db, 30, rng, admitted=True)
+    pending = _add(db, 5, rng, admitted=False)
+    vectors = StoredVectors()
+    wanted = [pending[0], *admitted[::-1], pending[3]]
+    matrix, present = vectors.gather(db, wanted)
+    assert present.all()
+    np.testing.assert_array_equal(matrix, _stored(db, wanted))
+    assert len(vectors) == len(admitted)
+    # Now from memory alone (the same rows), and still a read for the pending ones.
+    again, _ = vectors.gather(db, admitted)
+    np.testing.assert_array_equal(again, _stored(db, admitted))
+    assert len(vectors) == len(admitted)
+
+
+def test_a_chunk_past_every_held_rowid_is_read_and_then_held(db: Database) -> None:
+    rng = np.random.default_rng(8)
+    first = _add(db, 20, rng, admitted=True)
+    vectors = StoredVectors()
+    assert vectors.load_all(db) == len(first)
+    later = _add(db, 300, rng, admitted=True)
+    asked = [later[-1], first[0], later[0]]
+    matrix, present = vectors.gather(db, asked)
+    assert present.all()
+    np.testing.assert_array_equal(matrix, _stored(db, asked))
+    assert len(vectors) == len(first) + 2
+    assert vectors.load_all(db) == len(first) + len(later)
+    np.testing.assert_array_equal(vectors.gather(db, later)[0], _stored(db, later))
+
+
+def test_a_rowid_without_an_embedding_is_reported_absent(db: Database) -> None:
+    rng = np.random.default_rng(9)
+    held = _add(db, 4, rng, admitted=True)
+    with db.transaction():
+        bare = db.add_observations([NewObservation(content="never embedded")], now_ms=NOW_MS)
+    vectors = StoredVectors()
+    vectors.load_all(db)
+    asked = [held[1], bare[0].rowid, 10_000_000, held[0]]
+    matrix, present = vectors.gather(db, asked)
+    assert present.tolist() == [True, False, False, True]
+    np.testing.assert_array_equal(matrix, _stored(db, [held[1], held[0]]))
