@@ -207,23 +207,38 @@ def rank_columns(
         raise InvalidRanking(f"top_k must be >= 0, got {top_k}")
     _check(columns)
     c = columns
+    # Each step below that could not change a value is skipped (no keys, no word ranks,
+    # a bound of 0, nothing cold): adding 0.0 to or multiplying by 1.0 a finite
+    # non-negative number gives it back to the last bit, so the scores are the same.
     keyed = ~np.isnan(c.key_similarities)
-    similarity = np.where(
-        keyed,
-        np.maximum(c.cosines, weights.key_weight * np.nan_to_num(c.key_similarities)),
-        c.cosines,
+    similarity = (
+        np.where(
+            keyed,
+            np.maximum(c.cosines, weights.key_weight * np.nan_to_num(c.key_similarities)),
+            c.cosines,
+        )
+        if keyed.any()
+        else c.cosines
     )
     by_vector = np.lexsort((c.labels, -similarity))
     vector_ranks = np.empty(len(c.labels), dtype=np.int64)
     vector_ranks[by_vector] = np.arange(1, len(c.labels) + 1)
-    relevance = (
-        weights.vector_weight * _reciprocal_ranks(vector_ranks, weights.rrf_k)
-        + weights.lexical_weight * _reciprocal_ranks(c.lexical_ranks, weights.rrf_k)
-        + weights.learned_weight * _reciprocal_ranks(c.learned_ranks, weights.rrf_k)
-    )
-    score = relevance * _multipliers(c.saliences, weights.salience_bound, NEUTRAL_SALIENCE)
-    score = score * _multipliers(c.confidences, weights.confidence_bound, NEUTRAL_CONFIDENCE)
-    score = np.where(c.cold, score * weights.cold_factor, score)
+    relevance = weights.vector_weight * _reciprocal_ranks(vector_ranks, weights.rrf_k)
+    for weight, ranks in (
+        (weights.lexical_weight, c.lexical_ranks),
+        (weights.learned_weight, c.learned_ranks),
+    ):
+        if ranks.any():
+            relevance = relevance + weight * _reciprocal_ranks(ranks, weights.rrf_k)
+    score = relevance
+    for values, bound, neutral in (
+        (c.saliences, weights.salience_bound, NEUTRAL_SALIENCE),
+        (c.confidences, weights.confidence_bound, NEUTRAL_CONFIDENCE),
+    ):
+        if bound != 0:
+            score = score * _multipliers(values, bound, neutral)
+    if c.cold.any():
+        score = np.where(c.cold, score * weights.cold_factor, score)
     order = np.lexsort((c.labels, -score))
     if top_k is not None:
         order = order[:top_k]
