@@ -10,14 +10,18 @@ embedded by the real model). Then, in one run:
 * in process (daemon.api.operations over the live index): recall by vector, by
   text, by text with filters, a context bundle (not recorded), and save-then-recall (a new chunk saved, then
   recalled by its text: the pair is timed, and the chunk must come first);
-* the same through a real `dreamcycle run` daemon over its Unix socket (httpx);
+* the same through a real `dreamcycle run` daemon over its Unix socket (httpx), beside
+  an HTTP floor: the daemon's server stack alone (scripts/http_floor.py: Hypercorn's
+  trio worker, a bare ASGI app, one worker-thread hop) answering a recorded recall by
+  vector through the same client, so the HTTP figures can be read as floor + the rest;
 * both again while dream cycles run back to back beside them, with Reward pulses to
   propagate (one per cycle in process, one every PULSE_EVERY_S to the daemon).
 
 Each figure is measured in `--rounds` rounds (default 3) of `--calls` calls (default
 500), the figures of one path taking turns round by round, so that a slow minute of a
 shared machine lands in one round of every figure rather than in all of one; the
-baselines take turns with the idle in-process figures, and each path (idle or with
+baselines take turns with the idle in-process figures, the HTTP floor with the idle HTTP
+figures, and each path (idle or with
 cycles, in process or over HTTP) is a batch of its own, so ratios between paths compare
 different minutes. A figure's p50 and p99 are the medians of its rounds', and its rounds'
 lowest and highest p99 are kept beside them. Ratios to the baselines
@@ -90,6 +94,8 @@ PERCENTILES: Final = (50, 99)
 #: takes tens of milliseconds, so at this rate most cycles have one, as in process.
 PULSE_TEXTS: Final = 50
 PULSE_EVERY_S: Final = 0.05
+FLOOR_FIGURE: Final = "HTTP floor (baseline)"
+FLOOR_PATH: Final = "Hypercorn, bare ASGI app"
 
 Vectors = npt.NDArray[np.float32]
 
@@ -307,7 +313,7 @@ def pulses_beside(data_dir: Path, corpus: Corpus) -> Iterator[list[int]]:
     texts = [corpus.query() for _ in range(PULSE_TEXTS)]
 
     def loop() -> None:
-        with _socket_client(data_dir) as client:
+        with _socket_client(data_dir / "api.sock") as client:
             while not stop.wait(PULSE_EVERY_S):
                 request = models.PulseRequest(
                     text=texts[sent[0] % len(texts)], nonce=f"bench {sent[0]}"
@@ -324,9 +330,42 @@ def pulses_beside(data_dir: Path, corpus: Corpus) -> Iterator[list[int]]:
         thread.join()
 
 
-def _socket_client(data_dir: Path) -> httpx.Client:
+def recorded_answer(client: httpx.Client, vector: npt.NDArray[np.float32]) -> bytes:
+    """The daemon's answer to one recall by vector: what the HTTP floor answers with."""
+    request = models.RecallRequest(vector=vector.tolist(), record=False)
+    response = client.post("/v1/recall", content=request.model_dump_json(exclude_none=True))
+    response.raise_for_status()
+    return response.content
+
+
+@contextmanager
+def http_floor(socket_path: Path, answer: Path) -> Iterator[httpx.Client]:
+    """scripts/http_floor.py in its own process, as the daemon runs in its own."""
+    command = [sys.executable, str(Path(__file__).with_name("http_floor.py")),
+               str(socket_path), str(answer)]  # fmt: skip
+    log_path = socket_path.with_suffix(".log")
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+    client = _socket_client(socket_path)
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not socket_path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise BenchmarkError("the HTTP floor server did not start")
+            time.sleep(0.1)
+        yield client
+    except (BenchmarkError, httpx.HTTPError):
+        print(log_path.read_text(encoding="utf-8", errors="replace")[-4000:], file=sys.stderr)
+        raise
+    finally:
+        client.close()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+
+
+def _socket_client(socket_path: Path) -> httpx.Client:
     return httpx.Client(
-        transport=httpx.HTTPTransport(uds=str(data_dir / "api.sock")),
+        transport=httpx.HTTPTransport(uds=str(socket_path)),
         base_url="http://dreamcycle",
         headers={"content-type": "application/json"},
         timeout=60.0,
@@ -343,7 +382,7 @@ def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, in
     log_path = data_dir.parent / f"daemon-{time.monotonic_ns()}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    client = _socket_client(data_dir)
+    client = _socket_client(data_dir / "api.sock")
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
@@ -439,7 +478,14 @@ def main(argv: list[str] | None = None) -> int:
             with daemon(data_dir, 3600.0) as (client, pid):
                 time.sleep(2.0)  # the first cycle runs at start
                 http = Workload(corpus, query_vectors, http_call(client))
-                rows += measure_rounds(http.figures("HTTP, Unix socket"), args.calls, args.rounds)
+                answer = Path(scratch) / "answer.json"
+                answer.write_bytes(recorded_answer(client, query_vectors[0]))
+                with http_floor(Path(scratch) / "floor.sock", answer) as floor_client:
+                    floor = Workload(corpus, query_vectors, http_call(floor_client))
+                    floor_figure: Figure = (FLOOR_FIGURE, FLOOR_PATH, floor.by_vector)
+                    rows += measure_rounds(
+                        [floor_figure, *http.figures("HTTP, Unix socket")], args.calls, args.rounds
+                    )
                 daemon_rss = rss_mib(pid)
             with daemon(data_dir, 0.01) as (client, pid), pulses_beside(data_dir, corpus) as sent:
                 http = Workload(corpus, query_vectors, http_call(client))
@@ -449,14 +495,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sent[0]} pulses sent to the daemon while its cycles ran back to back")
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
+    floor_p99 = next((r["p99_ms"] for r in rows if r["figure"] == FLOOR_FIGURE), None)
+    measured = [r for r in rows[2:] if r["figure"] != FLOOR_FIGURE]
     idle = {
         (r["figure"], r["path"].replace(", cycles running", "")): r
-        for r in rows[2:]
+        for r in measured
         if "cycles" not in r["path"]
     }
-    for row in rows[2:]:
+    for row in measured:
         row["x_knn_p99"] = row["p99_ms"] / knn_p99
         row["minus_embed_p99_ms"] = row["p99_ms"] - embed_p99
+        over_http = row["path"].startswith("HTTP")
+        row["minus_floor_p99_ms"] = (
+            row["p99_ms"] - floor_p99 if over_http and floor_p99 is not None else None
+        )
         base = idle.get((row["figure"], row["path"].replace(", cycles running", "")))
         row["x_idle_p99"] = row["p99_ms"] / base["p99_ms"] if base else None
     print(machine_summary(machine))
@@ -476,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             Column("p99_max_ms", "p99 high", ".2f"),
             Column("x_knn_p99", "p99 / k-NN p99", ".1f"),
             Column("minus_embed_p99_ms", "p99 - embed p99 (ms)", ".2f"),
+            Column("minus_floor_p99_ms", "p99 - HTTP floor p99 (ms)", ".2f"),
             Column("x_idle_p99", "p99 / idle p99", ".2f"),
         ],
     )
