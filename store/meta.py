@@ -12,6 +12,9 @@ from dreamcycle.store.queries import TableQueries
 
 #: meta key counting moves between the live and the cold tier (part of the index's stamp).
 TIER_EPOCH_META_KEY: Final = "tier_epoch"
+#: meta key counting rows of observations deleted (migration 0012's trigger; none are):
+#: part of the index's stamp, which otherwise sees rows added, not rows removed.
+ROWS_DELETED_META_KEY: Final = "observations_deleted"
 #: meta key counting changes of the metadata recall filters on (project, scope, session,
 #: tool, topic key), which the index's stamp does not see: part of the filters' stamp.
 METADATA_EPOCH_META_KEY: Final = "metadata_epoch"
