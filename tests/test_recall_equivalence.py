@@ -217,6 +217,13 @@ def test_the_api_answers_what_the_reference_ranks(store: Store) -> None:
             )  # fmt: skip
             assert [h.content_hash for h in filtered.hits] == [h.content_hash for h in expected]
             assert [h.score for h in filtered.hits] == [h.score for h in expected]
+        # One caller at a time reads through one connection, the one whose page cache is
+        # warm, rather than taking the readers in turn.
+        with ops._reading() as first:
+            pass
+        with ops._reading() as second:
+            pass
+        assert second is first
     finally:
         ops.close()
 

@@ -88,7 +88,10 @@ class Operations:
         self._cache = StampedCache()
         # The daemon's own: the cycle's ranking (the prune gate) and the API's share one copy.
         self._vectors = rt.stored_vectors
-        self._readers: queue.SimpleQueue[Runtime] = queue.SimpleQueue()
+        # Last in, first out: one caller at a time keeps reusing one connection, whose page
+        # cache is warm (SQLite empties a connection's cache when another one commits, so
+        # each connection taken in turn would read the same pages again after every commit).
+        self._readers: queue.LifoQueue[Runtime] = queue.LifoQueue()
         self._opened: list[Database] = []
         self._writer: Runtime | None = None
         self._write_lock = threading.Lock()
