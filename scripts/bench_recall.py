@@ -88,6 +88,7 @@ CLUSTER_NOISE: Final = 0.6
 INSERT_BATCH: Final = 5_000
 PROJECTS: Final = 20
 READY_TIMEOUT_S: Final = 600.0
+STOP_TIMEOUT_S: Final = 120.0
 PERCENTILES: Final = (50, 99)
 #: Pulse texts the cycles-running figures cycle through, and how often one reaches the
 #: daemon: its cycles run back to back (--interval 0.01), and one with a pulse to apply
@@ -348,19 +349,40 @@ def http_floor(socket_path: Path, answer: Path) -> Iterator[httpx.Client]:
         process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
     client = _socket_client(socket_path)
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not socket_path.exists():
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise BenchmarkError("the HTTP floor server did not start")
-            time.sleep(0.1)
+        _wait_until_answering(client, "/", process, "the HTTP floor server")
         yield client
     except (BenchmarkError, httpx.HTTPError):
         print(log_path.read_text(encoding="utf-8", errors="replace")[-4000:], file=sys.stderr)
         raise
     finally:
         client.close()
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=60)
+        _stop(process)
+
+
+def _wait_until_answering(
+    client: httpx.Client, path: str, process: subprocess.Popen[bytes], what: str
+) -> None:
+    """Until `path` answers 200 (a socket file can exist before its server listens)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            if client.get(path).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise BenchmarkError(f"{what} did not become ready")
+        time.sleep(0.2)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL if it is still running STOP_TIMEOUT_S later."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _socket_client(socket_path: Path) -> httpx.Client:
@@ -384,24 +406,14 @@ def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, in
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     client = _socket_client(data_dir / "api.sock")
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            try:
-                if client.get("/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise BenchmarkError("the daemon did not become ready")
-            time.sleep(0.2)
+        _wait_until_answering(client, "/readyz", process, "the daemon")
         yield client, process.pid
     except (BenchmarkError, httpx.HTTPError):
         print(log_path.read_text(encoding="utf-8", errors="replace")[-4000:], file=sys.stderr)
         raise
     finally:
         client.close()
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=120)
+        _stop(process)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,10 @@ Vector = npt.NDArray[np.float32]
 
 #: Rows per query when every stored embedding is read into memory.
 LOAD_BATCH: Final = 5_000
+#: Rowids from this one on are not held (SQLite assigns them one after another, so a
+#: store reaches it only with tens of millions of chunks): the array of slots, 4 bytes per
+#: rowid up to the largest held, stays within 256 MiB. Those chunks are read on each use.
+MAX_HELD_ROWID: Final = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,11 @@ class StoredVectors:
     def _keep(self, rowids: list[int], vectors: npt.NDArray[np.float32]) -> None:
         with self._adding:
             positions = self._positions(rowids)
-            new = [i for i, at in enumerate(positions.tolist()) if at < 0]
+            new = [
+                i
+                for i, at in enumerate(positions.tolist())
+                if at < 0 and 0 <= rowids[i] < MAX_HELD_ROWID
+            ]
             if not new:
                 return
             start = self._held

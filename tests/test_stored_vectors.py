@@ -4,11 +4,13 @@ embedded again), and finds chunks whose rowids lie past everything it held befor
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from dreamcycle.store import read_paths
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.read_paths import StoredVectors
 
@@ -40,8 +42,10 @@ def _stored(db: Database, rowids: list[int]) -> np.ndarray:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Database:
-    return Database(tmp_path / "d.db")
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database(tmp_path / "d.db")
+    yield database
+    database.close()
 
 
 def test_gather_returns_the_stored_rows_and_keeps_only_admitted_ones(db: Database) -> None:
@@ -86,3 +90,18 @@ def test_a_rowid_without_an_embedding_is_reported_absent(db: Database) -> None:
     matrix, present = vectors.gather(db, asked)
     assert present.tolist() == [True, False, False, True]
     np.testing.assert_array_equal(matrix, _stored(db, [held[1], held[0]]))
+
+
+def test_rowids_beyond_the_held_range_are_served_but_not_held(db: Database) -> None:
+    rng = np.random.default_rng(10)
+    held = _add(db, 3, rng, admitted=True)
+    far = read_paths.MAX_HELD_ROWID + 5
+    with db.transaction():
+        db.conn.execute("UPDATE observations SET id = ? WHERE id = ?", (far, held[2]))
+    vectors = StoredVectors()
+    asked = [held[0], far]
+    for _ in range(2):
+        matrix, present = vectors.gather(db, asked)
+        assert present.all()
+        np.testing.assert_array_equal(matrix, _stored(db, asked))
+        assert len(vectors) == 1
