@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -74,6 +73,7 @@ from scripts.bench_common import (
     print_table,
     write_json,
 )
+from scripts.local_servers import ServerStartError, stop_process, wait_until_ready
 
 DEFAULT_CHUNKS: Final = 100_000
 DEFAULT_CALLS: Final = 500
@@ -345,44 +345,40 @@ def http_floor(socket_path: Path, answer: Path) -> Iterator[httpx.Client]:
     command = [sys.executable, str(Path(__file__).with_name("http_floor.py")),
                str(socket_path), str(answer)]  # fmt: skip
     log_path = socket_path.with_suffix(".log")
+    with _served(command, None, log_path, socket_path, "/", "the HTTP floor server") as served:
+        yield served[0]
+
+
+@contextmanager
+def _served(
+    command: list[str],
+    env: dict[str, str] | None,
+    log_path: Path,
+    socket_path: Path,
+    ready_path: str,
+    what: str,
+) -> Iterator[tuple[httpx.Client, subprocess.Popen[bytes]]]:
+    """`command` running, and a client of its socket once `ready_path` answers 200 (its
+    socket file can exist before it listens); its log's tail printed if the run fails."""
     with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     client = _socket_client(socket_path)
+
+    def answers() -> bool:
+        return client.get(ready_path).status_code == 200
+
     try:
-        _wait_until_answering(client, "/", process, "the HTTP floor server")
-        yield client
+        try:
+            wait_until_ready(process, what, log_path, answers, READY_TIMEOUT_S)
+        except ServerStartError as exc:  # its log's tail is printed below
+            raise BenchmarkError(str(exc).splitlines()[0]) from None
+        yield client, process
     except (BenchmarkError, httpx.HTTPError):
         print(log_path.read_text(encoding="utf-8", errors="replace")[-4000:], file=sys.stderr)
         raise
     finally:
         client.close()
-        _stop(process)
-
-
-def _wait_until_answering(
-    client: httpx.Client, path: str, process: subprocess.Popen[bytes], what: str
-) -> None:
-    """Until `path` answers 200 (a socket file can exist before its server listens)."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            if client.get(path).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise BenchmarkError(f"{what} did not become ready")
-        time.sleep(0.2)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, and SIGKILL if it is still running STOP_TIMEOUT_S later."""
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        stop_process(process, STOP_TIMEOUT_S)
 
 
 def _socket_client(socket_path: Path) -> httpx.Client:
@@ -402,18 +398,10 @@ def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, in
     command = [str(Path(sys.executable).parent / "dreamcycle"), "run", "--data-dir",
                str(data_dir), "--peer-id", "bench", "--interval", str(interval_s)]  # fmt: skip
     log_path = data_dir.parent / f"daemon-{time.monotonic_ns()}.log"
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    client = _socket_client(data_dir / "api.sock")
-    try:
-        _wait_until_answering(client, "/readyz", process, "the daemon")
+    socket_path = data_dir / "api.sock"
+    with _served(command, env, log_path, socket_path, "/readyz", "the daemon") as served:
+        client, process = served
         yield client, process.pid
-    except (BenchmarkError, httpx.HTTPError):
-        print(log_path.read_text(encoding="utf-8", errors="replace")[-4000:], file=sys.stderr)
-        raise
-    finally:
-        client.close()
-        _stop(process)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -157,7 +157,8 @@ def _launch(
         )
 
 
-def _stop(process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM, and SIGKILL if it has not exited `timeout_s` later."""
     if process.poll() is not None:
         return
     process.send_signal(signal.SIGTERM)
@@ -168,7 +169,7 @@ def _stop(process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -
         process.wait()
 
 
-def _wait_until_ready(
+def wait_until_ready(
     process: subprocess.Popen[bytes],
     what: str,
     log_path: Path,
@@ -190,7 +191,7 @@ def _wait_until_ready(
         except Exception as problem:  # any failure here just means "not ready yet"
             last_problem = f"{type(problem).__name__}: {problem}"
         time.sleep(READY_POLL_INTERVAL_S)
-    _stop(process)
+    stop_process(process)
     raise ServerStartError(
         f"{what} was not ready after {timeout_s:.0f} s (last check: {last_problem}); "
         f"log {log_path}:\n{log_tail(log_path)}"
@@ -262,7 +263,7 @@ class RunningS3:
         )
 
     def stop(self) -> None:
-        _stop(self.process)
+        stop_process(self.process)
 
     def restart(self) -> RunningS3:
         """Start again on the same data directory and ports (stop() first)."""
@@ -368,9 +369,9 @@ def start_seaweedfs(
         return True
 
     try:
-        _wait_until_ready(process, "SeaweedFS (weed mini)", log_path, bucket_ready, ready_timeout_s)
+        wait_until_ready(process, "SeaweedFS (weed mini)", log_path, bucket_ready, ready_timeout_s)
     except (ServerStartError, BotoCoreError):
-        _stop(process)
+        stop_process(process)
         raise
     finally:
         client.close()
@@ -403,7 +404,7 @@ class RunningRedis:
         return RedisStreamsBackend(self.url, prefix, **options)
 
     def stop(self) -> None:
-        _stop(self.process)
+        stop_process(self.process)
 
     def restart(self) -> RunningRedis:
         """Start again on the same port and directory (stop() first)."""
@@ -452,7 +453,7 @@ def start_redis(
     running = RunningRedis(process=process, port=port, data_dir=data_dir, persistent=persistent)
     client = running.client()
     try:
-        _wait_until_ready(process, "redis-server", log_path, client.ping, ready_timeout_s)
+        wait_until_ready(process, "redis-server", log_path, client.ping, ready_timeout_s)
     finally:
         client.close()
     return running
