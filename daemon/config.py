@@ -258,6 +258,7 @@ class SweepConfig:
 class RecallConfig:
     top_k: int = defaults.RECALL_TOP_K
     candidates: int = defaults.RECALL_CANDIDATES
+    exact_filter_scale: float = defaults.RECALL_EXACT_FILTER_SCALE
     rrf_k: float = defaults.RECALL_RRF_K
     salience_bound: float = defaults.RECALL_SALIENCE_BOUND
     confidence_bound: float = defaults.RECALL_CONFIDENCE_BOUND
@@ -276,6 +277,10 @@ class RecallConfig:
                 f"recall.top_k must be <= {defaults.RECALL_MAX_TOP_K}, got {self.top_k}"
             )
         _positive("recall.candidates", self.candidates)
+        if not self.exact_filter_scale >= 0:
+            raise ConfigError(
+                f"recall.exact_filter_scale must be >= 0, got {self.exact_filter_scale}"
+            )
         if not -1.0 <= self.key_min_similarity <= 1.0:
             raise ConfigError(
                 f"recall.key_min_similarity must be in [-1, 1], got {self.key_min_similarity}"

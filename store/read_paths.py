@@ -137,7 +137,7 @@ class StoredVectors:
             after = int(found[-1][0])
 
     def gather(
-        self, db: Database, rowids: Sequence[int]
+        self, db: Database, rowids: Sequence[int] | npt.NDArray[np.int64]
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
         """(the stored embeddings of those of `rowids` that have one, in their order; which
         of `rowids` have one)."""
@@ -147,6 +147,8 @@ class StoredVectors:
         held = positions >= 0
         if held.all():
             return matrix[positions], held
+        # Python ints from here on: SQLite binds no numpy integer.
+        rowids = np.asarray(rowids, dtype=np.int64).tolist()
         missing = [rowid for rowid, kept in zip(rowids, held.tolist(), strict=True) if not kept]
         read = db.fetch_all(
             f"SELECT id, embedding, admitted_seq IS NOT NULL FROM observations "
@@ -170,7 +172,7 @@ class StoredVectors:
         ]
         return (np.array(rows) if rows else np.zeros((0, 0), dtype=np.float32)), present
 
-    def _positions(self, rowids: Sequence[int]) -> npt.NDArray[np.int32]:
+    def _positions(self, rowids: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
         """Each rowid's row in the matrix, -1 where none is held."""
         slot_of = self._slot_of
         ids = np.asarray(rowids, dtype=np.int64)

@@ -276,3 +276,9 @@ def test_recall_top_k_is_bounded(tmp_path: Path) -> None:
 def test_downscale_cadence_out_of_range_is_named(variable: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, environ={variable: value})
+
+
+def test_recall_exact_filter_scale_must_not_be_negative() -> None:
+    with pytest.raises(ConfigError, match=r"recall\.exact_filter_scale must be >= 0, got -1"):
+        load_config(None, environ={"DREAMCYCLE_RECALL_EXACT_FILTER_SCALE": "-1"})
+    assert load_config(None, environ={"DREAMCYCLE_RECALL_EXACT_FILTER_SCALE": "0"})

@@ -23,14 +23,14 @@ from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking, tombstone_hashes
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import Hit, rank_query
+from dreamcycle.daemon.recall import Hit, nearest_allowed, rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import tiers
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.read_paths import StoredVectors
 from tests.daemon_helpers import documentation_chunks
-from tests.recall_reference import reference_rank_query
+from tests.recall_reference import exact_top, reference_rank_query
 
 START_MS = 1_800_000_000_000
 TOPICS = ("specialnames", "compound", "string-methods")
@@ -277,3 +277,60 @@ def test_min_confidence_drops_the_same_chunks_as_the_reference(store: Store) -> 
         fast = rank_query(rt, text, vector, CHUNKS, index=store.peer.index, min_confidence=0.5)
         assert {h.rowid for h in fast} == kept
         raise _Undo
+
+
+def test_a_narrow_filter_is_searched_exactly_over_its_live_chunks(store: Store) -> None:
+    rt = store.rt
+    stamp = rt.db.change_stamp()
+    wide = store.projects["project-0"] | store.projects["project-3"]
+    # Each filter holds tombstoned and cold chunks, which must not come back.
+    for allowed in (store.projects["project-2"], wide):
+        assert allowed & store.tombstoned and allowed & store.cold
+        for _, vector in _queries(store)[:: len(QUESTIONS)]:
+            for n in (1, CANDIDATES, CHUNKS):
+                found = nearest_allowed(rt, vector, n, stamp, allowed)
+                expected = exact_top(rt, allowed, vector, n)
+                assert found == expected
+                assert len(found) == min(n, len(allowed - store.tombstoned - store.cold))
+
+
+def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
+    rt = store.rt
+    stamp = rt.db.change_stamp()
+    allowed = store.projects["project-1"] - store.tombstoned - store.cold
+    twins = sorted(allowed)[:6]
+    # Six chunks with one embedding: whichever of them make the cut must be the lowest.
+    shared = rt.stored_vectors.gather(rt.db, [twins[0]])[0][0]
+    with pytest.raises(_Undo), rt.db.transaction():
+        rt.db.set_embeddings(
+            twins, np.tile(shared, (len(twins), 1)), model_id=rt.embedder.model_id,
+            index_version=rt.embedder.index_version,
+        )  # fmt: skip
+        fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+        assert nearest_allowed(fresh, shared, 3, stamp, allowed) == twins[:3]
+        assert nearest_allowed(fresh, -shared, len(allowed), stamp, allowed)[-6:] == twins
+        raise _Undo
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e12], ids=["through the index", "exact"])
+def test_the_filter_size_chooses_the_path_and_both_rank_alike(
+    store: Store, scale: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recall = replace(store.rt.config.recall, exact_filter_scale=scale)
+    rt = replace(store.rt, config=replace(store.rt.config, recall=recall))
+    index = store.peer.index
+    filtered_searches: list[frozenset[int]] = []
+    search = index.knn_many
+
+    def spy(vectors: Any, k: int, *, allowed: Any = None) -> Any:
+        if allowed is not None:
+            filtered_searches.append(allowed)
+        return search(vectors, k, allowed=allowed)
+
+    monkeypatch.setattr(index, "knn_many", spy)
+    allowed = store.projects["project-2"]
+    for text, vector in _queries(store):
+        fast = rank_query(rt, text, vector, TOP_K, index=index, allowed=allowed)
+        _same(fast, reference_rank_query(rt, text, vector, TOP_K, index=index, allowed=allowed))
+    # The reference follows the same rule: two filtered index searches per query, or none.
+    assert len(filtered_searches) == len(_queries(store)) * (2 if scale == 0.0 else 0)

@@ -105,3 +105,13 @@ def test_rowids_beyond_the_held_range_are_served_but_not_held(db: Database) -> N
         assert present.all()
         np.testing.assert_array_equal(matrix, _stored(db, asked))
         assert len(vectors) == 1
+
+
+def test_gather_takes_an_array_of_rowids_with_some_not_held(db: Database) -> None:
+    rng = np.random.default_rng(11)
+    admitted = _add(db, 10, rng, admitted=True)
+    pending = _add(db, 3, rng, admitted=False)
+    wanted = np.array([admitted[2], pending[1], admitted[7]], dtype=np.int64)
+    matrix, present = StoredVectors().gather(db, wanted)
+    assert present.all()
+    np.testing.assert_array_equal(matrix, _stored(db, wanted.tolist()))

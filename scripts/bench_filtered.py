@@ -1,0 +1,184 @@
+"""Filtered vector search: the index with a filter against an exact search of the matches.
+
+A recall filter (project, kind, session, ...) restricts the vector retriever to the
+chunks it matches. The index can search with a filter (hnswlib calls back for every
+chunk it visits and skips those the filter rejects), or the matching chunks' stored
+embeddings can be compared with the query one by one. The first costs more the fewer
+chunks match (it visits about k / (matching fraction) chunks) and misses some of the
+true nearest; the second costs in proportion to the matches and misses none. This
+script measures both on one store of N chunks (the recall benchmark's synthetic
+corpus) for filters of several sizes, beside raw unfiltered k-NN in the same run, and
+prints which path `recall.exact_filter_scale` chooses for each.
+
+Filters are random sets of live chunks: metadata such as a project or a session says
+nothing about where a chunk lies in embedding space. Each size gets FILTERS_PER_SIZE
+filters, and each query takes the next; k is the recall candidate pool. Figures are
+taken in `--rounds` rounds that take turns, medians of the rounds' p50 and p99. The
+share of the exact top k that the index returns is its recall.
+
+    .venv/bin/python scripts/bench_filtered.py [--chunks 100000] [--queries 200]
+
+One file: a benchmark that runs as one standalone script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.recall import nearest_allowed
+from dreamcycle.daemon.runtime import Runtime
+from scripts.bench_common import (
+    BenchmarkError,
+    Column,
+    describe_machine,
+    machine_summary,
+    print_table,
+    write_json,
+)
+from scripts.bench_recall import SEED, TOPICS, Corpus, Figure, build_store, measure_rounds
+
+DEFAULT_CHUNKS: Final = 100_000
+DEFAULT_QUERIES: Final = 200
+DEFAULT_ROUNDS: Final = 3
+DEFAULT_SIZES: Final = (500, 2_000, 5_000, 10_000, 20_000, 50_000)
+DEFAULT_OUT: Final = Path("bench-results/filtered.json")
+FILTERS_PER_SIZE: Final = 5
+#: Queries whose top k are compared between the two paths, per size.
+RECALL_QUERIES: Final = 50
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS)
+    parser.add_argument(
+        "--queries", type=int, default=DEFAULT_QUERIES, help="queries per figure in each round"
+    )
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    parser.add_argument(
+        "--sizes",
+        default=",".join(str(s) for s in DEFAULT_SIZES),
+        help="chunks each filter matches, comma-separated",
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")]
+    except ValueError:
+        raise BenchmarkError(
+            f"--sizes must be integers separated by commas: {args.sizes!r}"
+        ) from None
+    if args.chunks < 1000 or args.queries < 10 or args.rounds < 1:
+        raise BenchmarkError("--chunks must be >= 1000, --queries >= 10 and --rounds >= 1")
+    if any(not 0 < s <= args.chunks for s in sizes):
+        raise BenchmarkError(f"every --sizes value must be in 1..{args.chunks}")
+    machine = describe_machine(("hnswlib", "numpy"))
+    rng = np.random.default_rng(SEED)
+    corpus = Corpus(rng)
+    queries = corpus.vectors(rng.integers(0, TOPICS, size=args.queries).astype(np.int64))
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-filtered-") as scratch:
+        config = load_config(
+            None,
+            environ={},
+            overrides={"peer.data_dir": str(Path(scratch) / "data"), "peer.id": "bench",
+                       "metrics.listen": "", "sweep.enabled": False},
+        )  # fmt: skip
+        started = time.perf_counter()
+        build_store(config, corpus, args.chunks)
+        print(f"store of {args.chunks} chunks built in {time.perf_counter() - started:.0f} s")
+        rt = Runtime.open(config)
+        try:
+            index = rt.open_peer().index
+            rt.stored_vectors.load_all(rt.db)
+            stamp = rt.db.change_stamp()
+            live = np.array(sorted(index.labels() - index.deleted_labels()), dtype=np.int64)
+            k = config.recall.candidates
+            scale = config.recall.exact_filter_scale
+
+            def raw(i: int) -> Any:
+                return index.knn_many(queries[i][None, :], k)
+
+            rows += measure_rounds(
+                [("raw k-NN (baseline)", "no filter", raw)], args.queries, args.rounds
+            )
+            for size in sizes:
+                filters = [
+                    frozenset(rng.choice(live, size, replace=False).tolist())
+                    for _ in range(FILTERS_PER_SIZE)
+                ]
+
+                def through_index(i: int, filters: list[frozenset[int]] = filters) -> list[int]:
+                    labels, _ = index.knn_many(
+                        queries[i][None, :], k, allowed=filters[i % FILTERS_PER_SIZE]
+                    )
+                    found: list[int] = labels[0].tolist()
+                    return found
+
+                def exact(i: int, filters: list[frozenset[int]] = filters) -> list[int]:
+                    return nearest_allowed(rt, queries[i], k, stamp, filters[i % FILTERS_PER_SIZE])
+
+                figures: list[Figure] = [
+                    (f"{size} matching", "index, filtered", through_index),
+                    (f"{size} matching", "exact, matches only", exact),
+                ]
+                measured = measure_rounds(figures, args.queries, args.rounds)
+                shared = [
+                    len(set(through_index(i)) & set(exact(i))) / max(1, len(exact(i)))
+                    for i in range(min(RECALL_QUERIES, args.queries))
+                ]
+                for row in measured:
+                    row["matching"] = size
+                    row["chosen"] = row["path"].startswith("exact") == (
+                        size**2 <= scale * len(live)
+                    )
+                measured[0]["recall_vs_exact"] = float(np.mean(shared))
+                rows += measured
+        finally:
+            rt.close()
+    knn_p99 = rows[0]["p99_ms"]
+    for row in rows:
+        row["x_knn_p99"] = row["p99_ms"] / knn_p99
+        row["shown_recall"] = f"{row['recall_vs_exact']:.3f}" if "recall_vs_exact" in row else "-"
+        row["shown_chosen"] = "-" if "chosen" not in row else ("yes" if row["chosen"] else "")
+    print(machine_summary(machine))
+    print(f"{args.chunks} chunks, k = {k}, {args.rounds} rounds of {args.queries} queries per "
+          f"figure (medians of the rounds); recall.exact_filter_scale = {scale:g}")  # fmt: skip
+    print_table(
+        rows,
+        [
+            Column("figure", "filter"),
+            Column("path"),
+            Column("p50_ms", "p50 ms", ".2f"),
+            Column("p99_ms", "p99 ms", ".2f"),
+            Column("x_knn_p99", "p99 / k-NN p99", ".1f"),
+            Column("shown_recall", "share of exact top k"),
+            Column("shown_chosen", "chosen"),
+        ],
+    )
+    for row in rows:
+        del row["shown_recall"], row["shown_chosen"]
+    write_json(
+        args.out,
+        {"machine": machine, "chunks": args.chunks, "k": k, "queries": args.queries,
+         "rounds": args.rounds, "exact_filter_scale": scale, "rows": rows},
+    )  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchmarkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
