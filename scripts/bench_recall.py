@@ -152,7 +152,9 @@ def build_store(config: Config, corpus: Corpus, chunks: int) -> None:
                 NewObservation(
                     content=corpus.text(int(t), s),
                     project=f"project-{s % PROJECTS}",
-                    kind="fact" if s % 2 else "note",
+                    # Half of each project's chunks are facts: a filter on both matches
+                    # 1 / (2 * PROJECTS) of the store, never none.
+                    kind="fact" if (s // PROJECTS) % 2 else "note",
                     topic_key=f"topic/{int(t)}",
                 )
                 for s, t in zip(serials, topics, strict=True)
