@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import apsw
 import numpy as np
@@ -25,7 +25,7 @@ from dreamcycle.store.database import Database
 
 Vector = npt.NDArray[np.float32]
 
-#: Rows per query when every stored embedding is read into memory.
+#: Rows per query when stored embeddings are read into memory.
 LOAD_BATCH: Final = 5_000
 #: Rowids from this one on are not held (SQLite assigns them one after another, so a
 #: store reaches it only with tens of millions of chunks): the array of slots, 4 bytes per
@@ -150,11 +150,16 @@ class StoredVectors:
         # Python ints from here on: SQLite binds no numpy integer.
         rowids = np.asarray(rowids, dtype=np.int64).tolist()
         missing = [rowid for rowid, kept in zip(rowids, held.tolist(), strict=True) if not kept]
-        read = db.fetch_all(
-            f"SELECT id, embedding, admitted_seq IS NOT NULL FROM observations "
-            f"WHERE id IN ({','.join('?' * len(missing))}) AND embedding IS NOT NULL",
-            tuple(missing),
-        )
+        read: list[Any] = []
+        # In parts: SQLite takes at most 32,766 parameters, and a filter's matches are
+        # searched this way (daemon/recall.py: nearest_allowed).
+        for start in range(0, len(missing), LOAD_BATCH):
+            part = missing[start : start + LOAD_BATCH]
+            read += db.fetch_all(
+                f"SELECT id, embedding, admitted_seq IS NOT NULL FROM observations "
+                f"WHERE id IN ({','.join('?' * len(part))}) AND embedding IS NOT NULL",
+                tuple(part),
+            )
         fresh = dict(
             zip((int(r[0]) for r in read), _matrix([bytes(r[1]) for r in read]), strict=True)
         )

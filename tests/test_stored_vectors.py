@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import numpy as np
 import pytest
 
@@ -115,3 +116,17 @@ def test_gather_takes_an_array_of_rowids_with_some_not_held(db: Database) -> Non
     matrix, present = StoredVectors().gather(db, wanted)
     assert present.all()
     np.testing.assert_array_equal(matrix, _stored(db, wanted.tolist()))
+
+
+def test_gather_reads_more_rows_than_one_statement_may_name(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(13)
+    pending = _add(db, 40, rng, admitted=False)
+    # As if SQLite took 16 parameters at most, as it takes 32,766 by default.
+    db.conn.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER, 16)
+    monkeypatch.setattr(read_paths, "LOAD_BATCH", 16)
+    matrix, present = StoredVectors().gather(db, pending)
+    assert present.all()
+    db.conn.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER, 32766)
+    np.testing.assert_array_equal(matrix, _stored(db, pending))
