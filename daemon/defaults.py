@@ -172,11 +172,15 @@ RECALL_MAX_TOP_K: Final = 100
 RECALL_CANDIDATES: Final = 100
 #: A filter matching at most sqrt(this x live chunks) chunks is searched exactly, over
 #: those chunks' stored embeddings, rather than through the index. Through the index a
-#: filter of m of N chunks visits about k * N / m chunks, each through a callback, and
-#: misses some of the nearest; the exact search reads m embeddings and misses none, so
-#: the two cost the same where m^2 is proportional to N. scripts/bench_filtered.py put
-#: that point near 4,000 of 20,000 chunks and 10,000 of 100,000 (docs/benchmarks.md).
-RECALL_EXACT_FILTER_SCALE: Final = 1_000.0
+#: filter of m of N chunks whose chunks are scattered visits about k * N / m chunks,
+#: each through a callback, and misses some of the nearest; the exact search reads m
+#: embeddings and misses none, so the two cost the same where m^2 is proportional to N.
+#: A filter whose chunks lie where the query points (a project asked about its own work)
+#: is cheap through the index. scripts/bench_filtered.py at 100k chunks: scattered
+#: filters cost the same both ways near 10,000 matches, and filters of whole topics
+#: twice as much exactly there. 500 switches at 7,071: at every size measured, either
+#: kind then takes at most 1.5x its faster path's p50 (docs/benchmarks.md).
+RECALL_EXACT_FILTER_SCALE: Final = 500.0
 RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
 RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND
 #: Confidence multiplies relevance by at most 1 +- this; 0 (off) by the efficacy

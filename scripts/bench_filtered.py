@@ -10,9 +10,10 @@ script measures both on one store of N chunks (the recall benchmark's synthetic
 corpus) for filters of several sizes, beside raw unfiltered k-NN in the same run, and
 prints which path `recall.exact_filter_scale` chooses for each.
 
-Filters are random sets of live chunks: metadata such as a project or a session says
-nothing about where a chunk lies in embedding space. Each size gets FILTERS_PER_SIZE
-filters, and each query takes the next; k is the recall candidate pool. Figures are
+Filters are random sets of live chunks (metadata such as a session says nothing about
+where a chunk lies in embedding space), or with `--filters topics` whole topics, each
+query asking about one of its filter's topics (a project asked about its own work).
+Each size gets FILTERS_PER_SIZE filters, and each query takes the next; k is the recall candidate pool. Figures are
 taken in `--rounds` rounds that take turns, medians of the rounds' p50 and p99. The
 share of the exact top k that the index returns is its recall.
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -46,7 +48,15 @@ from scripts.bench_common import (
     print_table,
     write_json,
 )
-from scripts.bench_recall import SEED, TOPICS, Corpus, Figure, build_store, measure_rounds
+from scripts.bench_recall import (
+    SEED,
+    TOPICS,
+    Corpus,
+    Figure,
+    Vectors,
+    build_store,
+    measure_rounds,
+)
 
 DEFAULT_CHUNKS: Final = 100_000
 DEFAULT_QUERIES: Final = 200
@@ -56,6 +66,40 @@ DEFAULT_OUT: Final = Path("bench-results/filtered.json")
 FILTERS_PER_SIZE: Final = 5
 #: Queries whose top k are compared between the two paths, per size.
 RECALL_QUERIES: Final = 50
+
+
+def _chunks_by_topic(rt: Runtime) -> list[list[int]]:
+    """Each topic's chunks (the store's topic keys are "topic/<number>")."""
+    by_topic: list[list[int]] = [[] for _ in range(TOPICS)]
+    for rowid, topic_key in rt.db.fetch_all("SELECT id, topic_key FROM observations"):
+        by_topic[int(str(topic_key).removeprefix("topic/"))].append(int(rowid))
+    return by_topic
+
+
+def _topic_filters(
+    rng: np.random.Generator, corpus: Corpus, by_topic: list[list[int]], size: int, queries: int
+) -> tuple[list[frozenset[int]], Vectors]:
+    """Filters made of whole topics (the first `size` chunks of enough random topics),
+    and for query i a vector of one of filter i's topics: a project asked about its own
+    work."""
+    filters: list[frozenset[int]] = []
+    topics_of: list[npt.NDArray[np.int64]] = []
+    for _ in range(FILTERS_PER_SIZE):
+        topics = rng.permutation(TOPICS)
+        chunks: list[int] = []
+        taken = 0
+        while len(chunks) < size:
+            chunks += by_topic[int(topics[taken])]
+            taken += 1
+        filters.append(frozenset(chunks[:size]))
+        topics_of.append(topics[:taken].astype(np.int64))
+    asked = np.stack(
+        [
+            corpus.vectors(rng.choice(topics_of[i % FILTERS_PER_SIZE], size=1))[0]
+            for i in range(queries)
+        ]
+    )
+    return filters, asked
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         "--sizes",
         default=",".join(str(s) for s in DEFAULT_SIZES),
         help="chunks each filter matches, comma-separated",
+    )
+    parser.add_argument(
+        "--filters",
+        choices=("random", "topics"),
+        default="random",
+        help="random sets of chunks, or whole topics with queries about those topics",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
@@ -112,21 +162,30 @@ def main(argv: list[str] | None = None) -> int:
             rows += measure_rounds(
                 [("raw k-NN (baseline)", "no filter", raw)], args.queries, args.rounds
             )
+            by_topic = _chunks_by_topic(rt)
             for size in sizes:
-                filters = [
-                    frozenset(rng.choice(live, size, replace=False).tolist())
-                    for _ in range(FILTERS_PER_SIZE)
-                ]
+                if args.filters == "random":
+                    filters = [
+                        frozenset(rng.choice(live, size, replace=False).tolist())
+                        for _ in range(FILTERS_PER_SIZE)
+                    ]
+                    asked = queries
+                else:
+                    filters, asked = _topic_filters(rng, corpus, by_topic, size, args.queries)
 
-                def through_index(i: int, filters: list[frozenset[int]] = filters) -> list[int]:
+                def through_index(
+                    i: int, filters: list[frozenset[int]] = filters, asked: Vectors = asked
+                ) -> list[int]:
                     labels, _ = index.knn_many(
-                        queries[i][None, :], k, allowed=filters[i % FILTERS_PER_SIZE]
+                        asked[i][None, :], k, allowed=filters[i % FILTERS_PER_SIZE]
                     )
                     found: list[int] = labels[0].tolist()
                     return found
 
-                def exact(i: int, filters: list[frozenset[int]] = filters) -> list[int]:
-                    return nearest_allowed(rt, queries[i], k, stamp, filters[i % FILTERS_PER_SIZE])
+                def exact(
+                    i: int, filters: list[frozenset[int]] = filters, asked: Vectors = asked
+                ) -> list[int]:
+                    return nearest_allowed(rt, asked[i], k, stamp, filters[i % FILTERS_PER_SIZE])
 
                 figures: list[Figure] = [
                     (f"{size} matching", "index, filtered", through_index),
@@ -153,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         row["shown_chosen"] = "-" if "chosen" not in row else ("yes" if row["chosen"] else "")
     print(machine_summary(machine))
     print(f"{args.chunks} chunks, k = {k}, {args.rounds} rounds of {args.queries} queries per "
-          f"figure (medians of the rounds); recall.exact_filter_scale = {scale:g}")  # fmt: skip
+          f"figure (medians of the rounds); {args.filters} filters; "
+          f"recall.exact_filter_scale = {scale:g}")  # fmt: skip
     print_table(
         rows,
         [
@@ -171,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json(
         args.out,
         {"machine": machine, "chunks": args.chunks, "k": k, "queries": args.queries,
-         "rounds": args.rounds, "exact_filter_scale": scale, "rows": rows},
+         "rounds": args.rounds, "filters": args.filters, "exact_filter_scale": scale,
+         "rows": rows},
     )  # fmt: skip
     return 0
 
