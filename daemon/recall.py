@@ -16,6 +16,7 @@ otherwise searches the stored embeddings exactly.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -294,37 +295,35 @@ def _vector_candidates(
     allowed: frozenset[int] | None = None,
 ) -> list[int]:
     index = index if index is not None else rt.saved_index(stamp)
+    if index is None:
+        live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
+        if allowed is not None:
+            keep = np.isin(live, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+            live, vectors = live[keep], vectors[keep]
+        return _nearest(live, vectors, vector, n)
     if allowed is not None and (
-        index is None or len(allowed) ** 2 <= rt.config.recall.exact_filter_scale * index.live_count
+        len(allowed) ** 2 <= rt.config.recall.exact_filter_scale * index.live_count
     ):
-        return nearest_allowed(rt, vector, n, stamp, allowed)
-    if index is not None:
-        labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
-        found: list[int] = labels[0].tolist()
-        return found
-    live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
-    return _nearest(live, vectors, vector, n)
+        return nearest_among(rt, vector, n, index.live_among(allowed))
+    labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
+    found: list[int] = labels[0].tolist()
+    return found
 
 
-def nearest_allowed(
-    rt: Runtime, vector: Vector, n: int, stamp: str, allowed: frozenset[int]
-) -> list[int]:
-    """The `n` live (neither tombstoned nor cold) chunks of `allowed` nearest to `vector`,
-    by exact cosine over their stored embeddings: what the index returns for a filter,
-    without its misses.
+def nearest_among(rt: Runtime, vector: Vector, n: int, live: AbstractSet[int]) -> list[int]:
+    """The `n` chunks of `live` (labels live in the index) nearest to `vector`, by exact
+    cosine over their stored embeddings: what the index returns with `live` as its
+    filter, without its misses.
 
     A filter that matches few chunks makes the index visit many it then rejects, each
     through a Python callback; reading those few chunks' embeddings is then faster
     (`recall.exact_filter_scale`, scripts/bench_filtered.py).
     """
-    tiers = _tier_sets(rt, stamp)
-    eligible = allowed
-    for excluded in (tiers.tombstoned, tiers.cold):
-        if excluded:
-            eligible = eligible - excluded
-    # In rowid order, the matrix's rows are read front to back (three times faster at
+    if n <= 0 or not live:
+        return []
+    # In rowid order, the matrix's rows are read front to back (four times faster at
     # 100k chunks than in the set's order).
-    labels = np.sort(np.fromiter(eligible, dtype=np.int64, count=len(eligible)))
+    labels = np.sort(np.fromiter(live, dtype=np.int64, count=len(live)))
     matrix, present = rt.stored_vectors.gather(rt.db, labels)
     labels = labels[present]
     if len(labels) == 0:

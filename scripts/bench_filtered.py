@@ -38,7 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dreamcycle.daemon.config import load_config
-from dreamcycle.daemon.recall import nearest_allowed
+from dreamcycle.daemon.recall import nearest_among
 from dreamcycle.daemon.runtime import Runtime
 from scripts.bench_common import (
     BenchmarkError,
@@ -151,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             index = rt.open_peer().index
             rt.stored_vectors.load_all(rt.db)
-            stamp = rt.db.change_stamp()
             live = np.array(sorted(index.labels() - index.deleted_labels()), dtype=np.int64)
             k = config.recall.candidates
             scale = config.recall.exact_filter_scale
@@ -185,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                 def exact(
                     i: int, filters: list[frozenset[int]] = filters, asked: Vectors = asked
                 ) -> list[int]:
-                    return nearest_allowed(rt, asked[i], k, stamp, filters[i % FILTERS_PER_SIZE])
+                    live = index.live_among(filters[i % FILTERS_PER_SIZE])
+                    return nearest_among(rt, asked[i], k, live)
 
                 figures: list[Figure] = [
                     (f"{size} matching", "index, filtered", through_index),

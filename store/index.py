@@ -326,6 +326,11 @@ class HnswIndex:
         with self._lock.reading():
             return label in self._live or label in self._deleted
 
+    def live_among(self, labels: AbstractSet[int]) -> set[int]:
+        """Those of `labels` that are live."""
+        with self._lock.reading():
+            return self._live.intersection(labels)
+
     def is_live(self, label: int) -> bool:
         with self._lock.reading():
             return label in self._live

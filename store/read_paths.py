@@ -147,12 +147,12 @@ class StoredVectors:
         held = positions >= 0
         if held.all():
             return matrix[positions], held
-        # Python ints from here on: SQLite binds no numpy integer.
-        rowids = np.asarray(rowids, dtype=np.int64).tolist()
-        missing = [rowid for rowid, kept in zip(rowids, held.tolist(), strict=True) if not kept]
+        ids = np.asarray(rowids, dtype=np.int64)
+        # Python ints for SQLite, which binds no numpy integer.
+        missing: list[int] = ids[~held].tolist()
         read: list[Any] = []
         # In parts: SQLite takes at most 32,766 parameters, and a filter's matches are
-        # searched this way (daemon/recall.py: nearest_allowed).
+        # gathered here (daemon/recall.py: nearest_among).
         for start in range(0, len(missing), LOAD_BATCH):
             part = missing[start : start + LOAD_BATCH]
             read += db.fetch_all(
@@ -160,22 +160,26 @@ class StoredVectors:
                 f"WHERE id IN ({','.join('?' * len(part))}) AND embedding IS NOT NULL",
                 tuple(part),
             )
-        fresh = dict(
-            zip((int(r[0]) for r in read), _matrix([bytes(r[1]) for r in read]), strict=True)
-        )
-        admitted = [int(r[0]) for r in read if r[2]]
+        fresh = _matrix([bytes(r[1]) for r in read])
+        row_of = {int(r[0]): i for i, r in enumerate(read)}
+        admitted = [i for i, r in enumerate(read) if r[2]]
         if admitted:
-            self._keep(admitted, np.array([fresh[rowid] for rowid in admitted]))
-        present = np.array(
-            [kept or rowid in fresh for rowid, kept in zip(rowids, held.tolist(), strict=True)],
-            dtype=np.bool_,
-        )
-        rows = [
-            matrix[at] if at >= 0 else fresh[rowid]
-            for rowid, at in zip(rowids, positions.tolist(), strict=True)
-            if at >= 0 or rowid in fresh
-        ]
-        return (np.array(rows) if rows else np.zeros((0, 0), dtype=np.float32)), present
+            self._keep([int(read[i][0]) for i in admitted], fresh[admitted])
+        # Array operations over every rowid, a loop over the missing ones alone: a filter's
+        # thousands of matches often include a few chunks saved since the last cycle.
+        fresh_at = np.array([row_of.get(rowid, -1) for rowid in missing], dtype=np.int64)
+        present = held.copy()
+        present[~held] = fresh_at >= 0
+        if not present.any():
+            return np.zeros((0, 0), dtype=np.float32), present
+        dim = matrix.shape[1] if held.any() else fresh.shape[1]
+        rows = np.empty((int(present.sum()), dim), dtype=np.float32)
+        from_matrix = held[present]
+        if from_matrix.any():
+            rows[from_matrix] = matrix[positions[held]]
+        if not from_matrix.all():
+            rows[~from_matrix] = fresh[fresh_at[fresh_at >= 0]]
+        return rows, present
 
     def _positions(self, rowids: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
         """Each rowid's row in the matrix, -1 where none is held."""

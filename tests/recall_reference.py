@@ -1,8 +1,8 @@
 """Recall ranking the straightforward way, kept to check the fast path against.
 
 Every candidate's whole row and embedding are read back one by one, the vector
-retriever is hnswlib's own (with its filter for a wide `allowed`; a narrow one's chunks
-are compared one by one), and both full-text searches always run. It must rank exactly as daemon.recall.rank_query does.
+retriever is hnswlib's own (with its filter for a wide `allowed`; a narrow one's live
+chunks are compared one by one), and both full-text searches always run. It must rank exactly as daemon.recall.rank_query does.
 """
 
 from __future__ import annotations
@@ -34,16 +34,17 @@ def reference_rank_query(
     db = rt.db
     pool = cfg.candidates
     stamp = db.change_stamp()
-    if allowed is not None and (
-        index is None or len(allowed) ** 2 <= cfg.exact_filter_scale * index.live_count
-    ):
-        labels = set(exact_top(rt, allowed, vector, pool))
-    elif index is not None:
+    if index is None:
+        live, vectors, _ = db.embeddings(rt.embedder.index_version, rt.embedder.dim)
+        if allowed is not None:
+            keep = np.isin(live, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+            live, vectors = live[keep], vectors[keep]
+        labels = set(_nearest(live, vectors, vector, pool))
+    elif allowed is not None and len(allowed) ** 2 <= cfg.exact_filter_scale * index.live_count:
+        labels = set(exact_top(rt, index, allowed, vector, pool))
+    else:
         found, _ = index.knn_many(vector[None, :], pool, allowed=allowed)
         labels = {int(x) for x in found[0]}
-    else:
-        live, vectors, _ = db.embeddings(rt.embedder.index_version, rt.embedder.dim)
-        labels = set(_nearest(live, vectors, vector, pool))
     key_scores = _key_scores(rt, vector, stamp)
     labels.update(_best(key_scores, pool))
     lexical = search_lexical(db, query, pool, cold=None)
@@ -102,17 +103,16 @@ def reference_rank_query(
     ]
 
 
-def exact_top(rt: Runtime, allowed: frozenset[int], vector: Vector, n: int) -> list[int]:
-    """The n nearest of `allowed` that are neither tombstoned nor cold, by np.dot over
-    embeddings read one by one (ties: lower rowid first)."""
+def exact_top(
+    rt: Runtime, index: HnswIndex, allowed: frozenset[int], vector: Vector, n: int
+) -> list[int]:
+    """The n nearest of `allowed` that are live in `index`, by np.dot over embeddings
+    read one by one (ties: lower rowid first)."""
     scored = []
     for rowid in sorted(allowed):
-        row = rt.db.fetch_one(
-            "SELECT embedding FROM observations WHERE id = ? AND deleted_at IS NULL "
-            "AND cold_at IS NULL AND embedding IS NOT NULL",
-            (rowid,),
-        )
-        if row is not None:
-            stored = np.frombuffer(bytes(row[0]), dtype="<f4")
-            scored.append((-float(np.dot(stored, vector)), rowid))
+        if not index.is_live(rowid):
+            continue
+        row = rt.db.fetch_one("SELECT embedding FROM observations WHERE id = ?", (rowid,))
+        stored = np.frombuffer(bytes(row[0]), dtype="<f4")
+        scored.append((-float(np.dot(stored, vector)), rowid))
     return [rowid for _, rowid in sorted(scored)[:n]]

@@ -23,7 +23,7 @@ from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking, tombstone_hashes
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import Hit, nearest_allowed, rank_query
+from dreamcycle.daemon.recall import Hit, nearest_among, rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import tiers
@@ -280,25 +280,25 @@ def test_min_confidence_drops_the_same_chunks_as_the_reference(store: Store) -> 
 
 
 def test_a_narrow_filter_is_searched_exactly_over_its_live_chunks(store: Store) -> None:
-    rt = store.rt
-    stamp = rt.db.change_stamp()
+    rt, index = store.rt, store.peer.index
     wide = store.projects["project-0"] | store.projects["project-3"]
-    # Each filter holds tombstoned and cold chunks, which must not come back.
     for allowed in (store.projects["project-2"], wide):
+        # Each filter holds tombstoned and cold chunks, which are not live.
         assert allowed & store.tombstoned and allowed & store.cold
+        live = index.live_among(allowed)
+        assert live == allowed - store.tombstoned - store.cold
         for _, vector in _queries(store)[:: len(QUESTIONS)]:
             for n in (1, CANDIDATES, CHUNKS):
-                found = nearest_allowed(rt, vector, n, stamp, allowed)
-                expected = exact_top(rt, allowed, vector, n)
-                assert found == expected
-                assert len(found) == min(n, len(allowed - store.tombstoned - store.cold))
+                found = nearest_among(rt, vector, n, live)
+                assert found == exact_top(rt, index, allowed, vector, n)
+                assert len(found) == min(n, len(live))
+        assert nearest_among(rt, vector, 0, live) == []
 
 
 def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
     rt = store.rt
-    stamp = rt.db.change_stamp()
-    allowed = store.projects["project-1"] - store.tombstoned - store.cold
-    twins = sorted(allowed)[:6]
+    live = store.peer.index.live_among(store.projects["project-1"])
+    twins = sorted(live)[:6]
     # Six chunks with one embedding: whichever of them make the cut must be the lowest.
     shared = rt.stored_vectors.gather(rt.db, [twins[0]])[0][0]
     with pytest.raises(_Undo), rt.db.transaction():
@@ -307,8 +307,37 @@ def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
             index_version=rt.embedder.index_version,
         )  # fmt: skip
         fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
-        assert nearest_allowed(fresh, shared, 3, stamp, allowed) == twins[:3]
-        assert nearest_allowed(fresh, -shared, len(allowed), stamp, allowed)[-6:] == twins
+        assert nearest_among(fresh, shared, 3, live) == twins[:3]
+        assert nearest_among(fresh, -shared, len(live), live)[-6:] == twins
+        raise _Undo
+
+
+def test_a_filter_searches_only_the_chunks_the_index_holds(store: Store) -> None:
+    rt, index = store.rt, store.peer.index
+    vector = rt.embedder.embed_one(QUESTIONS[0])
+    with pytest.raises(_Undo), rt.db.transaction():
+        added = rt.db.add_observations(
+            [NewObservation(content=f"{name} chunk", project="project-2")
+             for name in ("pending", "foreign")],
+            now_ms=START_MS,
+        )  # fmt: skip
+        pending, foreign = (a.rowid for a in added)
+        # Embedded as the query itself, but not admitted: not in the index yet.
+        rt.db.set_embeddings(
+            [pending], vector[None, :], model_id=rt.embedder.model_id,
+            index_version=rt.embedder.index_version,
+        )  # fmt: skip
+        # Admitted under another model, of another dimension: never in this index.
+        rt.db.set_embeddings(
+            [foreign], np.full((1, 8), 8**-0.5, dtype=np.float32), model_id="other",
+            index_version="other/8",
+        )  # fmt: skip
+        rt.db.fetch_all("UPDATE observations SET admitted_seq = 0 WHERE id = ?", (foreign,))
+        fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+        allowed = store.projects["project-2"] | {pending, foreign}
+        hits = rank_query(fresh, "", vector, CHUNKS, index=index, allowed=allowed)
+        assert hits
+        assert not {pending, foreign} & {h.rowid for h in hits}
         raise _Undo
 
 

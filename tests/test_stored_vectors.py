@@ -130,3 +130,21 @@ def test_gather_reads_more_rows_than_one_statement_may_name(
     assert present.all()
     db.conn.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER, 32766)
     np.testing.assert_array_equal(matrix, _stored(db, pending))
+
+
+def test_gather_interleaves_held_rows_with_rows_read_and_skips_rows_without_one(
+    db: Database,
+) -> None:
+    rng = np.random.default_rng(17)
+    admitted = _add(db, 6, rng, admitted=True)
+    pending = _add(db, 3, rng, admitted=False)
+    with db.transaction():
+        bare = db.add_observations([NewObservation(content="not embedded")], now_ms=NOW_MS)
+    vectors = StoredVectors()
+    vectors.gather(db, admitted)
+    assert len(vectors) == len(admitted)
+    wanted = [pending[0], admitted[3], bare[0].rowid, pending[2], admitted[1]]
+    matrix, present = vectors.gather(db, np.array(wanted, dtype=np.int64))
+    assert present.tolist() == [True, True, False, True, True]
+    kept = [rowid for rowid, found in zip(wanted, present.tolist(), strict=True) if found]
+    np.testing.assert_array_equal(matrix, _stored(db, kept))
