@@ -304,26 +304,28 @@ def _vector_candidates(
     if allowed is not None and (
         len(allowed) ** 2 <= rt.config.recall.exact_filter_scale * index.live_count
     ):
-        return nearest_among(rt, vector, n, index.live_among(allowed))
+        return exact_filtered(rt, index, vector, n, allowed)
     labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
     found: list[int] = labels[0].tolist()
     return found
 
 
-def nearest_among(rt: Runtime, vector: Vector, n: int, live: AbstractSet[int]) -> list[int]:
-    """The `n` chunks of `live` (labels live in the index) nearest to `vector`, by exact
-    cosine over their stored embeddings: what the index returns with `live` as its
-    filter, without its misses.
+def exact_filtered(
+    rt: Runtime, index: HnswIndex, vector: Vector, n: int, allowed: AbstractSet[int]
+) -> list[int]:
+    """The `n` chunks of `allowed` live in `index` nearest to `vector`, by exact cosine
+    over their stored embeddings: what the index returns with `allowed` as its filter,
+    without its misses.
 
     A filter that matches few chunks makes the index visit many it then rejects, each
     through a Python callback; reading those few chunks' embeddings is then faster
     (`recall.exact_filter_scale`, scripts/bench_filtered.py).
     """
-    if n <= 0 or not live:
+    if n <= 0 or not allowed:
         return []
     # In rowid order, the matrix's rows are read front to back (four times faster at
     # 100k chunks than in the set's order).
-    labels = np.sort(np.fromiter(live, dtype=np.int64, count=len(live)))
+    labels = index.live_among(np.sort(np.fromiter(allowed, dtype=np.int64, count=len(allowed))))
     matrix, present = rt.stored_vectors.gather(rt.db, labels)
     labels = labels[present]
     if len(labels) == 0:

@@ -38,7 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dreamcycle.daemon.config import load_config
-from dreamcycle.daemon.recall import nearest_among
+from dreamcycle.daemon.recall import exact_filtered
 from dreamcycle.daemon.runtime import Runtime
 from scripts.bench_common import (
     BenchmarkError,
@@ -184,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                 def exact(
                     i: int, filters: list[frozenset[int]] = filters, asked: Vectors = asked
                 ) -> list[int]:
-                    live = index.live_among(filters[i % FILTERS_PER_SIZE])
-                    return nearest_among(rt, asked[i], k, live)
+                    return exact_filtered(rt, index, asked[i], k, filters[i % FILTERS_PER_SIZE])
 
                 figures: list[Figure] = [
                     (f"{size} matching", "index, filtered", through_index),

@@ -82,6 +82,9 @@ _LEVEL_SEED: Final = 100
 _ADD_THREADS: Final = 1
 #: Let hnswlib spread a batch of queries over all cores (results do not depend on it).
 _QUERY_THREADS: Final = -1
+#: Labels (rowids) from this one on are checked one by one rather than through the
+#: index's array of live flags, which so stays within 64 MiB.
+MAX_MASKED_LABEL: Final = 1 << 26
 #: How many tombstoned labels an error message lists before eliding the rest.
 _LABELS_SHOWN_IN_ERRORS: Final = 5
 #: Range of cosine distance (1 - cosine similarity).
@@ -105,6 +108,40 @@ class LabelNotLive(VectorIndexError, LookupError):
 
 class IndexQueryFailed(VectorIndexError):
     """hnswlib could not answer a k-NN query even with an exhaustive search breadth."""
+
+
+class LabelMask:
+    """One flag per label below MAX_MASKED_LABEL, for checking many labels in one array
+    operation. Not thread-safe on its own: HnswIndex reads and marks it under its lock."""
+
+    def __init__(self, labels: Iterable[int]) -> None:
+        self._flags: npt.NDArray[np.bool_] = np.zeros(0, dtype=np.bool_)
+        self.mark(np.fromiter(labels, dtype=np.int64), live=True)
+
+    def mark(self, labels: Labels | list[int], *, live: bool) -> None:
+        ids = np.asarray(labels, dtype=np.int64)
+        ids = ids[(ids >= 0) & (ids < MAX_MASKED_LABEL)]
+        if len(ids) == 0:
+            return
+        needed = int(ids.max()) + 1
+        if needed > len(self._flags):
+            grown = np.zeros(max(needed, 2 * len(self._flags)), dtype=np.bool_)
+            grown[: len(self._flags)] = self._flags
+            self._flags = grown
+        self._flags[ids] = live
+
+    def among(self, labels: Labels, beyond: AbstractSet[int]) -> npt.NDArray[np.bool_]:
+        """Which of `labels` are marked; those outside the flags are looked up in
+        `beyond` (the whole set of marked labels)."""
+        flags = self._flags
+        inside = (labels >= 0) & (labels < len(flags))
+        if inside.all():
+            return flags[labels]
+        marked = np.zeros(len(labels), dtype=np.bool_)
+        marked[inside] = flags[labels[inside]]
+        outside = np.flatnonzero(~inside)
+        marked[outside] = [int(label) in beyond for label in labels[outside].tolist()]
+        return marked
 
 
 def _preview(labels: Iterable[int]) -> str:
@@ -171,6 +208,7 @@ class HnswIndex:
         self._engine = engine
         self._ef = ef
         self._live = live
+        self._live_mask = LabelMask(live)
         self._deleted = deleted
         self._stamp = stamp
         self._identity = identity
@@ -326,10 +364,13 @@ class HnswIndex:
         with self._lock.reading():
             return label in self._live or label in self._deleted
 
-    def live_among(self, labels: AbstractSet[int]) -> set[int]:
-        """Those of `labels` that are live."""
+    def live_among(self, labels: Labels) -> Labels:
+        """Those of `labels` that are live, in their order (one array operation for
+        thousands of labels, where probing the set of live labels takes a cache miss
+        each)."""
+        label_array = _as_labels(labels, "labels")
         with self._lock.reading():
-            return self._live.intersection(labels)
+            return label_array[self._live_mask.among(label_array, self._live)]
 
     def is_live(self, label: int) -> bool:
         with self._lock.reading():
@@ -357,6 +398,7 @@ class HnswIndex:
             self._ensure_capacity(int(self._engine.element_count) + len(fresh))
             self._engine.add_items(vector_array[fresh], new_labels, num_threads=_ADD_THREADS)
             self._live.update(new_labels.tolist())
+            self._live_mask.mark(new_labels, live=True)
             self._unsaved_changes += 1
 
     def mark_deleted(self, labels: Labels) -> None:
@@ -367,6 +409,7 @@ class HnswIndex:
                 if label in self._live:
                     self._engine.mark_deleted(label)
                     self._live.discard(label)
+                    self._live_mask.mark([label], live=False)
                     self._deleted.add(label)
                     self._unsaved_changes += 1
 
@@ -390,6 +433,7 @@ class HnswIndex:
                     self._engine.unmark_deleted(label)
                     self._deleted.discard(label)
                     self._live.add(label)
+                    self._live_mask.mark([label], live=True)
                     self._unsaved_changes += 1
                 else:
                     self._deleted.discard(label)

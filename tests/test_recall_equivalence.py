@@ -23,7 +23,7 @@ from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking, tombstone_hashes
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import Hit, nearest_among, rank_query
+from dreamcycle.daemon.recall import Hit, exact_filtered, rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import tiers
@@ -285,20 +285,20 @@ def test_a_narrow_filter_is_searched_exactly_over_its_live_chunks(store: Store) 
     for allowed in (store.projects["project-2"], wide):
         # Each filter holds tombstoned and cold chunks, which are not live.
         assert allowed & store.tombstoned and allowed & store.cold
-        live = index.live_among(allowed)
+        live = set(index.live_among(np.array(sorted(allowed), dtype=np.int64)).tolist())
         assert live == allowed - store.tombstoned - store.cold
         for _, vector in _queries(store)[:: len(QUESTIONS)]:
             for n in (1, CANDIDATES, CHUNKS):
-                found = nearest_among(rt, vector, n, live)
+                found = exact_filtered(rt, index, vector, n, allowed)
                 assert found == exact_top(rt, index, allowed, vector, n)
                 assert len(found) == min(n, len(live))
-        assert nearest_among(rt, vector, 0, live) == []
+        assert exact_filtered(rt, index, vector, 0, allowed) == []
 
 
 def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
-    rt = store.rt
-    live = store.peer.index.live_among(store.projects["project-1"])
-    twins = sorted(live)[:6]
+    rt, index = store.rt, store.peer.index
+    allowed = store.projects["project-1"]
+    twins = sorted(allowed - store.tombstoned - store.cold)[:6]
     # Six chunks with one embedding: whichever of them make the cut must be the lowest.
     shared = rt.stored_vectors.gather(rt.db, [twins[0]])[0][0]
     with pytest.raises(_Undo), rt.db.transaction():
@@ -307,8 +307,8 @@ def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
             index_version=rt.embedder.index_version,
         )  # fmt: skip
         fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
-        assert nearest_among(fresh, shared, 3, live) == twins[:3]
-        assert nearest_among(fresh, -shared, len(live), live)[-6:] == twins
+        assert exact_filtered(fresh, index, shared, 3, allowed) == twins[:3]
+        assert exact_filtered(fresh, index, -shared, len(allowed), allowed)[-6:] == twins
         raise _Undo
 
 

@@ -18,6 +18,7 @@ from dreamcycle.store.index import (
     DEFAULT_EF,
     GROWTH_FACTOR,
     INITIAL_CAPACITY,
+    MAX_MASKED_LABEL,
     META_FORMAT,
     REBUILD_CHUNK_SIZE,
     HnswIndex,
@@ -561,3 +562,20 @@ def test_malformed_queries_and_settings_are_refused(tmp_path: Path) -> None:
         HnswIndex.create(tmp_path / "other.bin", DIM, "")
     with pytest.raises(InvalidIndexInput, match="stamp must be a str"):
         index.save(7)  # type: ignore[arg-type]
+
+
+def test_live_among_follows_adds_deletions_restores_and_reloads(tmp_path: Path) -> None:
+    path = tmp_path / "index.bin"
+    index, vectors = built_index(path, 40)
+    far = [MAX_MASKED_LABEL + 5, MAX_MASKED_LABEL * 3]
+    index.add(np.array(far, dtype=np.int64), clustered_unit_vectors(2, seed=3))
+    index.mark_deleted(labels_range(10, 20))
+    index.mark_deleted(np.array(far[:1], dtype=np.int64))
+    index.restore(labels_range(15, 17), vectors[15:17])
+    asked = np.array([39, 12, 15, 16, 3, 40, 10_000, *far, 2_000_000], dtype=np.int64)
+    expected = [39, 15, 16, 3, far[1]]
+    assert index.live_among(asked).tolist() == expected
+    assert index.live_among(np.zeros(0, dtype=np.int64)).tolist() == []
+    index.save("stamp")
+    reloaded = HnswIndex.load(path, DIM, VERSION)
+    assert reloaded.live_among(asked).tolist() == expected
