@@ -16,7 +16,6 @@ otherwise searches the stored embeddings exactly.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,6 +37,7 @@ from dreamcycle.pulses.ranking import (
 )
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import read_paths
+from dreamcycle.store.filtered_search import nearest_in_filter
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
 from dreamcycle.zeitgeist.entries import AttributionEntry, encode_entry
@@ -304,41 +304,10 @@ def _vector_candidates(
     if allowed is not None and (
         len(allowed) ** 2 <= rt.config.recall.exact_filter_scale * index.live_count
     ):
-        return exact_filtered(rt, index, vector, n, allowed)
+        return nearest_in_filter(rt.db, rt.stored_vectors, index, vector, n, allowed)
     labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
     found: list[int] = labels[0].tolist()
     return found
-
-
-def exact_filtered(
-    rt: Runtime, index: HnswIndex, vector: Vector, n: int, allowed: AbstractSet[int]
-) -> list[int]:
-    """The `n` chunks of `allowed` live in `index` nearest to `vector`, by exact cosine
-    over their stored embeddings: what the index returns with `allowed` as its filter,
-    without its misses.
-
-    A filter that matches few chunks makes the index visit many it then rejects, each
-    through a Python callback; reading those few chunks' embeddings is then faster
-    (`recall.exact_filter_scale`, scripts/bench_filtered.py).
-    """
-    if n <= 0 or not allowed:
-        return []
-    # In rowid order, the matrix's rows are read front to back (four times faster at
-    # 100k chunks than in the set's order).
-    labels = index.live_among(np.sort(np.fromiter(allowed, dtype=np.int64, count=len(allowed))))
-    matrix, present = rt.stored_vectors.gather(rt.db, labels)
-    labels = labels[present]
-    if len(labels) == 0:
-        return []
-    # As in _cosines: each cosine the one np.dot gives, whatever the number of rows.
-    cosines = np.vecdot(matrix, vector)
-    if len(labels) > n:
-        # Every label tied with the n-th best stays in, so ties break by label alone.
-        cut = np.partition(cosines, len(cosines) - n)[len(cosines) - n]
-        close = cosines >= cut
-        labels, cosines = labels[close], cosines[close]
-    order = np.lexsort((labels, -cosines))[:n]
-    return [int(label) for label in labels[order]]
 
 
 def _cold_candidates(rt: Runtime, vector: Vector, n: int, stamp: str) -> list[int]:

@@ -38,8 +38,8 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dreamcycle.daemon.config import load_config
-from dreamcycle.daemon.recall import exact_filtered
 from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.store.filtered_search import nearest_in_filter
 from scripts.bench_common import (
     BenchmarkError,
     Column,
@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
                 def exact(
                     i: int, filters: list[frozenset[int]] = filters, asked: Vectors = asked
                 ) -> list[int]:
-                    return exact_filtered(rt, index, asked[i], k, filters[i % FILTERS_PER_SIZE])
+                    return nearest_in_filter(
+                        rt.db, rt.stored_vectors, index, asked[i], k, filters[i % FILTERS_PER_SIZE]
+                    )
 
                 figures: list[Figure] = [
                     (f"{size} matching", "index, filtered", through_index),

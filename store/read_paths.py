@@ -152,7 +152,7 @@ class StoredVectors:
         missing: list[int] = ids[~held].tolist()
         read: list[Any] = []
         # In parts: SQLite takes at most 32,766 parameters, and a filter's matches are
-        # gathered here (daemon/recall.py: nearest_among).
+        # gathered here (store/filtered_search.py).
         for start in range(0, len(missing), LOAD_BATCH):
             part = missing[start : start + LOAD_BATCH]
             read += db.fetch_all(

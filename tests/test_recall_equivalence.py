@@ -23,11 +23,12 @@ from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking, tombstone_hashes
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import Hit, exact_filtered, rank_query
+from dreamcycle.daemon.recall import Hit, rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import tiers
 from dreamcycle.store.database import NewObservation
+from dreamcycle.store.filtered_search import nearest_in_filter
 from dreamcycle.store.read_paths import StoredVectors
 from tests.daemon_helpers import documentation_chunks
 from tests.recall_reference import exact_top, reference_rank_query
@@ -289,10 +290,10 @@ def test_a_narrow_filter_is_searched_exactly_over_its_live_chunks(store: Store) 
         assert live == allowed - store.tombstoned - store.cold
         for _, vector in _queries(store)[:: len(QUESTIONS)]:
             for n in (1, CANDIDATES, CHUNKS):
-                found = exact_filtered(rt, index, vector, n, allowed)
+                found = nearest_in_filter(rt.db, rt.stored_vectors, index, vector, n, allowed)
                 assert found == exact_top(rt, index, allowed, vector, n)
                 assert len(found) == min(n, len(live))
-        assert exact_filtered(rt, index, vector, 0, allowed) == []
+        assert nearest_in_filter(rt.db, rt.stored_vectors, index, vector, 0, allowed) == []
 
 
 def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
@@ -307,8 +308,16 @@ def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
             index_version=rt.embedder.index_version,
         )  # fmt: skip
         fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
-        assert exact_filtered(fresh, index, shared, 3, allowed) == twins[:3]
-        assert exact_filtered(fresh, index, -shared, len(allowed), allowed)[-6:] == twins
+        assert (
+            nearest_in_filter(fresh.db, fresh.stored_vectors, index, shared, 3, allowed)
+            == twins[:3]
+        )
+        assert (
+            nearest_in_filter(
+                fresh.db, fresh.stored_vectors, index, -shared, len(allowed), allowed
+            )[-6:]
+            == twins
+        )
         raise _Undo
 
 
