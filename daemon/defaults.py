@@ -178,8 +178,8 @@ RECALL_CANDIDATES: Final = 100
 #: A filter whose chunks lie where the query points (a project asked about its own work)
 #: is cheap through the index. scripts/bench_filtered.py at 100k chunks: scattered
 #: filters cost the same both ways near 10,000 matches, and filters of whole topics
-#: twice as much exactly there. 500 switches at 7,071: at every size measured, either
-#: kind then takes at most 1.5x its faster path's p50 (docs/benchmarks.md).
+#: 2.6x as much exactly there. 500 switches at 7,071: at every size measured, either
+#: kind then takes at most 1.7x its faster path's p50 (docs/benchmarks.md).
 RECALL_EXACT_FILTER_SCALE: Final = 500.0
 RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
 RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND
