@@ -405,13 +405,16 @@ class HnswIndex:
         """Delete `labels` from the live index; unknown or already deleted labels are ignored."""
         label_array = _as_labels(labels, "labels")
         with self._lock.writing():
+            removed: list[int] = []
             for label in sorted(set(label_array.tolist())):
                 if label in self._live:
                     self._engine.mark_deleted(label)
                     self._live.discard(label)
-                    self._live_mask.mark([label], live=False)
                     self._deleted.add(label)
+                    removed.append(label)
                     self._unsaved_changes += 1
+            # One array operation for a sweep's thousands of labels.
+            self._live_mask.mark(removed, live=False)
 
     def restore(self, labels: Labels, vectors: Vectors) -> None:
         """Make deleted labels live again (a chunk revived from the cold tier).
@@ -426,6 +429,7 @@ class HnswIndex:
         with self._lock.writing():
             held = set(np.asarray(self._engine.get_ids_list(), dtype=np.int64).tolist())
             missing: list[int] = []
+            revived: list[int] = []
             for position, label in enumerate(label_array.tolist()):
                 if label in self._live:
                     continue
@@ -433,11 +437,12 @@ class HnswIndex:
                     self._engine.unmark_deleted(label)
                     self._deleted.discard(label)
                     self._live.add(label)
-                    self._live_mask.mark([label], live=True)
+                    revived.append(label)
                     self._unsaved_changes += 1
                 else:
                     self._deleted.discard(label)
                     missing.append(position)
+            self._live_mask.mark(revived, live=True)
         if missing:
             self.add(label_array[missing], vector_array[missing])
 
