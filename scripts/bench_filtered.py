@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             rows += measure_rounds(
                 [("raw k-NN (baseline)", "no filter", raw)], args.queries, args.rounds
             )
-            by_topic = _chunks_by_topic(rt)
+            by_topic = _chunks_by_topic(rt) if args.filters == "topics" else []
             for size in sizes:
                 if args.filters == "random":
                     filters = [
