@@ -76,6 +76,11 @@ def test_list_after_is_ordered_exclusive_and_pages(backend: LogBackend) -> None:
     assert backend.list_after(SEGMENT_PREFIX, keys[-1]) == []
     assert backend.list_after(SNAPSHOT_PREFIX, "") == ["snap/000500"]
     assert backend.list_after("peers/", "peers/000500.json") == []
+    # Bounds that are no key of the prefix: below all of them, and above all of them.
+    assert backend.list_after(SEGMENT_PREFIX, "peers/zzz") == keys
+    assert backend.list_after(SEGMENT_PREFIX, "se") == keys
+    assert backend.list_after(SEGMENT_PREFIX, "snap/") == []
+    assert backend.list_after("seg/0009", "seg/000949") == keys[950:1000]
 
 
 def test_write_versioned_is_compare_and_swap(backend: LogBackend) -> None:

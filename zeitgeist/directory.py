@@ -178,21 +178,30 @@ class DirectoryBackend:
         """Keys one directory level below the last '/' of `prefix` (e.g. "seg/", "claim/p/")."""
         directory_key, _, name_prefix = prefix.rpartition("/")
         directory = self._path(directory_key) if directory_key else self.root
+        base = f"{directory_key}/" if directory_key else ""
+        # Every key here is base + name: past the base, names compare as their keys do.
+        # A poll lists the recent end of a long log, so the one string comparison goes
+        # first and the older names cost nothing more.
+        if start_after.startswith(base):
+            after_name = start_after[len(base) :]
+        elif start_after < base:
+            after_name = ""
+        else:
+            return []
         try:
             with os.scandir(directory) as items:
-                names = [
-                    item.name
-                    for item in items
-                    if item.is_file(follow_symlinks=False)
-                    and item.name.startswith(name_prefix)
-                    and not item.name.startswith(TEMP_PREFIX)
-                ]
+                later = [item for item in items if item.name > after_name]
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise self._fail("list", prefix, exc) from exc
-        base = f"{directory_key}/" if directory_key else ""
-        return sorted(key for key in (base + name for name in names) if key > start_after)
+        return sorted(
+            base + item.name
+            for item in later
+            if item.name.startswith(name_prefix)
+            and not item.name.startswith(TEMP_PREFIX)
+            and item.is_file(follow_symlinks=False)
+        )
 
     def delete(self, keys: list[str]) -> None:
         directories: set[Path] = set()
