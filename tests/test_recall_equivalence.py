@@ -8,6 +8,8 @@ the live index and without one; every hit, its order and every score must be equ
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,18 +18,19 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import models, operations
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking, tombstone_hashes
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import Hit, rank_query
+from dreamcycle.daemon.recall import Hit, rank_query, search_words
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import tiers
 from dreamcycle.store.database import NewObservation
+from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.filtered_search import nearest_in_filter
 from dreamcycle.store.read_paths import StoredVectors
 from tests.daemon_helpers import documentation_chunks
@@ -225,6 +228,67 @@ def test_the_api_answers_what_the_reference_ranks(store: Store) -> None:
         with ops._reading() as second:
             pass
         assert second is first
+    finally:
+        ops.close()
+
+
+class _ThreadsNoted:
+    """An embedder that notes which thread embeds, and can be made to fail."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.threads: list[int] = []
+        self.fail = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def embed_one(self, text: str) -> np.ndarray:
+        self.threads.append(threading.get_ident())
+        if self.fail:
+            raise RuntimeError("the model is gone")
+        return self.inner.embed_one(text)
+
+
+def test_a_query_is_embedded_by_its_caller_while_a_helper_searches_its_words(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedding is the long part of a recall by text: its caller does it, so it goes
+    on as soon as it ends. The words are searched meanwhile in a helper thread, in the
+    caller's snapshot, and an embedding that fails still waits for that search before
+    the connection is handed to the next caller."""
+    embedder = _ThreadsNoted(store.rt.embedder)
+    searched: list[int] = []
+
+    def noted_search(view: Runtime, text: str) -> Any:
+        searched.append(threading.get_ident())
+        time.sleep(0.05)  # still searching when the embedding fails
+        return search_words(view, text)
+
+    monkeypatch.setattr(operations, "search_words", noted_search)
+    ops = Operations(store.rt, embedder=embedder)  # type: ignore[arg-type]
+    ops.attach(store.peer)
+    try:
+        text = QUESTIONS[0]
+        caller = threading.get_ident()
+        answer = ops.recall(models.RecallRequest(query=text, record=False, top_k=TOP_K))
+        bundle = ops.context(models.ContextRequest(task=text, record=False))
+        assert embedder.threads == [caller, caller]
+        assert len(searched) == 2 and caller not in searched
+        reference = reference_rank_query(
+            store.rt, text, store.rt.embedder.embed_one(text), TOP_K, index=store.peer.index
+        )
+        assert [h.content_hash for h in answer.hits] == [h.content_hash for h in reference]
+        assert bundle.tiers.relevant
+
+        embedder.fail = True
+        searched.clear()
+        with pytest.raises(RuntimeError, match="the model is gone"):
+            ops.recall(models.RecallRequest(query=text, record=False))
+        assert len(searched) == 1
+        embedder.fail = False
+        again = ops.recall(models.RecallRequest(query=text, record=False, top_k=TOP_K))
+        assert [h.content_hash for h in again.hits] == [h.content_hash for h in answer.hits]
     finally:
         ops.close()
 

@@ -96,9 +96,10 @@ class Operations:
         self._writer: Runtime | None = None
         self._write_lock = threading.Lock()
         self._peer: Peer | None = None
-        #: Embeds query texts while the calling thread searches their words.
-        self._embedding_pool = ThreadPoolExecutor(
-            max_workers=config.api.workers, thread_name_prefix="embed"
+        #: Threads beside the callers': a query's words are searched there while the caller
+        #: embeds the query, and the stored embeddings are read there at attach.
+        self._helper_pool = ThreadPoolExecutor(
+            max_workers=config.api.workers, thread_name_prefix="api-helper"
         )
 
     # ---- life cycle -------------------------------------------------------------------
@@ -119,7 +120,7 @@ class Operations:
         # Ranking takes every candidate's cosine from its stored embedding: held in memory,
         # recall reads no embedding from the database. Read in the background meanwhile
         # (recall reads what it misses); the pool's shutdown waits for it.
-        self._embedding_pool.submit(self._load_stored_vectors)
+        self._helper_pool.submit(self._load_stored_vectors)
 
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:
@@ -135,7 +136,7 @@ class Operations:
 
     def close(self) -> None:
         self._peer = None
-        self._embedding_pool.shutdown(wait=True)
+        self._helper_pool.shutdown(wait=True)
         for db in self._opened:
             db.close()
         self._opened.clear()
@@ -184,7 +185,13 @@ class Operations:
         text = request.query or ""
         top_k = request.top_k or self._rt.config.recall.top_k
         with self._reading() as view:
-            vector, words = self._embed_while_searching(view, request)
+            if request.query is None:
+                vector, words = (
+                    _given_vector(request.vector, self._embedder.dim),
+                    WordMatches([], []),
+                )
+            else:
+                vector, words = self._embed_while_searching(view, request.query)
             allowed = _allowed(view, request.filters) if request.filters.active() else None
             hits = rank_query(
                 view,
@@ -351,9 +358,7 @@ class Operations:
         peer = self._require_peer()
         now = self._rt.clock.now_ms()
         with self._reading() as view:
-            embedding = self._embedding_pool.submit(self._embedder.embed_one, request.task)
-            words = search_words(view, request.task)
-            vector = embedding.result()
+            vector, words = self._embed_while_searching(view, request.task)
             allowed = _allowed(view, request.filters) if request.filters.active() else None
             hits = rank_query(
                 view,
@@ -536,31 +541,33 @@ class Operations:
         )
 
     def _embed_while_searching(
-        self, view: Runtime, request: models.RecallRequest
+        self, view: Runtime, text: str
     ) -> tuple[np.ndarray[Any, np.dtype[np.float32]], WordMatches]:
-        """The query's vector and its full-text matches: a text is embedded in another
-        thread (the model releases the GIL) while its words are searched here, in the
-        caller's snapshot. A vector alone has no words to search."""
-        if request.query is None:
-            return self._query_vector(request), WordMatches([], [])
-        embedding = self._embedding_pool.submit(self._embedder.embed_one, request.query)
-        try:
-            words = search_words(view, request.query)
-        finally:
-            vector = embedding.result()
-        return vector, words
+        """A text's vector and its full-text matches, in the caller's snapshot.
 
-    def _query_vector(self, request: models.RecallRequest) -> np.ndarray[Any, np.dtype[np.float32]]:
-        if request.query is not None:
-            return self._embedder.embed_one(request.query)
-        raw = np.asarray(request.vector, dtype=np.float32)
-        dim = self._embedder.dim
-        if raw.shape != (dim,):
-            raise ValueError(f"vector has {raw.size} components; this model's have {dim}")
-        norm = float(np.linalg.norm(raw))
-        if not np.isfinite(raw).all() or norm == 0.0:
-            raise ValueError("vector must be finite and not all zeros")
-        return raw / np.float32(norm)
+        The words are searched in a helper thread while the text is embedded here (the
+        model and SQLite both release the GIL). The embedding takes longer: done by the
+        caller, it lets the caller go on the moment it ends, the words found already,
+        rather than wait to be woken by a thread that embedded (docs/benchmarks.md,
+        recall figures of 2026-11-26, run L).
+        """
+        words = self._helper_pool.submit(search_words, view, text)
+        try:
+            vector = self._embedder.embed_one(text)
+        finally:
+            found = words.result()
+        return vector, found
+
+
+def _given_vector(values: list[float] | None, dim: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """A vector given to recall by, checked and scaled to unit length."""
+    raw = np.asarray(values, dtype=np.float32)
+    if raw.shape != (dim,):
+        raise ValueError(f"vector has {raw.size} components; this model's have {dim}")
+    norm = float(np.linalg.norm(raw))
+    if not np.isfinite(raw).all() or norm == 0.0:
+        raise ValueError("vector must be finite and not all zeros")
+    return raw / np.float32(norm)
 
 
 def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
