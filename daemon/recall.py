@@ -265,7 +265,7 @@ def _cosines(rt: Runtime, rowids: list[int], vector: Vector) -> npt.NDArray[np.f
     np.vecdot runs the dot kernel of np.dot once per row, so each cosine is the one a
     loop of np.dot gives to the last bit; a matrix product would sum in another order.
     """
-    matrix, present = rt.stored_vectors.gather(rt.db, rowids)
+    matrix, present = rt.stored_vectors.gather(rt.db, rowids, rt.embedder.index_version)
     cosines = np.full(len(rowids), -1.0, dtype=np.float64)
     if len(matrix):
         cosines[present] = np.vecdot(matrix, vector)

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         rt = Runtime.open(config)
         try:
             index = rt.open_peer().index
-            rt.stored_vectors.load_all(rt.db)
+            rt.stored_vectors.load_all(rt.db, rt.embedder.index_version)
             live = np.array(sorted(index.labels() - index.deleted_labels()), dtype=np.int64)
             k = config.recall.candidates
             scale = config.recall.exact_filter_scale

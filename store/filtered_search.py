@@ -36,7 +36,7 @@ def nearest_in_filter(
     # In rowid order, the matrix's rows are read front to back (four times faster at
     # 100k chunks than in the set's order).
     labels = index.live_among(np.sort(np.fromiter(allowed, dtype=np.int64, count=len(allowed))))
-    matrix, present = stored.gather(db, labels)
+    matrix, present = stored.gather(db, labels, index.index_version)
     labels = labels[present]
     if len(labels) == 0:
         return []

@@ -103,10 +103,12 @@ class StoredVectors:
     """Stored embeddings of admitted chunks, each read from the database once, as rows of
     one matrix.
 
-    Chunks still pending admission may be embedded again (under another model), so theirs
-    are returned but not kept. Safe to share between threads: rows are only added, under
-    a lock, each written before its slot is published, and a grown matrix is a copy
-    published whole, so a reader that found a slot finds its row.
+    Only embeddings of one vector space (an index version: model and dimension) are
+    held or returned: one of another model cannot be compared with a query, and after a
+    change of model the database holds both kinds. Chunks still pending admission may be embedded again, so theirs are returned
+    but not kept. Safe to share between threads: rows are only added, under a lock, each
+    written before its slot is published, and a grown matrix is a copy published whole,
+    so a reader that found a slot finds its row.
     """
 
     def __init__(self) -> None:
@@ -116,20 +118,23 @@ class StoredVectors:
         self._held = 0
         self._matrix: npt.NDArray[np.float32] = np.zeros((0, 0), dtype=np.float32)
         self._adding = threading.Lock()
+        #: The vector space of every row held, set by the first call.
+        self._version: str | None = None
 
     def __len__(self) -> int:
         return self._held
 
-    def load_all(self, db: Database) -> int:
-        """Read every admitted chunk's embedding (not tombstoned ones: never ranked), in
-        batches; how many are held afterwards."""
+    def load_all(self, db: Database, index_version: str) -> int:
+        """Read every admitted chunk's embedding of `index_version` (not tombstoned ones:
+        never ranked), in batches; how many are held afterwards."""
+        self._bind_to(index_version)
         after = 0
         while True:
             found = db.fetch_all(
                 "SELECT id, embedding FROM observations WHERE id > ? "
                 "AND admitted_seq IS NOT NULL AND embedding IS NOT NULL "
-                "AND deleted_at IS NULL ORDER BY id LIMIT ?",
-                (after, LOAD_BATCH),
+                "AND index_version = ? AND deleted_at IS NULL ORDER BY id LIMIT ?",
+                (after, index_version, LOAD_BATCH),
             )
             if not found:
                 return self._held
@@ -137,10 +142,11 @@ class StoredVectors:
             after = int(found[-1][0])
 
     def gather(
-        self, db: Database, rowids: Sequence[int] | npt.NDArray[np.int64]
+        self, db: Database, rowids: Sequence[int] | npt.NDArray[np.int64], index_version: str
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-        """(the stored embeddings of those of `rowids` that have one, in their order; which
-        of `rowids` have one)."""
+        """(the stored embeddings of `index_version` of those of `rowids` that have one, in
+        their order; which of `rowids` have one)."""
+        self._bind_to(index_version)
         # The slots before the matrix: a slot is published only after its row is written.
         positions = self._positions(rowids)
         matrix = self._matrix
@@ -155,11 +161,14 @@ class StoredVectors:
         # gathered here (store/filtered_search.py).
         for start in range(0, len(missing), LOAD_BATCH):
             part = missing[start : start + LOAD_BATCH]
-            read += db.fetch_all(
-                f"SELECT id, embedding, admitted_seq IS NOT NULL FROM observations "
-                f"WHERE id IN ({','.join('?' * len(part))}) AND embedding IS NOT NULL",
+            found = db.fetch_all(
+                f"SELECT id, embedding, admitted_seq IS NOT NULL, index_version "
+                f"FROM observations WHERE id IN ({','.join('?' * len(part))}) "
+                "AND embedding IS NOT NULL",
                 tuple(part),
             )
+            # Compared here, so that a part names no more parameters than rowids.
+            read += [row for row in found if row[3] == index_version]
         fresh = _matrix([bytes(r[1]) for r in read])
         row_of = {int(r[0]): i for i, r in enumerate(read)}
         admitted = [i for i, r in enumerate(read) if r[2]]
@@ -180,6 +189,17 @@ class StoredVectors:
         if not from_matrix.all():
             rows[~from_matrix] = fresh[fresh_at[fresh_at >= 0]]
         return rows, present
+
+    def _bind_to(self, index_version: str) -> None:
+        if self._version == index_version:
+            return
+        with self._adding:
+            if self._version is None:
+                self._version = index_version
+            elif self._version != index_version:
+                raise ValueError(
+                    f"these stored embeddings are of {self._version!r}, not {index_version!r}"
+                )
 
     def _positions(self, rowids: Sequence[int] | npt.NDArray[np.int64]) -> npt.NDArray[np.int32]:
         """Each rowid's row in the matrix, -1 where none is held."""

@@ -15,6 +15,7 @@ from dreamcycle.daemon.learning import fusion_weights
 from dreamcycle.daemon.recall import Hit, Vector, _best, _cold_candidates, _key_scores, _nearest
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import Candidate, lexical_ranks, rank_candidates
+from dreamcycle.store.embeddings import blob_to_vector
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
 
@@ -62,7 +63,16 @@ def reference_rank_query(
         return []
     ordered = sorted(labels)
     observations = db.observations(ordered)
-    stored = db.embeddings_of(ordered)
+    # Another model's embedding (the database holds both kinds after a change of model)
+    # cannot be compared with the query: the chunk has none to rank by.
+    version = rt.embedder.index_version
+    stored = {}
+    for rowid in ordered:
+        row = db.fetch_one(
+            "SELECT embedding, index_version FROM observations WHERE id = ?", (rowid,)
+        )
+        if row is not None and row[0] is not None and row[1] == version:
+            stored[rowid] = blob_to_vector(bytes(row[0]))
     ranks = lexical_ranks([label for label in lexical if label not in exclude])
     learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
     candidates = {

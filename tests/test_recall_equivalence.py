@@ -311,7 +311,7 @@ def test_without_bounds_salience_is_read_for_hits_only_and_ranks_the_same(
 ) -> None:
     rt = _without_bounds(store.rt)
     if preloaded:
-        assert rt.stored_vectors.load_all(rt.db) > 0
+        assert rt.stored_vectors.load_all(rt.db, rt.embedder.index_version) > 0
     assume = frozenset(sorted(store.projects["project-1"])[:20])
     for text, vector in _queries(store):
         option_sets: list[dict[str, Any]] = [
@@ -365,7 +365,7 @@ def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
     allowed = store.projects["project-1"]
     twins = sorted(allowed - store.tombstoned - store.cold)[:6]
     # Six chunks with one embedding: whichever of them make the cut must be the lowest.
-    shared = rt.stored_vectors.gather(rt.db, [twins[0]])[0][0]
+    shared = rt.stored_vectors.gather(rt.db, [twins[0]], rt.embedder.index_version)[0][0]
     with pytest.raises(_Undo), rt.db.transaction():
         rt.db.set_embeddings(
             twins, np.tile(shared, (len(twins), 1)), model_id=rt.embedder.model_id,
@@ -411,6 +411,18 @@ def test_a_filter_searches_only_the_chunks_the_index_holds(store: Store) -> None
         hits = rank_query(fresh, "", vector, CHUNKS, index=index, allowed=allowed)
         assert hits
         assert not {pending, foreign} & {h.rowid for h in hits}
+        # Found by their words, both are ranked: the foreign one with no embedding to
+        # compare (another model's cannot be), as the reference ranks it.
+        for allowed_now in (None, allowed):
+            fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+            found = rank_query(
+                fresh, "foreign chunk", vector, CHUNKS, index=index, allowed=allowed_now
+            )
+            assert foreign in {h.rowid for h in found}
+            assert next(h for h in found if h.rowid == foreign).similarity == -1.0
+            _same(found, reference_rank_query(
+                fresh, "foreign chunk", vector, CHUNKS, index=index, allowed=allowed_now,
+            ))  # fmt: skip
         raise _Undo
 
 

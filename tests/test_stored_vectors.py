@@ -1,6 +1,7 @@
 """Recall's memory of stored embeddings (store/read_paths.StoredVectors) gives each chunk
 the embedding the database holds, keeps only admitted chunks' (a pending chunk may be
-embedded again), and finds chunks whose rowids lie past everything it held before."""
+embedded again), serves one model's embeddings only, and finds chunks whose rowids lie
+past everything it held before."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from dreamcycle.store.read_paths import StoredVectors
 
 NOW_MS = 1_800_000_000_000
 DIM = 8
+VERSION = "m/8"
 
 
 def _add(db: Database, count: int, rng: np.random.Generator, *, admitted: bool) -> list[int]:
@@ -24,7 +26,7 @@ def _add(db: Database, count: int, rng: np.random.Generator, *, admitted: bool) 
     with db.transaction():
         rowids = [a.rowid for a in db.add_observations(items, now_ms=NOW_MS)]
         vectors = rng.standard_normal((count, DIM)).astype(np.float32)
-        db.set_embeddings(rowids, vectors, model_id="m", index_version="m/8")
+        db.set_embeddings(rowids, vectors, model_id="m", index_version=VERSION)
         if admitted:
             db.conn.executemany(
                 "UPDATE observations SET admitted_seq = 0 WHERE id = ?", [(r,) for r in rowids]
@@ -55,12 +57,12 @@ def test_gather_returns_the_stored_rows_and_keeps_only_admitted_ones(db: Databas
     pending = _add(db, 5, rng, admitted=False)
     vectors = StoredVectors()
     wanted = [pending[0], *admitted[::-1], pending[3]]
-    matrix, present = vectors.gather(db, wanted)
+    matrix, present = vectors.gather(db, wanted, VERSION)
     assert present.all()
     np.testing.assert_array_equal(matrix, _stored(db, wanted))
     assert len(vectors) == len(admitted)
     # Now from memory alone (the same rows), and still a read for the pending ones.
-    again, _ = vectors.gather(db, admitted)
+    again, _ = vectors.gather(db, admitted, VERSION)
     np.testing.assert_array_equal(again, _stored(db, admitted))
     assert len(vectors) == len(admitted)
 
@@ -69,15 +71,15 @@ def test_a_chunk_past_every_held_rowid_is_read_and_then_held(db: Database) -> No
     rng = np.random.default_rng(8)
     first = _add(db, 20, rng, admitted=True)
     vectors = StoredVectors()
-    assert vectors.load_all(db) == len(first)
+    assert vectors.load_all(db, VERSION) == len(first)
     later = _add(db, 300, rng, admitted=True)
     asked = [later[-1], first[0], later[0]]
-    matrix, present = vectors.gather(db, asked)
+    matrix, present = vectors.gather(db, asked, VERSION)
     assert present.all()
     np.testing.assert_array_equal(matrix, _stored(db, asked))
     assert len(vectors) == len(first) + 2
-    assert vectors.load_all(db) == len(first) + len(later)
-    np.testing.assert_array_equal(vectors.gather(db, later)[0], _stored(db, later))
+    assert vectors.load_all(db, VERSION) == len(first) + len(later)
+    np.testing.assert_array_equal(vectors.gather(db, later, VERSION)[0], _stored(db, later))
 
 
 def test_a_rowid_without_an_embedding_is_reported_absent(db: Database) -> None:
@@ -86,11 +88,35 @@ def test_a_rowid_without_an_embedding_is_reported_absent(db: Database) -> None:
     with db.transaction():
         bare = db.add_observations([NewObservation(content="never embedded")], now_ms=NOW_MS)
     vectors = StoredVectors()
-    vectors.load_all(db)
+    vectors.load_all(db, VERSION)
     asked = [held[1], bare[0].rowid, 10_000_000, held[0]]
-    matrix, present = vectors.gather(db, asked)
+    matrix, present = vectors.gather(db, asked, VERSION)
     assert present.tolist() == [True, False, False, True]
     np.testing.assert_array_equal(matrix, _stored(db, [held[1], held[0]]))
+
+
+@pytest.mark.parametrize("dim", [DIM, 3], ids=["same dimension", "another dimension"])
+def test_embeddings_of_another_model_are_neither_held_nor_returned(db: Database, dim: int) -> None:
+    """After a change of model the database holds both kinds: another model's vector,
+    whatever its width, is no embedding to compare a query with."""
+    rng = np.random.default_rng(11)
+    ours = _add(db, 4, rng, admitted=True)
+    theirs = _add(db, 2, rng, admitted=True) + _add(db, 1, rng, admitted=False)
+    with db.transaction():
+        db.set_embeddings(
+            theirs, rng.standard_normal((3, dim)).astype(np.float32), model_id="other",
+            index_version=f"other/{dim}",
+        )  # fmt: skip
+    asked = [theirs[0], ours[2], theirs[2], ours[0], theirs[1]]
+    for loaded in (False, True):
+        vectors = StoredVectors()
+        if loaded:
+            assert vectors.load_all(db, VERSION) == len(ours)
+        matrix, present = vectors.gather(db, asked, VERSION)
+        assert present.tolist() == [False, True, False, True, False]
+        np.testing.assert_array_equal(matrix, _stored(db, [ours[2], ours[0]]))
+        with pytest.raises(ValueError, match="other/"):
+            vectors.gather(db, asked, f"other/{dim}")
 
 
 def test_rowids_beyond_the_held_range_are_served_but_not_held(db: Database) -> None:
@@ -102,7 +128,7 @@ def test_rowids_beyond_the_held_range_are_served_but_not_held(db: Database) -> N
     vectors = StoredVectors()
     asked = [held[0], far]
     for _ in range(2):
-        matrix, present = vectors.gather(db, asked)
+        matrix, present = vectors.gather(db, asked, VERSION)
         assert present.all()
         np.testing.assert_array_equal(matrix, _stored(db, asked))
         assert len(vectors) == 1
@@ -113,7 +139,7 @@ def test_gather_takes_an_array_of_rowids_with_some_not_held(db: Database) -> Non
     admitted = _add(db, 10, rng, admitted=True)
     pending = _add(db, 3, rng, admitted=False)
     wanted = np.array([admitted[2], pending[1], admitted[7]], dtype=np.int64)
-    matrix, present = StoredVectors().gather(db, wanted)
+    matrix, present = StoredVectors().gather(db, wanted, VERSION)
     assert present.all()
     np.testing.assert_array_equal(matrix, _stored(db, wanted.tolist()))
 
@@ -126,7 +152,7 @@ def test_gather_reads_more_rows_than_one_statement_may_name(
     # As if SQLite took 16 parameters at most, as it takes 32,766 by default.
     db.conn.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER, 16)
     monkeypatch.setattr(read_paths, "LOAD_BATCH", 16)
-    matrix, present = StoredVectors().gather(db, pending)
+    matrix, present = StoredVectors().gather(db, pending, VERSION)
     assert present.all()
     db.conn.limit(apsw.SQLITE_LIMIT_VARIABLE_NUMBER, 32766)
     np.testing.assert_array_equal(matrix, _stored(db, pending))
@@ -141,10 +167,10 @@ def test_gather_interleaves_held_rows_with_rows_read_and_skips_rows_without_one(
     with db.transaction():
         bare = db.add_observations([NewObservation(content="not embedded")], now_ms=NOW_MS)
     vectors = StoredVectors()
-    vectors.gather(db, admitted)
+    vectors.gather(db, admitted, VERSION)
     assert len(vectors) == len(admitted)
     wanted = [pending[0], admitted[3], bare[0].rowid, pending[2], admitted[1]]
-    matrix, present = vectors.gather(db, np.array(wanted, dtype=np.int64))
+    matrix, present = vectors.gather(db, np.array(wanted, dtype=np.int64), VERSION)
     assert present.tolist() == [True, True, False, True, True]
     kept = [rowid for rowid, found in zip(wanted, present.tolist(), strict=True) if found]
     np.testing.assert_array_equal(matrix, _stored(db, kept))

@@ -124,7 +124,7 @@ class Operations:
 
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:
-            held = self._vectors.load_all(view.db)
+            held = self._vectors.load_all(view.db, self._embedder.index_version)
         log.info("stored embeddings held for recall", extra={"chunks": held})
 
     def detach(self) -> None:
