@@ -201,7 +201,14 @@ def teach_key(
     """Learn (amount > 0) or weaken (amount < 0) `query` as a key of the chunk, if held here."""
     db, cfg = peer.db, peer.config.learning
     obs = db.observation_by_hash(chunk_hash)
-    if obs is None or obs.deleted_at is not None or amount == 0:
+    # A query embedded by another model (recalled before a change of model) is no key to
+    # compare this model's queries with.
+    if (
+        obs is None
+        or obs.deleted_at is not None
+        or amount == 0
+        or query.shape != (peer.embedder.dim,)
+    ):
         return False
     return _relearn(
         db, obs.rowid, query, text, amount, now_ms, cfg.max_keys_per_chunk, cfg.key_half_life_s
@@ -220,7 +227,8 @@ def _relearn(
 ) -> bool:
     before = [
         LearnedKey(embedding=k.embedding, weight=k.weight, updated_ms=k.updated_ms, text=k.text)
-        for k in key_store.keys_of(db, rowid)
+        # Keys of another width (another model's) cannot be compared: replaced below.
+        for k in key_store.keys_of(db, rowid, dim=len(query))
     ]
     after = learn(
         before, query, amount, now_ms, text=text, max_keys=max_keys, half_life_s=half_life_s

@@ -320,7 +320,7 @@ def _key_scores(rt: Runtime, vector: Vector, stamp: str) -> dict[int, float]:
     stamp = key_store.keys_stamp(rt.db, stamp)
     cached = rt.recall_cache.get("keys", stamp)
     if cached is None:
-        cached = rt.recall_cache.put("keys", stamp, key_store.all_keys(rt.db))
+        cached = rt.recall_cache.put("keys", stamp, key_store.all_keys(rt.db, rt.embedder.dim))
     chunks, matrix, weights, updated = cached
     if len(chunks) == 0:
         return {}

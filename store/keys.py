@@ -18,6 +18,8 @@ from dreamcycle.store.database import Database, blob_to_vector, vector_to_blob
 
 #: meta key counting changes to learned keys (recall caches the key matrix until it moves).
 KEYS_EPOCH_META_KEY: Final = "keys_epoch"
+#: A key's embedding is stored as little-endian float32.
+_BYTES_PER_COMPONENT: Final = 4
 
 
 @dataclass(frozen=True)
@@ -29,12 +31,14 @@ class StoredKey:
     updated_ms: int
 
 
-def keys_of(db: Database, chunk_id: int) -> list[StoredKey]:
+def keys_of(db: Database, chunk_id: int, dim: int | None = None) -> list[StoredKey]:
+    """The chunk's keys; with `dim`, only those of that width (see `all_keys`)."""
+    width = "" if dim is None else f" AND length(embedding) = {_BYTES_PER_COMPONENT * dim:d}"
     return [
         StoredKey(int(c), blob_to_vector(bytes(e)), t, float(w), int(u))
         for c, e, t, w, u in db.fetch_all(
             "SELECT chunk_id, embedding, text, weight, updated_ms FROM learned_keys "
-            "WHERE chunk_id = ? ORDER BY id",
+            f"WHERE chunk_id = ?{width} ORDER BY id",
             (chunk_id,),
         )
     ]
@@ -54,16 +58,24 @@ def replace_keys(db: Database, chunk_id: int, keys: Sequence[StoredKey]) -> None
 
 
 def all_keys(
-    db: Database,
+    db: Database, dim: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.float64], list[int]]:
-    """(chunk ids, key embeddings, weights, updated ms) of every key of a chunk not tombstoned."""
+    """(chunk ids, key embeddings, weights, updated ms) of every key of `dim` components of
+    a chunk not tombstoned.
+
+    A key is a query embedded by the model of its time: after a change of model, keys
+    of another width cannot be compared with a query (nor joined into one matrix), and
+    are left out.
+    """
     chunks: list[int] = []
     blobs: list[bytes] = []
     weights: list[float] = []
     updated: list[int] = []
     for chunk, blob, weight, at in db.fetch_all(
         "SELECT k.chunk_id, k.embedding, k.weight, k.updated_ms FROM learned_keys k "
-        "JOIN observations o ON o.id = k.chunk_id WHERE o.deleted_at IS NULL ORDER BY k.id"
+        "JOIN observations o ON o.id = k.chunk_id WHERE o.deleted_at IS NULL "
+        "AND length(k.embedding) = ? ORDER BY k.id",
+        (_BYTES_PER_COMPONENT * dim,),
     ):
         chunks.append(int(chunk))
         blobs.append(bytes(blob))

@@ -27,7 +27,12 @@ from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.emit import emit_outcome
 from dreamcycle.daemon.forgetting import move_to_cold
 from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.learning import FUSION_META_KEY, fusion_weights, split_scores
+from dreamcycle.daemon.learning import (
+    FUSION_META_KEY,
+    fusion_weights,
+    split_scores,
+    teach_key,
+)
 from dreamcycle.daemon.recall import Hit, recall
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.constants import OUTCOME_DECAY_PER_HOP
@@ -223,6 +228,27 @@ def test_a_cited_success_raises_only_that_chunk_and_teaches_it_the_query(peer: P
     _, again = ask(peer)
     assert again[0].content_hash == cited
     assert {h.content_hash for h in again} == {h.content_hash for h in hits}
+
+
+def test_a_key_of_another_model_is_neither_taught_nor_kept(peer: Peer, clock: ManualClock) -> None:
+    """After a change of model: an attribution's query embedded by the old model teaches
+    nothing, and a chunk's keys of the old width give way when it learns a new one."""
+    _, hits = ask(peer)
+    chunk = hits[0].content_hash
+    rowid = rowid_of(peer, chunk)
+    old_width = np.full(8, 8**-0.5, dtype=np.float32)
+    with peer.db.transaction():
+        key_store.replace_keys(
+            peer.db, rowid, [key_store.StoredKey(rowid, old_width, "old", 1.0, START_MS)]
+        )
+        assert not teach_key(peer, chunk, old_width, "old again", 1.0, clock.now_ms())
+        query = peer.embedder.embed_one(QUERY)
+        assert teach_key(peer, chunk, query, QUERY, 1.0, clock.now_ms())
+    [key] = key_store.keys_of(peer.db, rowid)
+    assert key.text == QUERY and key.embedding.shape == query.shape
+    # Recall reads the key, as before any old one was stored.
+    _, again = ask(peer)
+    assert again[0].key_similarity == pytest.approx(1.0, abs=1e-5)
 
 
 def test_a_cited_miss_lowers_the_chunk_by_at_most_half_what_a_hit_raises(peer: Peer) -> None:

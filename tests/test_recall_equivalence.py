@@ -426,6 +426,35 @@ def test_a_filter_searches_only_the_chunks_the_index_holds(store: Store) -> None
         raise _Undo
 
 
+def test_keys_of_another_model_are_left_out_of_recall(store: Store) -> None:
+    """After a change of model, keys learned from queries the old model embedded are of
+    another width: recall ranks as if they were not there, instead of failing."""
+    rt, index = store.rt, store.peer.index
+    text = QUESTIONS[0]
+    vector = rt.embedder.embed_one(text)
+
+    def ranked() -> list[Hit]:
+        fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+        return rank_query(fresh, text, vector, TOP_K, index=index)
+
+    before = ranked()
+    assert any(h.key_similarity is not None for h in before)
+    with pytest.raises(_Undo), rt.db.transaction():
+        for hit in before[:3]:
+            old = key_store.keys_of(rt.db, hit.rowid)
+            foreign = key_store.StoredKey(
+                hit.rowid, np.full(8, 8**-0.5, dtype=np.float32), text, 1.0, START_MS
+            )
+            key_store.replace_keys(rt.db, hit.rowid, [*old, foreign])
+            ours = key_store.keys_of(rt.db, hit.rowid, dim=rt.embedder.dim)
+            assert [(k.text, k.weight) for k in ours] == [(k.text, k.weight) for k in old]
+            assert len(key_store.keys_of(rt.db, hit.rowid)) == len(old) + 1
+        _same(ranked(), before)
+        fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+        _same(reference_rank_query(fresh, text, vector, TOP_K, index=index), before)
+        raise _Undo
+
+
 @pytest.mark.parametrize("scale", [0.0, 1e12], ids=["through the index", "exact"])
 def test_the_filter_size_chooses_the_path_and_both_rank_alike(
     store: Store, scale: float, monkeypatch: pytest.MonkeyPatch
