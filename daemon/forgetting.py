@@ -182,7 +182,9 @@ def revive(peer: Peer, labels: Iterable[int], now_ms: int) -> list[int]:
                 cache.set_cold(label, False)
                 revived.append(label)
     if revived:
-        vectors = db.embeddings_of(revived)
+        # A chunk embedded by another model (before a change of model) is live again but,
+        # as at the index's rebuild, not in this model's index.
+        vectors = db.embeddings_of(revived, peer.embedder.index_version)
         held = [label for label in revived if label in vectors]
         if held:
             peer.index.restore(

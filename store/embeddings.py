@@ -157,14 +157,21 @@ class EmbeddingQueries(TableQueries):
     def embedding_of_rowid(self, rowid: int) -> npt.NDArray[np.float32] | None:
         return self.embeddings_of([rowid]).get(rowid)
 
-    def embeddings_of(self, rowids: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
-        """Stored vectors of the given chunks (those that have one), in one query."""
+    def embeddings_of(
+        self, rowids: Sequence[int], index_version: str | None = None
+    ) -> dict[int, npt.NDArray[np.float32]]:
+        """Stored vectors of the given chunks (those that have one; with `index_version`,
+        one embedded in that vector space), in one query."""
         if not rowids:
             return {}
         marks = ",".join("?" * len(rowids))
         rows = self._all(
-            f"SELECT id, embedding FROM observations WHERE id IN ({marks}) "
+            f"SELECT id, embedding, index_version FROM observations WHERE id IN ({marks}) "
             "AND embedding IS NOT NULL",
             tuple(rowids),
         )
-        return {int(r[0]): blob_to_vector(bytes(r[1])) for r in rows}
+        return {
+            int(r[0]): blob_to_vector(bytes(r[1]))
+            for r in rows
+            if index_version is None or r[2] == index_version
+        }

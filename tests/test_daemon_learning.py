@@ -25,7 +25,7 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.emit import emit_outcome
-from dreamcycle.daemon.forgetting import move_to_cold
+from dreamcycle.daemon.forgetting import move_to_cold, revive
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.learning import (
     FUSION_META_KEY,
@@ -317,6 +317,28 @@ def test_a_cited_cold_chunk_teaches_the_split_as_recall_found_it(peer: Peer) -> 
     emit_outcome(peer.runtime, decision=decision, reward=1.0, reason="tests/cold", cited=[cited])
     run_cycle_blocking(peer)
     assert split_scores(peer.db).evidence == 1
+
+
+def test_a_cold_chunk_of_another_model_is_revived_outside_the_index(peer: Peer) -> None:
+    """After a change of model, a swept chunk the old model embedded comes back to the
+    live tier without its vector entering this model's index (its width would fail it)."""
+    _, hits = ask(peer)
+    ours, theirs = (rowid_of(peer, h.content_hash) for h in hits[:2])
+    move_to_cold(
+        peer,
+        SweepPlan(threshold=0.0, population=2, doomed=tuple(sorted((ours, theirs))),
+                  skipped_reason=None),
+        peer.now_ms(),
+    )  # fmt: skip
+    with peer.db.transaction():
+        peer.db.set_embeddings(
+            [theirs], np.full((1, 8), 8**-0.5, dtype=np.float32), model_id="old",
+            index_version="old/8",
+        )  # fmt: skip
+    assert not peer.index.is_live(ours) and not peer.index.is_live(theirs)
+    assert sorted(revive(peer, [ours, theirs], peer.now_ms())) == sorted([ours, theirs])
+    assert peer.index.is_live(ours) and not peer.index.is_live(theirs)
+    assert not cold_hashes(peer)
 
 
 def test_enough_successes_move_the_split_and_keep_the_total(peer: Peer) -> None:
