@@ -282,9 +282,12 @@ def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
         reason=request.reason,
     )
     if request.seed_chunk is not None:
-        stored = rt.db.embedding_of_hash(request.seed_chunk)
+        stored = rt.db.embedding_of_hash(request.seed_chunk, rt.embedder.index_version)
         if stored is None:
-            raise ValueError(f"chunk {request.seed_chunk} has no stored embedding to seed at")
+            raise ValueError(
+                f"chunk {request.seed_chunk} has no stored embedding of "
+                f"{rt.embedder.index_version} to seed at"
+            )
         seed, seed_hash = stored, request.seed_chunk
     elif not request.text.strip():
         raise ValueError("--text is empty: a pulse needs text to seed its embedding")
@@ -326,7 +329,7 @@ def emit_tombstone(
     check_reason(reason)
     if not (held_elsewhere and _HASH.match(digest)):
         digest = resolve_hash(rt, "chunk", digest)
-    seed = rt.db.embedding_of_hash(digest)
+    seed = rt.db.embedding_of_hash(digest, rt.embedder.index_version)
 
     def build(hlc: int) -> TombstoneEntry:
         forget = None

@@ -76,7 +76,7 @@ def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
                     ts=attribution.hlc,
                     decision_text=attribution.decision_text,
                 ),
-                db.embedding_of_hash,
+                lambda digest: db.embedding_of_hash(digest, peer.embedder.index_version),
                 index_version=peer.embedder.index_version,
                 credits=credits,
             )

@@ -74,7 +74,9 @@ _INDEXED_LABELS: Final = (
     f"AND type != '{EFFICACY_TYPE}' AND deleted_at IS NULL AND cold_at IS NULL "
     "ORDER BY id"
 )
-_EMBEDDING_OF_HASH: Final = "SELECT embedding FROM observations WHERE content_hash = ?"
+_EMBEDDING_OF_HASH: Final = (
+    "SELECT embedding, index_version FROM observations WHERE content_hash = ?"
+)
 
 
 class EmbeddingQueries(TableQueries):
@@ -150,9 +152,17 @@ class EmbeddingQueries(TableQueries):
         rows = self._all(_INDEXED_LABELS, (index_version,))
         return np.array([row[0] for row in rows], dtype=np.int64)
 
-    def embedding_of_hash(self, digest: str) -> npt.NDArray[np.float32] | None:
+    def embedding_of_hash(
+        self, digest: str, index_version: str | None = None
+    ) -> npt.NDArray[np.float32] | None:
+        """The chunk's stored vector; with `index_version`, only one of that vector space
+        (after a change of model, the old model's is none to compare or seed with)."""
         row = self._one(_EMBEDDING_OF_HASH, (digest,))
-        return None if row is None or row[0] is None else blob_to_vector(bytes(row[0]))
+        if row is None or row[0] is None:
+            return None
+        if index_version is not None and row[1] != index_version:
+            return None
+        return blob_to_vector(bytes(row[0]))
 
     def embedding_of_rowid(self, rowid: int) -> npt.NDArray[np.float32] | None:
         return self.embeddings_of([rowid]).get(rowid)

@@ -11,6 +11,7 @@ each follows the learning loop through whole cycles.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from pydoc_data.topics import topics
@@ -24,7 +25,7 @@ from dreamcycle import migrations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.emit import emit_outcome
+from dreamcycle.daemon.emit import PulseRequest, emit_outcome, emit_pulse
 from dreamcycle.daemon.forgetting import move_to_cold, revive
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.learning import (
@@ -38,6 +39,7 @@ from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.constants import OUTCOME_DECAY_PER_HOP
 from dreamcycle.pulses.credit import MISS_FACTOR
 from dreamcycle.pulses.fusion import MIN_EVIDENCE, SHARES, SplitScores, observe
+from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.pulses.sweep import SweepPlan
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import tiers
@@ -339,6 +341,29 @@ def test_a_cold_chunk_of_another_model_is_revived_outside_the_index(peer: Peer) 
     assert sorted(revive(peer, [ours, theirs], peer.now_ms())) == sorted([ours, theirs])
     assert peer.index.is_live(ours) and not peer.index.is_live(theirs)
     assert not cold_hashes(peer)
+
+
+def test_a_chunk_of_another_model_seeds_no_pulse(peer: Peer) -> None:
+    """After a change of model, a chunk the old model embedded has no vector to seed a
+    pulse at in this model's space: an outcome citing it sends no pulse from it, and a
+    pulse asked to start there is refused, naming the model."""
+    decision, hits = ask(peer)
+    cited = hits[0].content_hash
+    with peer.db.transaction():
+        peer.db.set_embeddings(
+            [rowid_of(peer, cited)], np.full((1, 8), 8**-0.5, dtype=np.float32),
+            model_id="old", index_version="old/8",
+        )  # fmt: skip
+    emit_outcome(peer.runtime, decision=decision, reward=1.0, reason="tests/old", cited=[cited])
+    stats = run_cycle_blocking(peer).stats["salience_pulse_propagate"]
+    assert stats["from_outcomes"] == 0
+    request = PulseRequest(
+        text="", kind=PulseKind.REWARD, strength=1.0, sigma=0.5, k=4, max_hops=2,
+        decay_per_hop=0.2, ttl_s=60.0, reason="tests/old", seed_chunk=cited,
+    )  # fmt: skip
+    version = re.escape(peer.embedder.index_version)
+    with pytest.raises(ValueError, match=f"no stored embedding of {version}"):
+        emit_pulse(peer.runtime, request)
 
 
 def test_enough_successes_move_the_split_and_keep_the_total(peer: Peer) -> None:
