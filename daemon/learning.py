@@ -227,7 +227,8 @@ def _relearn(
 ) -> bool:
     before = [
         LearnedKey(embedding=k.embedding, weight=k.weight, updated_ms=k.updated_ms, text=k.text)
-        # Keys of another width (another model's) cannot be compared: replaced below.
+        # Keys of another width (another model's) cannot be compared: left out, so the
+        # chunk's keys written below no longer hold them.
         for k in key_store.keys_of(db, rowid, dim=len(query))
     ]
     after = learn(

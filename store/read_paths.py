@@ -105,10 +105,10 @@ class StoredVectors:
 
     Only embeddings of one vector space (an index version: model and dimension) are
     held or returned: one of another model cannot be compared with a query, and after a
-    change of model the database holds both kinds. Chunks still pending admission may be embedded again, so theirs are returned
-    but not kept. Safe to share between threads: rows are only added, under a lock, each
-    written before its slot is published, and a grown matrix is a copy published whole,
-    so a reader that found a slot finds its row.
+    change of model the database holds both kinds. Chunks still pending admission may be
+    embedded again, so theirs are returned but not kept. Safe to share between threads:
+    rows are only added, under a lock, each written before its slot is published, and a
+    grown matrix is a copy published whole, so a reader that found a slot finds its row.
     """
 
     def __init__(self) -> None:
