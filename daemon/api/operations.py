@@ -549,7 +549,7 @@ class Operations:
         model and SQLite both release the GIL). The embedding takes longer: done by the
         caller, it lets the caller go on the moment it ends, the words found already,
         rather than wait to be woken by a thread that embedded (docs/benchmarks.md,
-        recall figures of 2026-11-26, runs L and M).
+        recall figures of 2026-11-26, runs L, M and N).
         """
         words = self._helper_pool.submit(search_words, view, text)
         try:
