@@ -32,6 +32,7 @@ from dreamcycle.pulses.ranking import (
     CandidateColumns,
     Ranked,
     RankingWeights,
+    best_labels,
     lexical_ranks,
     rank_columns,
 )
@@ -279,11 +280,9 @@ def _best(scores: dict[int, float], n: int) -> list[int]:
 def _nearest(
     labels: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32], vector: Vector, n: int
 ) -> list[int]:
-    """The `n` labels whose vectors are closest to `vector`, by exact cosine."""
-    if len(labels) == 0:
-        return []
-    order = np.argsort(-(vectors @ vector), kind="stable")[:n]
-    return [int(labels[i]) for i in order]
+    """The `n` labels whose vectors are closest to `vector`, by exact cosine (ties to the
+    lower label)."""
+    return best_labels(labels, vectors @ vector, n) if len(labels) else []
 
 
 def _vector_candidates(

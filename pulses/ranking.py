@@ -307,3 +307,19 @@ def lexical_ranks(labels_best_first: Sequence[int]) -> dict[int, int]:
     for rank, label in enumerate(labels_best_first, start=1):
         ranks.setdefault(label, rank)
     return ranks
+
+
+def best_labels(
+    labels: npt.NDArray[np.int64], scores: npt.NDArray[np.floating], n: int
+) -> list[int]:
+    """The `n` labels of highest score, best first, ties to the lower label (the order
+    rank_columns gives): the vector retrievers' exact searches."""
+    if n <= 0 or len(labels) == 0:
+        return []
+    if len(labels) > n:
+        # Every label tied with the n-th best stays in, so ties break by label alone.
+        cut = np.partition(scores, len(scores) - n)[len(scores) - n]
+        close = scores >= cut
+        labels, scores = labels[close], scores[close]
+    order = np.lexsort((labels, -scores))[:n]
+    return [int(label) for label in labels[order]]

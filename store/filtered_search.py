@@ -15,6 +15,7 @@ from collections.abc import Set as AbstractSet
 import numpy as np
 import numpy.typing as npt
 
+from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store.database import Database
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.read_paths import StoredVectors
@@ -42,11 +43,4 @@ def nearest_in_filter(
         return []
     # Each cosine the one np.dot gives, as recall's re-scoring computes it, whatever the
     # number of rows (a matrix product sums in another order).
-    cosines = np.vecdot(matrix, vector)
-    if len(labels) > n:
-        # Every label tied with the n-th best stays in, so ties break by label alone.
-        cut = np.partition(cosines, len(cosines) - n)[len(cosines) - n]
-        close = cosines >= cut
-        labels, cosines = labels[close], cosines[close]
-    order = np.lexsort((labels, -cosines))[:n]
-    return [int(label) for label in labels[order]]
+    return best_labels(labels, np.vecdot(matrix, vector), n)

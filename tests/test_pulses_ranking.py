@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from dreamcycle.pulses.ranking import (
     Candidate,
     InvalidRanking,
     RankingWeights,
+    best_labels,
     lexical_ranks,
     rank_candidates,
     reciprocal_rank,
@@ -364,3 +366,18 @@ def test_an_irrelevant_popular_chunk_stays_out_of_the_top_five(
     top5 = rank_candidates([popular, *pool], WEIGHTS, top_k=5)
     assert 99 not in {r.label for r in top5}
     assert len(top5) == 5
+
+
+@given(
+    st.lists(st.integers(-3, 3), min_size=0, max_size=40),
+    st.integers(0, 45),
+)
+def test_best_labels_are_the_highest_scores_with_ties_to_the_lower_label(
+    scores: list[int], n: int
+) -> None:
+    # Few distinct scores, so ties fall at the cut; labels shuffled, so order is by label.
+    rng = np.random.default_rng(len(scores) * 100 + n)
+    labels = rng.permutation(len(scores)).astype(np.int64) * 3 + 1
+    values = np.array(scores, dtype=np.float64) / 4
+    expected = [label for _, label in sorted(zip(-values, labels.tolist(), strict=True))][:n]
+    assert best_labels(labels, values, n) == expected
