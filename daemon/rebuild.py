@@ -16,6 +16,7 @@ from itertools import takewhile
 from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.journal_kinds import JournalKind
@@ -54,6 +55,8 @@ class Replayed:
     decayed_at: dict[int, int] = field(default_factory=dict)
     admitted_seq: dict[int, int] = field(default_factory=dict)
     started_after: int = 0  # the checkpoint replay started from; 0: the first step
+    # Live chunks embedded by an earlier model: live, but outside this model's index.
+    outside_index: set[int] = field(default_factory=set)
 
     def chunks(self) -> list[ChunkState]:
         """The state a checkpoint taken now would hold."""
@@ -68,7 +71,7 @@ class Replayed:
                 tier="tombstoned"
                 if self.state.is_tombstoned(label)
                 else "live"
-                if self.index.is_live(label)
+                if self.index.is_live(label) or label in self.outside_index
                 else "cold",
             )
             for label in self.state.labels()
@@ -136,6 +139,7 @@ class _Steps:
 
     def __init__(self, rt: Runtime, replayed: Replayed, rule: UpdateRule | None) -> None:
         self.db, self.config = rt.db, rt.config
+        self.index_version = rt.embedder.index_version
         self.replayed, self.rule = replayed, rule
         self.rowid_of = self.db.rowids_by_hash()
         self._stabilities: dict[int, float] | None = None
@@ -143,9 +147,10 @@ class _Steps:
     def chunk(self, seq: int, ref: str, body: dict[str, Any]) -> None:
         replayed, state = self.replayed, self.replayed.state
         rowid = int(body["rowid"])
-        vector = self.db.embedding_of_rowid(rowid)
+        vector = self._vector(rowid, "admitted")
         if vector is None:
-            raise RebuildError(f"chunk {rowid} was admitted but has no stored embedding")
+            # Its step ran in the vector space of another model, which this index is not.
+            raise _other_model(seq, f"admits chunk {rowid}", self.index_version)
         # Journals written before salience started from importance say nothing: 1.0 then.
         state.add(rowid, float(body.get("initial", 1.0)))
         if body["pin_floor"] > 0:
@@ -157,6 +162,8 @@ class _Steps:
 
     def pulse(self, seq: int, ref: str, body: dict[str, Any]) -> None:
         pulse = SalientPulse.from_json(body["pulse"])
+        if pulse.index_version != self.index_version:
+            raise _other_model(seq, f"is a pulse of {pulse.index_version}", self.index_version)
         rule = self.rule or UpdateRule(body["rule"])
         propagate(pulse, self.replayed.index, self.replayed.state, rule)
 
@@ -173,18 +180,31 @@ class _Steps:
     def _hide(self, target: int | None) -> None:
         if target is not None and _live(self.replayed.state, int(target)):
             self.replayed.state.tombstone(int(target))
-            self.replayed.index.mark_deleted(np.array([int(target)], dtype=np.int64))
+            self._leave_index(int(target))
 
     def sweep(self, seq: int, ref: str, body: dict[str, Any]) -> None:
         # Cold, not gone: it leaves the index (pulses cannot reach it) but keeps decaying.
-        self.replayed.index.mark_deleted(np.array([int(body["rowid"])], dtype=np.int64))
+        self._leave_index(int(body["rowid"]))
 
     def revive(self, seq: int, ref: str, body: dict[str, Any]) -> None:
         rowid = int(body["rowid"])
-        vector = self.db.embedding_of_rowid(rowid)
+        vector = self._vector(rowid, "revived")
         if vector is None:
-            raise RebuildError(f"chunk {rowid} was revived but has no stored embedding")
+            # As live: a chunk of an earlier model comes back outside this model's index.
+            self.replayed.outside_index.add(rowid)
+            return
         self.replayed.index.restore(np.array([rowid], dtype=np.int64), vector[None, :])
+
+    def _vector(self, rowid: int, step: str) -> npt.NDArray[np.float32] | None:
+        """The chunk's vector in this index's space; None when another model embedded it."""
+        vector = self.db.embeddings_of([rowid], self.index_version).get(rowid)
+        if vector is None and not self.db.embeddings_of([rowid]):
+            raise RebuildError(f"chunk {rowid} was {step} but has no stored embedding")
+        return vector
+
+    def _leave_index(self, label: int) -> None:
+        self.replayed.outside_index.discard(label)
+        self.replayed.index.mark_deleted(np.array([label], dtype=np.int64))
 
     def reconsolidate(self, seq: int, ref: str, body: dict[str, Any]) -> None:
         # A chunk pinned before it was admitted carries the floor in its chunk step.
@@ -242,12 +262,17 @@ def _restore(rt: Runtime, replayed: Replayed, start: Checkpoint) -> None:
     admitted, as they did live (cold ones come back by their revive step, if any)."""
     ordered = sorted(start.chunks, key=lambda chunk: chunk.admitted_seq)
     live = [chunk.chunk_id for chunk in ordered if chunk.tier == "live"]
-    vectors = rt.db.embeddings_of(live)
-    missing = [label for label in live if label not in vectors]
+    vectors = rt.db.embeddings_of(live, rt.embedder.index_version)
+    # Live chunks an earlier model embedded were outside the index when it was taken.
+    outside = [label for label in live if label not in vectors]
+    embedded = rt.db.embeddings_of(outside)
+    missing = [label for label in outside if label not in embedded]
     if missing:
         raise RebuildError(
             f"chunk {missing[0]} is live in checkpoint {start.seq} but has no stored embedding"
         )
+    replayed.outside_index.update(outside)
+    live = [label for label in live if label in vectors]
     for chunk in ordered:
         replayed.state.add(chunk.chunk_id, chunk.salience)
         if chunk.pin_floor > 0:
@@ -260,6 +285,14 @@ def _restore(rt: Runtime, replayed: Replayed, start: Checkpoint) -> None:
     if live:
         replayed.index.add(np.array(live, dtype=np.int64), np.stack([vectors[i] for i in live]))
     replayed.started_after = start.seq
+
+
+def _other_model(seq: int, what: str, index_version: str) -> RebuildError:
+    return RebuildError(
+        f"journal step {seq} {what}, applied in another model's vector space than this "
+        f"index's ({index_version}): a replay cannot reproduce it after a change of "
+        "embedding model, so the stored salience is kept as it is"
+    )
 
 
 def _live(state: InMemorySalience, label: int) -> bool:

@@ -164,9 +164,6 @@ class EmbeddingQueries(TableQueries):
             return None
         return blob_to_vector(bytes(row[0]))
 
-    def embedding_of_rowid(self, rowid: int) -> npt.NDArray[np.float32] | None:
-        return self.embeddings_of([rowid]).get(rowid)
-
     def embeddings_of(
         self, rowids: Sequence[int], index_version: str | None = None
     ) -> dict[int, npt.NDArray[np.float32]]:

@@ -34,6 +34,7 @@ from dreamcycle.daemon.learning import (
     split_scores,
     teach_key,
 )
+from dreamcycle.daemon.rebuild import RebuildError, rebuild, replay_steps
 from dreamcycle.daemon.recall import Hit, recall
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.constants import OUTCOME_DECAY_PER_HOP
@@ -41,8 +42,8 @@ from dreamcycle.pulses.credit import MISS_FACTOR
 from dreamcycle.pulses.fusion import MIN_EVIDENCE, SHARES, SplitScores, observe
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.pulses.sweep import SweepPlan
+from dreamcycle.store import checkpoints, tiers
 from dreamcycle.store import keys as key_store
-from dreamcycle.store import tiers
 from dreamcycle.store.database import Database, NewObservation, initial_salience
 from dreamcycle.store.lexical import search_lexical
 from dreamcycle.store.migrations import apply_migrations
@@ -321,6 +322,14 @@ def test_a_cited_cold_chunk_teaches_the_split_as_recall_found_it(peer: Peer) -> 
     assert split_scores(peer.db).evidence == 1
 
 
+def embed_as_another_model(peer: Peer, rowid: int) -> None:
+    with peer.db.transaction():
+        peer.db.set_embeddings(
+            [rowid], np.full((1, 8), 8**-0.5, dtype=np.float32), model_id="old",
+            index_version="old/8",
+        )  # fmt: skip
+
+
 def test_a_cold_chunk_of_another_model_is_revived_outside_the_index(peer: Peer) -> None:
     """After a change of model, a swept chunk the old model embedded comes back to the
     live tier without its vector entering this model's index (its width would fail it)."""
@@ -332,11 +341,7 @@ def test_a_cold_chunk_of_another_model_is_revived_outside_the_index(peer: Peer) 
                   skipped_reason=None),
         peer.now_ms(),
     )  # fmt: skip
-    with peer.db.transaction():
-        peer.db.set_embeddings(
-            [theirs], np.full((1, 8), 8**-0.5, dtype=np.float32), model_id="old",
-            index_version="old/8",
-        )  # fmt: skip
+    embed_as_another_model(peer, theirs)
     assert not peer.index.is_live(ours) and not peer.index.is_live(theirs)
     assert sorted(revive(peer, [ours, theirs], peer.now_ms())) == sorted([ours, theirs])
     assert peer.index.is_live(ours) and not peer.index.is_live(theirs)
@@ -349,11 +354,7 @@ def test_a_chunk_of_another_model_seeds_no_pulse(peer: Peer) -> None:
     pulse asked to start there is refused, naming the model."""
     decision, hits = ask(peer)
     cited = hits[0].content_hash
-    with peer.db.transaction():
-        peer.db.set_embeddings(
-            [rowid_of(peer, cited)], np.full((1, 8), 8**-0.5, dtype=np.float32),
-            model_id="old", index_version="old/8",
-        )  # fmt: skip
+    embed_as_another_model(peer, rowid_of(peer, cited))
     emit_outcome(peer.runtime, decision=decision, reward=1.0, reason="tests/old", cited=[cited])
     stats = run_cycle_blocking(peer).stats["salience_pulse_propagate"]
     assert stats["from_outcomes"] == 0
@@ -364,6 +365,36 @@ def test_a_chunk_of_another_model_seeds_no_pulse(peer: Peer) -> None:
     version = re.escape(peer.embedder.index_version)
     with pytest.raises(ValueError, match=f"no stored embedding of {version}"):
         emit_pulse(peer.runtime, request)
+
+
+def test_rebuild_refuses_a_journal_written_under_another_model(peer: Peer) -> None:
+    """The steps before a change of model ran in the old model's vector space: a replay in
+    this model's index cannot reproduce them, so rebuild says so and writes nothing."""
+    _, hits = ask(peer)
+    old = rowid_of(peer, hits[0].content_hash)
+    embed_as_another_model(peer, old)
+    before = saliences(peer)
+    with pytest.raises(RebuildError, match=rf"journal step \d+ admits chunk {old}, .* model"):
+        rebuild(peer.runtime)
+    assert saliences(peer) == before
+
+
+def test_replay_from_a_checkpoint_keeps_another_models_chunks_live_outside_the_index(
+    peer: Peer,
+) -> None:
+    """After the journal of the old model's days was pruned, replay starts from a checkpoint:
+    a live chunk the old model embedded stays live there, outside the index, as it is live."""
+    _, hits = ask(peer)
+    old = rowid_of(peer, hits[0].content_hash)
+    with peer.db.transaction():
+        checkpoints.write_checkpoint(peer.db, now_ms=peer.now_ms())  # None: head checkpointed
+        assert checkpoints.prune(peer.db, older_than_ms=peer.now_ms() + 1) is not None
+    embed_as_another_model(peer, old)
+    replayed = replay_steps(peer.runtime)
+    tiers_of = {chunk.chunk_id: chunk.tier for chunk in replayed.chunks()}
+    assert tiers_of[old] == "live" and not replayed.index.is_live(old)
+    assert replayed.index.live_count == len(tiers_of) - 1
+    assert set(tiers_of.values()) == {"live"}
 
 
 def test_enough_successes_move_the_split_and_keep_the_total(peer: Peer) -> None:
