@@ -419,3 +419,22 @@ def test_directory_listing_hides_temp_and_lock_files(tmp_path: Path) -> None:
     (tmp_path / "seg" / ".a.123.tmp").write_bytes(b"partial")
     assert backend.list_after(SEGMENT_PREFIX, "") == ["seg/a", "seg/b"]
     assert backend.list_after("", "") == []
+
+
+PROBES_PER_THREAD = 150
+PROBE_THREADS = 4
+
+
+def test_directory_probes_side_by_side_all_pass(tmp_path: Path) -> None:
+    """A daemon starting while `doctor` runs: each probe removes the shared probe folder
+    when it is done, and a probe that just created it must not fail for that."""
+    backend = DirectoryBackend(tmp_path)
+
+    def probe_many() -> None:
+        for _ in range(PROBES_PER_THREAD):
+            backend.probe()
+
+    with ThreadPoolExecutor(PROBE_THREADS) as pool:
+        for done in [pool.submit(probe_many) for _ in range(PROBE_THREADS)]:
+            done.result()
+    assert backend.list_after("", "") == []

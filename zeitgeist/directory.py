@@ -36,6 +36,8 @@ TEMP_PREFIX: Final = "."
 TEMP_SUFFIX: Final = ".tmp"
 #: Bytes hashed at a time when a compare-and-swap checks the current version.
 HASH_CHUNK_BYTES: Final = 1024 * 1024
+#: Times a write makes its folder again when another process removed it meanwhile.
+FOLDER_VANISHED_ATTEMPTS: Final = 8
 
 
 class InvalidBackendKey(BackendError, ValueError):
@@ -95,13 +97,21 @@ class DirectoryBackend:
 
     def _write_temp(self, path: Path, data: bytes) -> Path:
         """A fsynced file with `data` next to `path`, under a name no listing shows."""
-        path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f"{TEMP_PREFIX}{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
-        with open(temp, "xb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        return temp
+        for attempt in range(1, FOLDER_VANISHED_ATTEMPTS + 1):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(temp, "xb") as stream:
+                    stream.write(data)
+                    stream.flush()
+                    os.fsync(stream.fileno())
+                return temp
+            except (FileNotFoundError, FileExistsError):
+                # Another process removed the folder as it emptied (a probe finishing):
+                # the folder is made again; once this file is in it, it is not empty.
+                if attempt == FOLDER_VANISHED_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")
 
     @contextlib.contextmanager
     def _exclusive_lock(self) -> Iterator[None]:
