@@ -31,6 +31,7 @@ from dreamcycle.store.index_file import (
     IDENTITY_BYTES,
     META_FORMAT,
     IndexMeta,
+    IndexSaveFailed,
     IndexUnusable,
     Unusable,
     VectorIndexError,
@@ -41,6 +42,7 @@ from dreamcycle.store.index_file import (
     read_meta,
     replace_durably,
     temporary_path,
+    write_engine,
 )
 from dreamcycle.store.readers_writer_lock import ReadersWriterLock
 
@@ -54,6 +56,7 @@ __all__ = [
     "REBUILD_CHUNK_SIZE",
     "HnswIndex",
     "IndexQueryFailed",
+    "IndexSaveFailed",
     "IndexUnusable",
     "InvalidIndexInput",
     "LabelNotLive",
@@ -511,7 +514,11 @@ class HnswIndex:
         with self._lock.reading():
             self._path.parent.mkdir(parents=True, exist_ok=True)
             index_temporary = temporary_path(self._path)
-            self._engine.save_index(str(index_temporary))
+            try:
+                write_engine(self._engine, index_temporary)
+            except IndexSaveFailed:
+                index_temporary.unlink(missing_ok=True)
+                raise
             size = index_temporary.stat().st_size
             checksum = file_checksum(index_temporary)
             replace_durably(index_temporary, self._path)
