@@ -38,6 +38,7 @@ from dreamcycle.pulses.ranking import (
 )
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import read_paths
+from dreamcycle.store.database import tier_stamp
 from dreamcycle.store.filtered_search import nearest_in_filter
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
@@ -254,9 +255,10 @@ def _tier_sets(rt: Runtime, stamp: str) -> read_paths.TierSets:
     """Tombstoned and cold chunks, read once per database state `stamp`."""
     if read_paths.in_write_transaction(rt.db):
         return read_paths.tier_sets(rt.db)
-    cached: read_paths.TierSets | None = rt.recall_cache.get("tiers", stamp)
+    tiers_at = tier_stamp(stamp)
+    cached: read_paths.TierSets | None = rt.recall_cache.get("tiers", tiers_at)
     if cached is None:
-        cached = rt.recall_cache.put("tiers", stamp, read_paths.tier_sets(rt.db))
+        cached = rt.recall_cache.put("tiers", tiers_at, read_paths.tier_sets(rt.db))
     return cached
 
 

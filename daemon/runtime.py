@@ -22,7 +22,7 @@ from dreamcycle.daemon.health import BackendHealth, ObservedBackend
 from dreamcycle.daemon.keys import EntryGate, open_keys
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.store import tiers
-from dreamcycle.store.database import Database
+from dreamcycle.store.database import Database, tier_stamp
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
 from dreamcycle.store.read_paths import StoredVectors
@@ -234,11 +234,12 @@ class Runtime:
 
     def cold_vectors(self, stamp: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """Labels and embeddings of the cold tier, read once per database state `stamp`."""
-        cached = self.recall_cache.get("cold", stamp)
+        tiers_at = tier_stamp(stamp)
+        cached = self.recall_cache.get("cold", tiers_at)
         if cached is None:
             cached = self.recall_cache.put(
                 "cold",
-                stamp,
+                tiers_at,
                 tiers.cold_vectors(self.db, self.embedder.index_version, self.embedder.dim),
             )
         labels, vectors = cached

@@ -72,6 +72,18 @@ BUSY_TIMEOUT_MS: Final = 10_000
 OPTIMIZE_TIMEOUT_MS: Final = 100
 
 
+def tier_stamp(change_stamp: str) -> str:
+    """The part of a `Database.change_stamp` that moves when a chunk changes tier, is
+    tombstoned or a row is deleted (the tombstoned count, the tier epoch, rows deleted).
+
+    What is read per tier (the cold tier's vectors, the tombstoned and cold sets, learned
+    keys of chunks not tombstoned) is kept per this part: a save or an admission adds a
+    live chunk and moves the whole stamp, and re-reading the cold tier then made the next
+    recall read every cold embedding (77 ms at 20,000 chunks, 60 % cold).
+    """
+    return change_stamp.split(":", 2)[-1]
+
+
 def connection_busy_timeout_first(connection: apsw.Connection) -> None:
     """The full busy timeout, before anything else touches the file: bestpractice's own is
     100 ms, and its set-up of a new connection already waits for locks."""

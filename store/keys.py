@@ -14,7 +14,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.store.database import Database, blob_to_vector, vector_to_blob
+from dreamcycle.store.database import Database, blob_to_vector, tier_stamp, vector_to_blob
 
 #: meta key counting changes to learned keys (recall caches the key matrix until it moves).
 KEYS_EPOCH_META_KEY: Final = "keys_epoch"
@@ -95,6 +95,6 @@ def key_count(db: Database) -> int:
 
 
 def keys_stamp(db: Database, change_stamp: str) -> str:
-    """Changes whenever any chunk's keys change or (with the database's `change_stamp`)
-    a chunk is tombstoned."""
-    return f"{db.get_meta(KEYS_EPOCH_META_KEY) or '0'}-{change_stamp}"
+    """Changes whenever any chunk's keys change or (with the tier part of the database's
+    `change_stamp`) a chunk is tombstoned."""
+    return f"{db.get_meta(KEYS_EPOCH_META_KEY) or '0'}-{tier_stamp(change_stamp)}"

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dreamcycle.store.database import Database, NewObservation
+from dreamcycle.store.database import Database, NewObservation, tier_stamp
 from dreamcycle.store.meta import TIER_EPOCH_META_KEY
 
 NOW_MS = 1_800_000_000_000
@@ -90,3 +90,30 @@ def test_a_rolled_back_write_leaves_the_stamp_it_found(db: Database) -> None:
         assert db.change_stamp() != stamp  # counted afresh inside the transaction
         raise Undo
     assert db.change_stamp() == stamp
+
+
+def test_the_tier_part_moves_with_tier_changes_and_not_with_saves_or_admissions(
+    db: Database,
+) -> None:
+    """What recall keeps per tier (the cold tier's vectors, the tombstoned and cold sets,
+    learned keys) outlives a save; a tombstone, a move between tiers or a deletion ends it."""
+    first = _add(db, "the ferry leaves at nine")
+    second = _add(db, "winter tyres in october")
+    seen = {tier_stamp(db.change_stamp())}
+    for unseen in [
+        lambda: _add(db, "a third chunk"),
+        lambda: _write(db, "UPDATE observations SET admitted_seq = 1 WHERE id = ?", first),
+    ]:
+        unseen()
+        assert tier_stamp(db.change_stamp()) in seen
+    for change in [
+        lambda: _move_to_cold(db, first),
+        lambda: _write(
+            db, "UPDATE observations SET deleted_at = '2027-01-01' WHERE id = ?", second
+        ),
+        lambda: _write(db, "DELETE FROM observations WHERE id = ?", first),
+    ]:
+        change()
+        after = tier_stamp(db.change_stamp())
+        assert after not in seen
+        seen.add(after)
