@@ -3,7 +3,9 @@
 One store of N chunks (default 100,000) is built quickly: synthetic text (topic
 words, so full-text search has real work) with clustered random unit vectors
 as embeddings (the figures are latencies, not recall quality; text queries are
-embedded by the real model). Then, in one run:
+embedded by the real model), all live, or with `--cold-share` that share of them in the
+cold tier, as a sweep leaves a store (recall also searches the cold tier, exactly).
+Then, in one run:
 
 * baselines: raw hnswlib single-query k-NN (HnswIndex.knn_many, k = the recall
   candidate pool) and one text embedding;
@@ -29,6 +31,7 @@ measured in the same run, and resident memory. Results go to
 bench-results/recall.json; docs/benchmarks.md has figures and targets.
 
     .venv/bin/python scripts/bench_recall.py [--chunks 100000] [--calls 500] [--rounds 3]
+        [--cold-share 0.6]
 
 One file: a benchmark that runs as one standalone script, its store, workload and daemon set
 up for that one run.
@@ -63,6 +66,7 @@ from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.keys import init_key
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.service import share_the_interpreter
+from dreamcycle.store import tiers
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.embedder import DEFAULT_DIM
 from scripts.bench_common import (
@@ -76,6 +80,8 @@ from scripts.bench_common import (
 from scripts.local_servers import ServerStartError, stop_process, wait_until_ready
 
 DEFAULT_CHUNKS: Final = 100_000
+#: Most of the store --cold-share may put in the cold tier (some must stay live to find).
+MAX_COLD_SHARE: Final = 0.9
 DEFAULT_CALLS: Final = 500
 DEFAULT_ROUNDS: Final = 3
 DEFAULT_OUT: Final = Path("bench-results/recall.json")
@@ -140,7 +146,11 @@ class Corpus:
         return " ".join(str(w) for w in self.rng.choice(self.vocab[topic], size=5))
 
 
-def build_store(config: Config, corpus: Corpus, chunks: int) -> None:
+def build_store(
+    config: Config, corpus: Corpus, chunks: int, cold_share: float = 0.0, seed: int = SEED
+) -> None:
+    """`chunks` admitted chunks; `cold_share` of them, drawn at random, in the cold tier as
+    a sweep leaves them (it keeps the bottom 60 % there by default)."""
     rt = Runtime.open(config)
     db = rt.db
     try:
@@ -169,6 +179,13 @@ def build_store(config: Config, corpus: Corpus, chunks: int) -> None:
                 # Admitted as the cycle would; the journal is not needed to measure recall.
                 db.conn.executemany(
                     "UPDATE observations SET admitted_seq = 0 WHERE id = ?", [(r,) for r in rowids]
+                )
+        if cold_share > 0:
+            every = [int(r[0]) for r in db.fetch_all("SELECT id FROM observations ORDER BY id")]
+            picked = np.random.default_rng(seed).permutation(every)[: int(len(every) * cold_share)]
+            with db.transaction():
+                tiers.move_to_cold(
+                    db, sorted(picked.tolist()), reason="benchmark", now_ms=rt.clock.now_ms()
                 )
         rt.open_index()
     finally:
@@ -426,9 +443,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--in-process-only", action="store_true", help="skip the daemon's (HTTP) figures"
     )
+    parser.add_argument(
+        "--cold-share",
+        type=float,
+        default=0.0,
+        help="share of the chunks in the cold tier, as a sweep leaves them (0-0.9; the "
+        "sweep's default keeps 0.6 there)",
+    )
     args = parser.parse_args(argv)
     if args.chunks < 1000 or args.calls < 10 or args.rounds < 1:
         raise BenchmarkError("--chunks must be >= 1000, --calls >= 10 and --rounds >= 1")
+    if not 0 <= args.cold_share <= MAX_COLD_SHARE:
+        raise BenchmarkError(f"--cold-share must be in [0, {MAX_COLD_SHARE}]")
     if args.switch_interval is not None and not 0 < args.switch_interval <= 1:
         raise BenchmarkError("--switch-interval must be in (0, 1] seconds")
     machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
@@ -449,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         started = time.perf_counter()
         init_key(config)  # the daemon below signs what it publishes
-        build_store(config, corpus, args.chunks)
+        build_store(config, corpus, args.chunks, args.cold_share)
         print(f"store of {args.chunks} chunks built in {time.perf_counter() - started:.0f} s")
         rt = Runtime.open(config)
         peer = rt.open_peer()
@@ -514,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
         base = idle.get((row["figure"], row["path"].replace(", cycles running", "")))
         row["x_idle_p99"] = row["p99_ms"] / base["p99_ms"] if base else None
     print(machine_summary(machine))
-    print(f"{args.chunks} chunks, {args.rounds} rounds of {args.calls} calls per figure "
+    print(f"{args.chunks} chunks ({args.cold_share:.0%} cold), {args.rounds} rounds of "
+          f"{args.calls} calls per figure "
           "(medians of the rounds), GIL switch interval "
           f"{sys.getswitchinterval() * 1000:g} ms in process; RSS in process "
           f"{in_process_rss:.0f} MiB, daemon "
@@ -537,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(
         args.out,
         {"machine": machine, "chunks": args.chunks, "calls": args.calls, "rounds": args.rounds,
+         "cold_share": args.cold_share,
          "switch_interval_s": sys.getswitchinterval(),
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss}, "rows": rows},
     )  # fmt: skip
