@@ -15,15 +15,10 @@ it has verified, after `check_header` has compared hnswlib's header with the met
 
 from __future__ import annotations
 
-import ctypes
 import json
 import mmap
 import os
-import signal
 import struct
-import sys
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -39,10 +34,6 @@ UNSEALED_META_FORMAT: Final = 1
 IDENTITY_BYTES: Final = 16
 META_SUFFIX: Final = ".meta.json"
 TEMPORARY_SUFFIX: Final = ".tmp"
-#: The most of a failed save's reason the writing child sends back.
-FAILURE_BYTES: Final = 4096
-#: prctl(2)'s option to signal a child when its parent dies.
-PR_SET_PDEATHSIG: Final = 1
 
 # hnswlib's file header (hnswalg.h saveIndex), little-endian on 64-bit hosts:
 # offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset,
@@ -189,84 +180,17 @@ class IndexSaveFailed(VectorIndexError):
 
 
 def write_engine(engine: Any, path: Path) -> None:
-    """hnswlib's `save_index(path)`, written by a forked child where the platform forks.
+    """hnswlib's `save_index(path)`, and a check that it wrote the whole file.
 
-    hnswlib holds the GIL for the whole write (0.4 s at 100,000 chunks of 384 dimensions
-    on 2 cores), which would stop every API request of the process meanwhile. A child
-    forked for it writes the same bytes from its copy-on-write image of the engine while
-    this process only waits with the GIL released; the fork itself holds it a few tens of
-    milliseconds (scripts/bench_index_save.py). The child runs hnswlib's writer alone and
-    leaves with `os._exit`: no Python cleanup, no lock another thread held. Where fork is
-    missing or refused (no memory for the page tables), the write happens here as before.
+    hnswlib holds the GIL for the whole write (0.2-0.3 s at 100,000 chunks of 384
+    dimensions on 2 cores), so every other thread of the process waits meanwhile; the
+    daemon writes its index at most every `index.save_interval_s`. A forked child writing
+    it instead was tried and withdrawn: fork() runs OpenBLAS's atfork handler, which
+    waited for the library's thread pool while a request thread was in a matrix product,
+    and the process hung.
     """
-    _save_in_a_child(engine, path)
+    engine.save_index(str(path))
     _check_written(path)
-
-
-def _save_in_a_child(engine: Any, path: Path) -> None:
-    try:
-        reader, writer = os.pipe()
-    except OSError:
-        engine.save_index(str(path))
-        return
-    parent = os.getpid()
-    try:
-        with warnings.catch_warnings():
-            # Python 3.12+ warns of fork in a threaded process; the child touches no lock.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            child = os.fork()
-    except OSError:
-        os.close(reader)
-        os.close(writer)
-        engine.save_index(str(path))
-        return
-    if child == 0:  # pragma: no cover - the child reports through the pipe and its status
-        os.close(reader)
-        code = 1
-        try:
-            _die_with(parent)
-            engine.save_index(str(path))
-            code = 0
-        except BaseException as error:
-            os.write(writer, f"{type(error).__name__}: {error}".encode()[:FAILURE_BYTES])
-        finally:
-            os._exit(code)
-    os.close(writer)
-    try:
-        reason = _read_all(reader)
-        _, status = os.waitpid(child, 0)
-    finally:
-        os.close(reader)
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        cause = reason.decode(errors="replace") or (
-            f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-        )
-        raise IndexSaveFailed(f"cannot write index {path}: {cause}")
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    """Linux's prctl, looked up once here: a forked child must not load a library (another
-    thread may have held the loader's lock when it was forked)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return prctl
-
-
-_PRCTL: Final = _load_prctl()
-
-
-def _die_with(parent: int) -> None:
-    """The writing child dies with the daemon: one killed mid-save must not go on writing the
-    temporary file the next daemon writes too."""
-    if _PRCTL is not None:
-        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the daemon died before the line above took effect
-        os._exit(1)
 
 
 def _check_written(path: Path) -> None:
@@ -287,13 +211,6 @@ def _check_written(path: Path) -> None:
             f"cannot write index {path}: {size} bytes, less than the {least} its "
             f"{count} elements take (is the disk full?)"
         )
-
-
-def _read_all(descriptor: int) -> bytes:
-    chunks = []
-    while chunk := os.read(descriptor, FAILURE_BYTES):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def load_verified(engine: Any, path: Path, meta: IndexMeta) -> None:
