@@ -241,5 +241,6 @@ class Database(
             (TIER_EPOCH_META_KEY, ROWS_DELETED_META_KEY),
         )
         # ":" where the stamps before 0012 had "-": an index saved under one of those is
-        # rebuilt once rather than matched by accident.
+        # rebuilt once rather than matched by accident. The three parts after the first
+        # two are what tiers depend on: `tier_stamp` takes them by position.
         return ":".join(str(v) for v in row) if row else "0:0:0:0:0"

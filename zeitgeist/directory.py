@@ -62,6 +62,16 @@ def _current_version(path: Path) -> str | None:
     return digest.hexdigest()
 
 
+def _write_fsynced(path: Path, data: bytes) -> Path:
+    """`data` in a new file at `path` (its folder made if missing), on disk when it returns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "xb") as stream:
+        stream.write(data)
+        stream.flush()
+        os.fsync(stream.fileno())
+    return path
+
+
 def _fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -98,20 +108,14 @@ class DirectoryBackend:
     def _write_temp(self, path: Path, data: bytes) -> Path:
         """A fsynced file with `data` next to `path`, under a name no listing shows."""
         temp = path.with_name(f"{TEMP_PREFIX}{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
-        for attempt in range(1, FOLDER_VANISHED_ATTEMPTS + 1):
+        for _ in range(FOLDER_VANISHED_ATTEMPTS - 1):
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(temp, "xb") as stream:
-                    stream.write(data)
-                    stream.flush()
-                    os.fsync(stream.fileno())
-                return temp
+                return _write_fsynced(temp, data)
             except (FileNotFoundError, FileExistsError):
                 # Another process removed the folder as it emptied (a probe finishing):
                 # the folder is made again; once this file is in it, it is not empty.
-                if attempt == FOLDER_VANISHED_ATTEMPTS:
-                    raise
-        raise AssertionError("unreachable")
+                continue
+        return _write_fsynced(temp, data)
 
     @contextlib.contextmanager
     def _exclusive_lock(self) -> Iterator[None]:
