@@ -79,7 +79,8 @@ def tier_stamp(change_stamp: str) -> str:
     What is read per tier (the cold tier's vectors, the tombstoned and cold sets, learned
     keys of chunks not tombstoned) is kept per this part: a save or an admission adds a
     live chunk and moves the whole stamp, and re-reading the cold tier then made the next
-    recall read every cold embedding (77 ms at 20,000 chunks, 60 % cold).
+    recall read every cold embedding (save then recall 0.5 s at
+    100,000 chunks, 60 % cold: docs/benchmarks.md, runs S).
     """
     return change_stamp.split(":", 2)[-1]
 

@@ -182,8 +182,8 @@ class IndexSaveFailed(VectorIndexError):
 def write_engine(engine: Any, path: Path) -> None:
     """hnswlib's `save_index(path)`, and a check that it wrote the whole file.
 
-    hnswlib holds the GIL for the whole write (0.2-0.3 s at 100,000 chunks of 384
-    dimensions on 2 cores), so every other thread of the process waits meanwhile; the
+    hnswlib holds the GIL for the whole write (hundreds of milliseconds at 100,000 chunks
+    on 2 cores), so every other thread of the process waits meanwhile; the
     daemon writes its index at most every `index.save_interval_s`. A forked child writing
     it instead was tried and withdrawn: fork() runs OpenBLAS's atfork handler, which
     waited for the library's thread pool while a request thread was in a matrix product,
