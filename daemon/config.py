@@ -259,6 +259,7 @@ class RecallConfig:
     top_k: int = defaults.RECALL_TOP_K
     candidates: int = defaults.RECALL_CANDIDATES
     exact_filter_scale: float = defaults.RECALL_EXACT_FILTER_SCALE
+    cold_graph_from: int = defaults.RECALL_COLD_GRAPH_FROM
     rrf_k: float = defaults.RECALL_RRF_K
     salience_bound: float = defaults.RECALL_SALIENCE_BOUND
     confidence_bound: float = defaults.RECALL_CONFIDENCE_BOUND
@@ -280,6 +281,10 @@ class RecallConfig:
         if not self.exact_filter_scale >= 0:
             raise ConfigError(
                 f"recall.exact_filter_scale must be >= 0, got {self.exact_filter_scale}"
+            )
+        if self.cold_graph_from < 0:
+            raise ConfigError(
+                f"recall.cold_graph_from must be >= 0 (0: always exact), got {self.cold_graph_from}"
             )
         if not -1.0 <= self.key_min_similarity <= 1.0:
             raise ConfigError(

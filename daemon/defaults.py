@@ -181,6 +181,17 @@ RECALL_CANDIDATES: Final = 100
 #: 2.6x as much exactly there. 500 switches at 7,071: at every size measured, either
 #: kind then takes at most 1.7x its faster path's p50 (docs/benchmarks.md).
 RECALL_EXACT_FILTER_SCALE: Final = 500.0
+#: From this many cold chunks on, the API searches the cold tier through a graph of it
+#: rather than reading every cold embedding per query (daemon/cold_search.py). The exact
+#: search costs about 2.3 ms per query at 60,000 cold chunks (scripts/bench_recall.py
+#: --cold-share 0.6, 100k chunks), so about 0.3 ms at this size: below one k-NN query of
+#: the live index at 100k. 0 searches exactly at every size.
+RECALL_COLD_GRAPH_FROM: Final = 8_192
+#: A cold graph is built again once this many chunks went cold since it was built (they
+#: are searched exactly meanwhile: 2,048 embeddings cost well under 0.1 ms)...
+COLD_GRAPH_PENDING_MAX: Final = 2_048
+#: ... or this many of its chunks left the cold tier (each widens every search by one).
+COLD_GRAPH_SKIP_MAX: Final = 256
 RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
 RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND
 #: Confidence multiplies relevance by at most 1 +- this; 0 (off) by the efficacy

@@ -163,11 +163,11 @@ def rank_query(
     # the query (a usable key): otherwise one question's words would pull its chunk
     # into every query that shares a word with it.
     learned = [label for label in found.learned if label in key_scores]
-    labels.update(_cold_candidates(rt, vector, pool, stamp))
+    tiers = _tier_sets(rt, stamp)
+    labels.update(rt.cold_search.candidates(rt, stamp, tiers.cold, vector, pool))
     labels -= exclude
     if allowed is not None:
         labels &= allowed
-    tiers = _tier_sets(rt, stamp)
     labels -= tiers.tombstoned
     if not labels:
         return []
@@ -309,11 +309,6 @@ def _vector_candidates(
     labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
     found: list[int] = labels[0].tolist()
     return found
-
-
-def _cold_candidates(rt: Runtime, vector: Vector, n: int, stamp: str) -> list[int]:
-    labels, vectors = rt.cold_vectors(stamp)
-    return _nearest(labels, vectors, vector, n)
 
 
 def _key_scores(rt: Runtime, vector: Vector, stamp: str) -> dict[int, float]:

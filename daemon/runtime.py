@@ -16,6 +16,7 @@ import numpy.typing as npt
 from dreamcycle.daemon import metrics
 from dreamcycle.daemon.backend_probe import probed_backend
 from dreamcycle.daemon.clock import Clock, clock_from_config
+from dreamcycle.daemon.cold_search import EXACT_CACHE, ColdSearch
 from dreamcycle.daemon.config import Config
 from dreamcycle.daemon.defaults import STARTUP_PROBE_DEADLINE_S
 from dreamcycle.daemon.health import BackendHealth, ObservedBackend
@@ -149,6 +150,8 @@ class Runtime:
     recall_cache: StampedCache = field(default_factory=StampedCache, repr=False)
     #: Stored embeddings recall has read, kept: an admitted chunk's never changes.
     stored_vectors: StoredVectors = field(default_factory=StoredVectors, repr=False)
+    #: The cold tier's search: exact here, through a graph in the daemon's API.
+    cold_search: ColdSearch = field(default_factory=ColdSearch, repr=False)
     _lock_file: IO[str] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -235,10 +238,10 @@ class Runtime:
     def cold_vectors(self, stamp: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """Labels and embeddings of the cold tier, read once per database state `stamp`."""
         tiers_at = tier_stamp(stamp)
-        cached = self.recall_cache.get("cold", tiers_at)
+        cached = self.recall_cache.get(EXACT_CACHE, tiers_at)
         if cached is None:
             cached = self.recall_cache.put(
-                "cold",
+                EXACT_CACHE,
                 tiers_at,
                 tiers.cold_vectors(self.db, self.embedder.index_version, self.embedder.dim),
             )

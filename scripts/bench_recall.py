@@ -101,7 +101,12 @@ PERCENTILES: Final = (50, 99)
 #: takes tens of milliseconds, so at this rate most cycles have one, as in process.
 PULSE_TEXTS: Final = 50
 PULSE_EVERY_S: Final = 0.05
-FLOOR_FIGURE: Final = "HTTP floor (baseline)"
+#: What the daemon logs once its cold tier's graph is built, and how long that may take.
+COLD_GRAPH_LINE: Final = "cold tier graph built"
+COLD_GRAPH_TIMEOUT_S: Final = 600.0
+#: How a baseline's figure name ends: the targets are ratios to these, measured alone.
+BASELINE_MARK: Final = "(baseline)"
+FLOOR_FIGURE: Final = f"HTTP floor {BASELINE_MARK}"
 FLOOR_PATH: Final = "Hypercorn, bare ASGI app"
 
 Vectors = npt.NDArray[np.float32]
@@ -409,8 +414,19 @@ def _socket_client(socket_path: Path) -> httpx.Client:
     )
 
 
+def wait_for_line(log_path: Path, line: str, timeout_s: float) -> None:
+    """Until the daemon's log holds `line` (the daemon builds the cold graph at start)."""
+    deadline = time.monotonic() + timeout_s
+    while line not in log_path.read_text(encoding="utf-8", errors="replace"):
+        if time.monotonic() > deadline:
+            raise BenchmarkError(f"the daemon did not log {line!r} within {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
 @contextmanager
-def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, int]]:
+def daemon(
+    data_dir: Path, interval_s: float, *, ready_line: str | None = None
+) -> Iterator[tuple[httpx.Client, int]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
     env.update({"DREAMCYCLE_API_ENABLED": "1", "DREAMCYCLE_API_PORT": "0",
                 "DREAMCYCLE_METRICS_LISTEN": "", "DREAMCYCLE_SWEEP_ENABLED": "0"})  # fmt: skip
@@ -420,6 +436,8 @@ def daemon(data_dir: Path, interval_s: float) -> Iterator[tuple[httpx.Client, in
     socket_path = data_dir / "api.sock"
     with _served(command, env, log_path, socket_path, "/readyz", "the daemon") as served:
         client, process = served
+        if ready_line is not None:
+            wait_for_line(log_path, ready_line, COLD_GRAPH_TIMEOUT_S)
         yield client, process.pid
 
 
@@ -481,19 +499,32 @@ def main(argv: list[str] | None = None) -> int:
         peer = rt.open_peer()
         ops = Operations(rt)
         ops.attach(peer)
+        # As the daemon does at start, before the figures: the cold tier's graph.
+        graph_wanted = 0 < config.recall.cold_graph_from <= int(args.chunks * args.cold_share)
+        ready_line = COLD_GRAPH_LINE if graph_wanted else None
+        if graph_wanted:
+            started = time.perf_counter()
+            while not ops.cold_search.ready:
+                if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
+                    raise BenchmarkError("the cold tier's graph was not built in time")
+                time.sleep(0.05)
+            print(f"cold tier graph built in {time.perf_counter() - started:.1f} s")
         pool = config.recall.candidates
         texts = [corpus.query() for _ in range(args.calls)]
         workload = Workload(corpus, query_vectors, in_process_call(ops))
         baselines: list[Figure] = [
-            ("raw k-NN (baseline)", "hnswlib",
+            (f"raw k-NN {BASELINE_MARK}", "hnswlib",
              lambda i: peer.index.knn_many(query_vectors[i][None, :], pool)),
-            ("embed one text (baseline)", "fastembed",
+            (f"embed one text {BASELINE_MARK}", "fastembed",
              lambda i: ops._embedder.embed_one(texts[i])),
         ]  # fmt: skip
         rows += measure_rounds(baselines + workload.figures("in process"), args.calls, args.rounds)
         with cycles_beside(peer, ops, corpus) as cycles:
+            # The baselines again beside the cycles: what the machine's two cores leave
+            # to any caller while a cycle takes one, before the API adds its part.
+            beside = [(name, f"{path}, cycles running", call) for name, path, call in baselines]
             rows += measure_rounds(
-                workload.figures("in process, cycles running"), args.calls, args.rounds
+                beside + workload.figures("in process, cycles running"), args.calls, args.rounds
             )
         print(f"{cycles[0]} cycles, each with a pulse, ran beside the in-process figures")
         in_process_rss = rss_mib(os.getpid())
@@ -503,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         rt.close()
         daemon_rss: float | None = None
         if not args.in_process_only:
-            with daemon(data_dir, 3600.0) as (client, pid):
+            with daemon(data_dir, 3600.0, ready_line=ready_line) as (client, pid):
                 time.sleep(2.0)  # the first cycle runs at start
                 http = Workload(corpus, query_vectors, http_call(client))
                 answer = Path(scratch) / "answer.json"
@@ -515,7 +546,10 @@ def main(argv: list[str] | None = None) -> int:
                         [floor_figure, *http.figures("HTTP, Unix socket")], args.calls, args.rounds
                     )
                 daemon_rss = rss_mib(pid)
-            with daemon(data_dir, 0.01) as (client, pid), pulses_beside(data_dir, corpus) as sent:
+            with (
+                daemon(data_dir, 0.01, ready_line=ready_line) as (client, pid),
+                pulses_beside(data_dir, corpus) as sent,
+            ):
                 http = Workload(corpus, query_vectors, http_call(client))
                 rows += measure_rounds(
                     http.figures("HTTP, Unix socket, cycles running"), args.calls, args.rounds
@@ -524,12 +558,15 @@ def main(argv: list[str] | None = None) -> int:
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
     floor_p99 = next((r["p99_ms"] for r in rows if r["figure"] == FLOOR_FIGURE), None)
-    measured = [r for r in rows[2:] if r["figure"] != FLOOR_FIGURE]
     idle = {
         (r["figure"], r["path"].replace(", cycles running", "")): r
-        for r in measured
+        for r in rows
         if "cycles" not in r["path"]
     }
+    for row in rows:
+        base = idle.get((row["figure"], row["path"].replace(", cycles running", "")))
+        row["x_idle_p99"] = row["p99_ms"] / base["p99_ms"] if base else None
+    measured = [r for r in rows if not r["figure"].endswith(BASELINE_MARK)]
     for row in measured:
         row["x_knn_p99"] = row["p99_ms"] / knn_p99
         row["minus_embed_p99_ms"] = row["p99_ms"] - embed_p99
@@ -537,8 +574,6 @@ def main(argv: list[str] | None = None) -> int:
         row["minus_floor_p99_ms"] = (
             row["p99_ms"] - floor_p99 if over_http and floor_p99 is not None else None
         )
-        base = idle.get((row["figure"], row["path"].replace(", cycles running", "")))
-        row["x_idle_p99"] = row["p99_ms"] / base["p99_ms"] if base else None
     print(machine_summary(machine))
     print(f"{args.chunks} chunks ({args.cold_share:.0%} cold), {args.rounds} rounds of "
           f"{args.calls} calls per figure "

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from dreamcycle.daemon.learning import fusion_weights
-from dreamcycle.daemon.recall import Hit, Vector, _best, _cold_candidates, _key_scores, _nearest
+from dreamcycle.daemon.recall import Hit, Vector, _best, _key_scores, _nearest
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import Candidate, lexical_ranks, rank_candidates
 from dreamcycle.store.embeddings import blob_to_vector
@@ -55,7 +55,8 @@ def reference_rank_query(
         for label in search_lexical(db, query, pool, cold=None, column=LEARNED_COLUMN)
         if label in key_scores
     ]
-    labels.update(_cold_candidates(rt, vector, pool, stamp))
+    cold_labels, cold_vectors = rt.cold_vectors(stamp)  # the exact search of the cold tier
+    labels.update(_nearest(cold_labels, cold_vectors, vector, pool))
     labels -= exclude
     if allowed is not None:
         labels &= allowed

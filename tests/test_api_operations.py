@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from dreamcycle.daemon.api import models
@@ -322,6 +323,36 @@ def test_a_swept_memory_revived_through_the_api_is_live_after_the_next_cycle(
             memory.revive(live)
         with pytest.raises(NotFound):
             memory.revive("0" * 64)
+
+
+def test_the_daemon_searches_a_large_cold_tier_through_its_graph_and_still_finds_it(
+    tmp_path: Path,
+) -> None:
+    """With `recall.cold_graph_from` at 1 the daemon builds the cold tier's graph at start;
+        every swept chunk is then still recalled by its own embedding, marked cold (some have a
+    live twin of the same text, which ranks above them)."""
+    peer = Peer(tmp_path / "data", "cold_graph_peer", tmp_path / "zeitgeist")
+    rows = documentation_chunks(("assert", "for", "while", "try", "raise"), 20)
+    peer.dreamcycle("ingest", str(write_jsonl(tmp_path / "chunks.jsonl", rows)))
+    peer.dreamcycle("run", "--once")
+    peer.dreamcycle(
+        "sweep", "--percentile", "50", "--min-population", "10",
+        settings={"DREAMCYCLE_SWEEP_GRACE_S": "0"},
+    )  # fmt: skip
+    swept = peer.query("SELECT content_hash, embedding FROM observations WHERE cold_at IS NOT NULL")
+    assert len(swept) >= 5
+    settings = {"DREAMCYCLE_RECALL_COLD_GRAPH_FROM": "1"}
+    with running_api(peer, settings) as served, MemoryClient(served.socket_path) as memory:
+        wait_until(
+            lambda: "cold tier graph built" in served.daemon.log(),
+            what="the cold tier's graph",
+            context=served.daemon.log_tail,
+        )
+        for digest, embedding in swept:
+            # By its own embedding: the live index does not hold it, only the cold search.
+            vector = np.frombuffer(embedding, dtype=np.float32).tolist()
+            hits = memory.recall(vector, record=False).hits
+            assert [hit.cold for hit in hits if hit.content_hash == digest] == [True]
 
 
 def test_a_filtered_recall_follows_a_project_changed_by_ingest_while_the_daemon_runs(

@@ -39,6 +39,7 @@ from dreamcycle.daemon.admission import record_admission
 from dreamcycle.daemon.api import models, views
 from dreamcycle.daemon.api.answers import context_hit, context_response, memory_row, recall_hit
 from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
+from dreamcycle.daemon.cold_search import ColdSearch, GraphShape
 from dreamcycle.daemon.confidence import Cause, change_confidence, corroborate
 from dreamcycle.daemon.emit import (
     ConflictingOutcome,
@@ -101,6 +102,15 @@ class Operations:
         self._helper_pool = ThreadPoolExecutor(
             max_workers=config.api.workers, thread_name_prefix="api-helper"
         )
+        #: The cold tier's graph is built on a thread of its own: a build takes seconds,
+        #: and the helpers' work is on the requests' path.
+        self._cold_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-cold-graph")
+        self.cold_search = ColdSearch(
+            config.recall.cold_graph_from,
+            shape=GraphShape(config.index.m, config.index.ef_construction, config.index.ef),
+            background=self._cold_pool,
+            open_db=lambda: Database(config.database_path, prepare=False),
+        )
 
     # ---- life cycle -------------------------------------------------------------------
 
@@ -121,6 +131,11 @@ class Operations:
         # recall reads no embedding from the database. Read in the background meanwhile
         # (recall reads what it misses); the pool's shutdown waits for it.
         self._helper_pool.submit(self._load_stored_vectors)
+        self._cold_pool.submit(self._prepare_cold_search)
+
+    def _prepare_cold_search(self) -> None:
+        # A connection of its own: a build holds it for seconds.
+        self.cold_search.prepare(self._view(Database(self._rt.config.database_path, prepare=False)))
 
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:
@@ -136,6 +151,8 @@ class Operations:
 
     def close(self) -> None:
         self._peer = None
+        self.cold_search.close()
+        self._cold_pool.shutdown(wait=True)
         self._helper_pool.shutdown(wait=True)
         for db in self._opened:
             db.close()
@@ -157,6 +174,7 @@ class Operations:
             clock=self._rt.clock,
             recall_cache=self._cache,
             stored_vectors=self._vectors,
+            cold_search=self.cold_search,
         )
 
     @contextmanager

@@ -1,0 +1,242 @@
+"""How recall searches the cold tier: exactly while it is small, through a graph once large.
+
+An exact search reads every cold embedding per query, a cost that grows with the tier
+(about 2.3 ms at 60,000 cold chunks, docs/benchmarks.md). From `recall.cold_graph_from`
+cold chunks on, the daemon's API searches an HNSW graph of the cold tier instead
+(store/cold_graph.py), approximately, as the live tier is searched through its index.
+
+A graph holds the cold tier as it stood when it was built, and is built off the request
+path (the API's own thread), so no request waits for one:
+- chunks that went cold since are searched exactly beside it (the pending ones);
+- chunks that left the cold tier since (revived, tombstoned) are skipped;
+- once either list outgrows its bound, a new graph is built and replaces the old one;
+- until the first graph is ready, the whole tier is searched exactly.
+
+Which chunks are cold never depends on the graph: only which cold candidates a query
+finds, and ranking then scores every candidate by its exact cosine.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from dreamcycle.daemon import defaults
+from dreamcycle.pulses.ranking import best_labels
+from dreamcycle.store import read_paths
+from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
+from dreamcycle.store.database import Database, tier_stamp
+from dreamcycle.store.read_paths import StoredVectors
+
+if TYPE_CHECKING:
+    from dreamcycle.daemon.runtime import Runtime
+
+__all__ = ["EXACT_CACHE", "ColdSearch", "GraphShape"]
+
+log = logging.getLogger(__name__)
+
+Vector = npt.NDArray[np.float32]
+
+#: recall_cache's entry for the whole cold tier's embeddings (Runtime.cold_vectors).
+EXACT_CACHE = "cold"
+
+
+@dataclass(frozen=True)
+class GraphShape:
+    """hnswlib's M, ef_construction and ef for the cold graph (the live index's, by default)."""
+
+    m: int
+    ef_construction: int
+    ef: int
+
+
+@dataclass(frozen=True)
+class _Remainder:
+    """What one graph misses at one tier stamp."""
+
+    tiers_at: str
+    graph: ColdGraph
+    pending_labels: npt.NDArray[np.int64]
+    pending_vectors: npt.NDArray[np.float32]
+    skip: frozenset[int]
+
+
+class ColdSearch:
+    """The cold tier's nearest chunks to a query. Safe to share between threads.
+
+    `graph_from` 0 searches exactly at every size (a one-shot command, which would spend
+    more on building a graph than on its few queries). `background` runs builds; None
+    builds in the caller's thread, when first needed (tests, the efficacy benchmark).
+    `open_db` gives a background build its own connection.
+    """
+
+    def __init__(
+        self,
+        graph_from: int = 0,
+        *,
+        shape: GraphShape | None = None,
+        pending_max: int = defaults.COLD_GRAPH_PENDING_MAX,
+        skip_max: int = defaults.COLD_GRAPH_SKIP_MAX,
+        background: Executor | None = None,
+        open_db: Callable[[], Database] | None = None,
+    ) -> None:
+        if graph_from < 0 or pending_max < 0 or skip_max < 0:
+            raise ValueError("graph_from, pending_max and skip_max must be >= 0")
+        if background is not None and open_db is None:
+            raise ValueError("a background build needs open_db")
+        self.graph_from = graph_from
+        self._shape = shape or GraphShape(
+            defaults.INDEX_M, defaults.INDEX_EF_CONSTRUCTION, defaults.INDEX_EF
+        )
+        self._pending_max = pending_max
+        self._skip_max = skip_max
+        self._background = background
+        self._open_db = open_db
+        self._lock = threading.Lock()
+        self._graph: ColdGraph | None = None
+        self._remainder: _Remainder | None = None
+        self._building = False
+        #: A build failed: search exactly from then on (always right, only slower).
+        self._broken = False
+        self._closed = False
+        #: Graphs built so far (for tests and logs).
+        self.builds = 0
+
+    @property
+    def ready(self) -> bool:
+        """Whether a graph is built (searches may still be exact: see `graph_from`)."""
+        return self._graph is not None
+
+    def prepare(self, rt: Runtime) -> None:
+        """Build the first graph now, in this thread, if the cold tier is large enough (the
+        API does at start, on its own thread, so that the first queries find it ready)."""
+        if self.graph_from == 0 or self._graph is not None:
+            return
+        with rt.db.snapshot():
+            if len(read_paths.tier_sets(rt.db).cold) < self.graph_from:
+                return
+        with self._lock:
+            if self._building or self._closed or self._broken:
+                return
+            self._building = True
+        self._build(rt.db, rt.stored_vectors, rt.embedder.index_version)
+
+    def close(self) -> None:
+        """Ends a build in progress at its next step; the owner of `background` waits for it."""
+        self._closed = True
+
+    def candidates(
+        self, rt: Runtime, stamp: str, cold: frozenset[int], vector: Vector, n: int
+    ) -> list[int]:
+        """Up to `n` cold chunks nearest to `vector`, best first; `cold` is the cold tier
+        at the database state `stamp`."""
+        if not cold or n <= 0:
+            return []
+        if self.graph_from == 0 or len(cold) < self.graph_from or self._broken:
+            return _exact(rt, stamp, vector, n)
+        graph = self._graph
+        if graph is None:
+            self._start_build(rt)
+            graph = self._graph  # built in this thread when there is no background
+            if graph is None:
+                return _exact(rt, stamp, vector, n)
+        remainder = self._remainder_of(rt, stamp, cold, graph)
+        if len(remainder.pending_labels) > self._pending_max or (
+            len(remainder.skip) > self._skip_max
+        ):
+            self._start_build(rt)
+        labels, cosines = graph.nearest(vector, n, remainder.skip)
+        if len(remainder.pending_labels):
+            labels = np.concatenate([labels, remainder.pending_labels])
+            cosines = np.concatenate([cosines, remainder.pending_vectors @ vector])
+        # The whole tier's embeddings, read while no graph was ready, are not needed now.
+        rt.recall_cache.entries.pop(EXACT_CACHE, None)
+        return best_labels(labels, cosines, n)
+
+    def _remainder_of(
+        self, rt: Runtime, stamp: str, cold: frozenset[int], graph: ColdGraph
+    ) -> _Remainder:
+        tiers_at = tier_stamp(stamp)
+        found = self._remainder
+        if found is not None and found.tiers_at == tiers_at and found.graph is graph:
+            return found
+        pending = np.array(sorted(cold - graph.labels), dtype=np.int64)
+        vectors, present = rt.stored_vectors.gather(rt.db, pending, rt.embedder.index_version)
+        if not len(vectors):
+            vectors = np.zeros((0, rt.embedder.dim), dtype=np.float32)
+        remainder = _Remainder(
+            tiers_at, graph, pending[present], vectors, frozenset(graph.labels - cold)
+        )
+        # Not kept from inside a write transaction: a rollback would undo its stamp.
+        if not read_paths.in_write_transaction(rt.db):
+            self._remainder = remainder
+        return remainder
+
+    def _start_build(self, rt: Runtime) -> None:
+        with self._lock:
+            if self._building or self._closed or self._broken:
+                return
+            self._building = True
+        version = rt.embedder.index_version
+        if self._background is None:
+            self._build(rt.db, rt.stored_vectors, version)
+            return
+        open_db = self._open_db
+        assert open_db is not None, "checked in __init__"
+        self._background.submit(self._build_apart, open_db, rt.stored_vectors, version)
+
+    def _build_apart(
+        self, open_db: Callable[[], Database], vectors: StoredVectors, version: str
+    ) -> None:
+        db = open_db()
+        try:
+            self._build(db, vectors, version)
+        finally:
+            db.close()
+
+    def _build(self, db: Database, vectors: StoredVectors, version: str) -> None:
+        started = time.monotonic()
+        graph: ColdGraph | None = None
+        try:
+            with db.snapshot():
+                cold = np.array(sorted(read_paths.tier_sets(db).cold), dtype=np.int64)
+                matrix, present = vectors.gather(db, cold, version)
+            graph = build_cold_graph(
+                cold[present],
+                matrix,
+                m=self._shape.m,
+                ef_construction=self._shape.ef_construction,
+                ef=self._shape.ef,
+                stop=lambda: self._closed,
+            )
+        except Exception:
+            log.exception("building the cold tier's graph failed; it is searched exactly")
+            self._broken = True
+        finally:
+            with self._lock:
+                if graph is not None:
+                    self._graph = graph
+                    self._remainder = None
+                    self.builds += 1
+                self._building = False
+        if graph is not None:
+            log.info(
+                "cold tier graph built",
+                extra={
+                    "chunks": len(graph.labels),
+                    "seconds": round(time.monotonic() - started, 2),
+                },
+            )
+
+
+def _exact(rt: Runtime, stamp: str, vector: Vector, n: int) -> list[int]:
+    labels, vectors = rt.cold_vectors(stamp)
+    return best_labels(labels, vectors @ vector, n) if len(labels) else []

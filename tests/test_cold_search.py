@@ -1,0 +1,183 @@
+"""Recall's search of the cold tier through a graph (daemon/cold_search.py) finds what the
+exact search finds, follows the tier as it changes, and is rebuilt when it falls behind."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from dreamcycle.daemon import cold_search
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.cold_search import ColdSearch
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.pulses.ranking import best_labels
+from dreamcycle.store import read_paths, tiers
+from dreamcycle.store.cold_graph import build_cold_graph
+from dreamcycle.store.database import Database, NewObservation
+
+NOW_MS = 1_700_000_000_000
+CHUNKS = 400
+COLD = 300
+POOL = 20
+
+
+def _unit(rng: np.random.Generator, rows: int, dim: int) -> npt.NDArray[np.float32]:
+    raw = rng.standard_normal((rows, dim)).astype(np.float32)
+    unit: npt.NDArray[np.float32] = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    return unit
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Iterator[Runtime]:
+    config = load_config(
+        None,
+        environ={},
+        overrides={"peer.data_dir": str(tmp_path / "data"), "peer.id": "p1", "metrics.listen": ""},
+    )
+    runtime = Runtime.open(config, clock=ManualClock(NOW_MS))
+    vectors = _unit(np.random.default_rng(7), CHUNKS, runtime.embedder.dim)
+    with runtime.db.transaction():
+        added = runtime.db.add_observations(
+            [NewObservation(content=f"chunk {i}") for i in range(CHUNKS)], now_ms=NOW_MS
+        )
+        runtime.db.set_embeddings(
+            [a.rowid for a in added],
+            vectors,
+            model_id=runtime.embedder.model_id,
+            index_version=runtime.embedder.index_version,
+        )
+        tiers.move_to_cold(
+            runtime.db, [a.rowid for a in added[:COLD]], reason="test", now_ms=NOW_MS
+        )
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+def _cold(rt: Runtime) -> frozenset[int]:
+    return read_paths.tier_sets(rt.db).cold
+
+
+def _exact(rt: Runtime, vector: npt.NDArray[np.float32]) -> list[int]:
+    labels, vectors = tiers.cold_vectors(rt.db, rt.embedder.index_version, rt.embedder.dim)
+    return best_labels(labels, vectors @ vector, POOL)
+
+
+def _search(rt: Runtime, search: ColdSearch, vector: npt.NDArray[np.float32]) -> list[int]:
+    return search.candidates(rt, rt.db.change_stamp(), _cold(rt), vector, POOL)
+
+
+def _vector_of(rt: Runtime, rowid: int) -> npt.NDArray[np.float32]:
+    matrix, _ = rt.stored_vectors.gather(rt.db, [rowid], rt.embedder.index_version)
+    return np.asarray(matrix[0], dtype=np.float32)
+
+
+def _queries(rt: Runtime, count: int) -> npt.NDArray[np.float32]:
+    return _unit(np.random.default_rng(11), count, rt.embedder.dim)
+
+
+def test_the_graph_finds_the_exact_search_s_candidates_and_is_built_once(rt: Runtime) -> None:
+    search = ColdSearch(graph_from=COLD)
+    for query in _queries(rt, 25):
+        assert _search(rt, search, query) == _exact(rt, query)
+    assert search.builds == 1
+
+
+def test_below_graph_from_the_tier_is_searched_exactly_with_no_graph(rt: Runtime) -> None:
+    search = ColdSearch(graph_from=COLD + 1)
+    query = _queries(rt, 1)[0]
+    assert _search(rt, search, query) == _exact(rt, query)
+    assert search.builds == 0
+    assert ColdSearch().graph_from == 0  # a one-shot command's runtime: always exact
+
+
+def test_chunks_that_went_cold_since_the_build_are_found_and_those_that_left_are_not(
+    rt: Runtime,
+) -> None:
+    search = ColdSearch(graph_from=1, pending_max=10, skip_max=10)
+    _search(rt, search, _queries(rt, 1)[0])
+    assert search.builds == 1
+    live = sorted(set(range(1, CHUNKS + 1)) - _cold(rt))
+    went_cold, left = live[0], min(_cold(rt))
+    with rt.db.transaction():
+        tiers.move_to_cold(rt.db, [went_cold], reason="test", now_ms=NOW_MS)
+        tiers.revive(rt.db, left)
+    assert _search(rt, search, _vector_of(rt, went_cold))[0] == went_cold
+    assert left not in _search(rt, search, _vector_of(rt, left))
+    for query in _queries(rt, 10):
+        assert _search(rt, search, query) == _exact(rt, query)
+    assert search.builds == 1  # within both bounds: the first graph still serves
+
+
+@pytest.mark.parametrize("outgrown", ["pending", "skip"])
+def test_a_graph_that_fell_behind_is_built_again(rt: Runtime, outgrown: str) -> None:
+    search = ColdSearch(graph_from=1, pending_max=3, skip_max=3)
+    _search(rt, search, _queries(rt, 1)[0])
+    cold = sorted(_cold(rt))
+    live = sorted(set(range(1, CHUNKS + 1)) - set(cold))
+    with rt.db.transaction():
+        if outgrown == "pending":
+            tiers.move_to_cold(rt.db, live[:4], reason="test", now_ms=NOW_MS)
+        else:
+            for rowid in cold[:4]:
+                tiers.revive(rt.db, rowid)
+    query = _queries(rt, 1)[0]
+    assert _search(rt, search, query) == _exact(rt, query)
+    assert search.builds == 2
+
+
+def test_a_background_build_leaves_the_query_exact_until_the_graph_is_ready(
+    rt: Runtime,
+) -> None:
+    path = rt.config.database_path
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        search = ColdSearch(
+            graph_from=1, background=pool, open_db=lambda: Database(path, prepare=False)
+        )
+        query = _queries(rt, 1)[0]
+        assert _search(rt, search, query) == _exact(rt, query)
+    assert search.builds == 1
+    assert _search(rt, search, query) == _exact(rt, query)
+    assert search.builds == 1
+
+
+def test_a_failed_build_leaves_the_tier_searched_exactly(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def failing(*args: object, **kwargs: object) -> None:
+        raise MemoryError("no room for the graph")
+
+    monkeypatch.setattr(cold_search, "build_cold_graph", failing)
+    search = ColdSearch(graph_from=1)
+    with caplog.at_level(logging.ERROR, logger=cold_search.__name__):
+        for query in _queries(rt, 3):
+            assert _search(rt, search, query) == _exact(rt, query)
+    assert search.builds == 0
+    assert sum("cold tier's graph failed" in r.message for r in caplog.records) == 1
+
+
+def test_a_graph_is_the_same_for_the_same_tier_and_a_stopped_build_gives_none() -> None:
+    rng = np.random.default_rng(3)
+    vectors = _unit(rng, 500, 32)
+    labels = rng.permutation(np.arange(1000, 1500)).astype(np.int64)
+    shape = functools.partial(build_cold_graph, m=16, ef_construction=100, ef=64)
+    first = shape(labels, vectors)
+    again = shape(labels[::-1].copy(), vectors[::-1].copy())
+    assert first is not None and again is not None
+    for query in _unit(rng, 20, 32):
+        found, cosines = first.nearest(query, 10, frozenset())
+        same, _ = again.nearest(query, 10, frozenset())
+        assert found.tolist() == same.tolist()
+        assert np.all(np.diff(cosines) <= 1e-6)  # best first
+        skipped, _ = first.nearest(query, 10, frozenset(found[:3].tolist()))
+        assert set(skipped.tolist()).isdisjoint(found[:3].tolist())
+    assert shape(labels, vectors, stop=lambda: True) is None
