@@ -40,6 +40,7 @@ up for that one run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -64,9 +65,11 @@ from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.keys import init_key
+from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.service import share_the_interpreter
-from dreamcycle.store import tiers
+from dreamcycle.pulses.ranking import best_labels
+from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.embedder import DEFAULT_DIM
 from scripts.bench_common import (
@@ -283,6 +286,37 @@ class Workload:
             ("context bundle", path, self.context),
             ("save, then recall", path, self.save_then_recall),
         ]
+
+
+def graph_agreement(
+    rt: Runtime, peer: Peer, ops: Operations, vectors: Vectors, pool: int
+) -> dict[str, float]:
+    """How close the cold tier's graph comes to its exact search, beside how close the
+    live index comes to the live tier's: the share of each exact search's `pool` nearest
+    that the approximate one finds, and the share of queries whose top hits are the same
+    both ways (exact cold search against the graph, the live index as it is)."""
+    through_graph = dataclasses.replace(rt, cold_search=ops.cold_search)
+    stamp = rt.db.change_stamp()
+    cold = read_paths.tier_sets(rt.db).cold
+    live, live_vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
+    live_found, cold_found, same_hits = [], [], []
+    for vector in vectors:
+        exact_live = set(best_labels(live, live_vectors @ vector, pool))
+        labels, _ = peer.index.knn_many(vector[None, :], pool)
+        live_found.append(len(exact_live & set(labels[0].tolist())) / len(exact_live))
+        exact_cold = set(rt.cold_search.candidates(rt, stamp, cold, vector, pool))
+        graph_cold = set(ops.cold_search.candidates(through_graph, stamp, cold, vector, pool))
+        cold_found.append(len(exact_cold & graph_cold) / max(len(exact_cold), 1))
+        hits = [
+            [hit.rowid for hit in rank_query(view, "", vector, rt.config.recall.top_k)]
+            for view in (rt, through_graph)
+        ]
+        same_hits.append(float(hits[0] == hits[1]))
+    return {
+        "live_index_found": float(np.mean(live_found)),
+        "cold_graph_found": float(np.mean(cold_found)),
+        "same_top_hits": float(np.mean(same_hits)),
+    }
 
 
 def in_process_call(ops: Operations) -> Callable[[str, Any], Any]:
@@ -509,6 +543,19 @@ def main(argv: list[str] | None = None) -> int:
                     raise BenchmarkError("the cold tier's graph was not built in time")
                 time.sleep(0.05)
             print(f"cold tier graph built in {time.perf_counter() - started:.1f} s")
+        agreement = (
+            graph_agreement(rt, peer, ops, query_vectors, config.recall.candidates)
+            if graph_wanted
+            else None
+        )
+        if agreement is not None:
+            print(
+                f"of the exact {config.recall.candidates} nearest: the live index finds "
+                f"{agreement['live_index_found']:.1%}, the cold graph "
+                f"{agreement['cold_graph_found']:.1%}; top {config.recall.top_k} hits the "
+                f"same as with the exact cold search: {agreement['same_top_hits']:.1%} of "
+                f"{len(query_vectors)} queries"
+            )
         pool = config.recall.candidates
         texts = [corpus.query() for _ in range(args.calls)]
         workload = Workload(corpus, query_vectors, in_process_call(ops))
@@ -599,7 +646,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(
         args.out,
         {"machine": machine, "chunks": args.chunks, "calls": args.calls, "rounds": args.rounds,
-         "cold_share": args.cold_share,
+         "cold_share": args.cold_share, "cold_graph_agreement": agreement,
          "switch_interval_s": sys.getswitchinterval(),
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss}, "rows": rows},
     )  # fmt: skip
