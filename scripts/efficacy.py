@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.cold_search import ColdSearch, GraphShape
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.emit import emit_outcome
@@ -295,7 +296,13 @@ def _swept_fraction(sim: Simulation) -> float:
 
 
 def simulate(
-    corpus: Corpus, variant: Variant, embedder: CachedEmbedder, root: Path, *, epochs: int
+    corpus: Corpus,
+    variant: Variant,
+    embedder: CachedEmbedder,
+    root: Path,
+    *,
+    epochs: int,
+    cold_graph: bool = False,
 ) -> dict[str, Any]:
     clock = ManualClock(START_MS)
     data_dir = root / variant.name
@@ -304,6 +311,14 @@ def simulate(
     init_key(config)  # a peer signs what it publishes, snapshots included
     rt = Runtime.open(config, clock=clock)
     rt.embedder = embedder  # type: ignore[assignment]
+    if cold_graph:
+        index = config.index
+        rt.cold_search = ColdSearch(
+            graph_from=1,
+            pending_max=0,
+            skip_max=0,
+            shape=GraphShape(index.m, index.ef_construction, index.ef),
+        )
     peer = rt.open_peer()
     hashes = {t.chunk_id: content_hash(t.text) for t in corpus.turns}
     sim = Simulation(corpus, variant, rt, peer, clock, {h: c for c, h in hashes.items()}, hashes)
@@ -427,6 +442,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(QUICK_VARIANTS),
         help=f"comma-separated, or 'all' ({', '.join(v.name for v in VARIANTS)})",
     )
+    parser.add_argument(
+        "--cold-graph",
+        action="store_true",
+        help="search the cold tier through a graph of it at every size, built again at "
+        "every change of the tier (the daemon's API does from recall.cold_graph_from cold "
+        "chunks on; otherwise exactly)",
+    )
     parser.add_argument("--json", type=Path, default=Path("bench-results/efficacy.json"))
     parser.add_argument("--html", type=Path, help="also write the HTML report here")
     parser.add_argument(
@@ -442,9 +464,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown configuration(s): {', '.join(unknown)}")
     variants = [v for v in VARIANTS if v.name in names]
-    results = run(corpus, variants, epochs=args.epochs, progress=print)
+    results = run(corpus, variants, epochs=args.epochs, progress=print, cold_graph=args.cold_graph)
     results["params"].update(
-        format=args.format, size=str(args.size), seed=args.seed, data=str(args.data or "")
+        format=args.format,
+        size=str(args.size),
+        seed=args.seed,
+        data=str(args.data or ""),
+        cold_search="graph" if args.cold_graph else "exact",
     )
     print_table(table_rows(results))
     write_json(args.json, results)
@@ -463,6 +489,7 @@ def run(
     *,
     epochs: int = DEFAULT_EPOCHS,
     progress: Callable[[str], None] | None = None,
+    cold_graph: bool = False,
 ) -> dict[str, Any]:
     """Every configuration on `corpus`; the `results` dict of scripts.efficacy_report."""
     probe = Runtime.open(_config(Path(tempfile.mkdtemp(prefix="dc-efficacy-")), VARIANTS[0]))
@@ -480,7 +507,9 @@ def run(
     try:
         for variant in variants:
             started = time.perf_counter()
-            configs.append(simulate(corpus, variant, embedder, root, epochs=epochs))
+            configs.append(
+                simulate(corpus, variant, embedder, root, epochs=epochs, cold_graph=cold_graph)
+            )
             if progress:
                 progress(f"{variant.name}: {time.perf_counter() - started:.1f} s")
     finally:
