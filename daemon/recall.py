@@ -197,11 +197,7 @@ def rank_query(
         saliences=saliences,
         lexical_ranks=_by_candidate(ranks, candidates, 0, np.int64),
         key_similarities=_by_candidate(key_scores, candidates, np.nan, np.float64),
-        cold=(
-            np.array([c in tiers.cold or c in assume_cold for c in candidates], dtype=np.bool_)
-            if tiers.cold or assume_cold
-            else np.zeros(len(candidates), dtype=np.bool_)
-        ),
+        cold=_cold_mask(tiers, assume_cold, label_array),
         learned_ranks=_by_candidate(learned_ranks, candidates, 0, np.int64),
         confidences=confidences,
     )
@@ -228,6 +224,16 @@ def rank_query(
         for r in ranked
         if (row := shown.get(r.label)) is not None
     ]
+
+
+def _cold_mask(
+    tiers: read_paths.TierSets, assume_cold: frozenset[int], labels: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """Which candidates rank as cold: those in the cold tier, and those assumed to be."""
+    cold = tiers.cold_among(labels)
+    if assume_cold:
+        cold |= np.array([label in assume_cold for label in labels.tolist()], dtype=np.bool_)
+    return cold
 
 
 def _by_candidate(

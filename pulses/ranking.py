@@ -322,4 +322,5 @@ def best_labels(
         close = scores >= cut
         labels, scores = labels[close], scores[close]
     order = np.lexsort((labels, -scores))[:n]
-    return [int(label) for label in labels[order]]
+    best: list[int] = np.asarray(labels[order], dtype=np.int64).tolist()
+    return best

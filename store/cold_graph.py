@@ -20,8 +20,6 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.pulses.ranking import best_labels
-
 __all__ = ["BUILD_BATCH", "ColdGraph", "build_cold_graph"]
 
 #: Elements added per step of a build: between steps, `stop` may end it early.
@@ -45,7 +43,8 @@ class ColdGraph:
     def nearest(
         self, vector: npt.NDArray[np.float32], n: int, skip: frozenset[int]
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        """Up to `n` labels not in `skip` and their cosines to `vector`, best first.
+        """Up to `n` labels not in `skip` and their cosines to `vector`, nearest first (ties
+        in hnswlib's order: the caller orders them).
 
         `skip` holds labels that have left the cold tier since the build: the search asks
         for that many more, then drops them.
@@ -61,10 +60,7 @@ class ColdGraph:
         if skip:
             keep = np.array([label not in skip for label in labels.tolist()], dtype=np.bool_)
             labels, cosines = labels[keep], cosines[keep]
-        best = best_labels(labels, cosines, n)
-        position = {label: i for i, label in enumerate(labels.tolist())}
-        chosen = [position[label] for label in best]
-        return labels[chosen], cosines[chosen]
+        return labels[:n], cosines[:n]
 
 
 def build_cold_graph(

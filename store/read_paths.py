@@ -12,6 +12,7 @@ candidate when ranking needs it (`candidate_numbers`).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +40,19 @@ class TierSets:
 
     tombstoned: frozenset[int]
     cold: frozenset[int]
+
+    def cold_among(self, labels: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which of `labels` are cold, for a candidate list in one array operation."""
+        cold = self._cold_sorted
+        if len(cold) == 0 or len(labels) == 0:
+            return np.zeros(len(labels), dtype=np.bool_)
+        at = np.minimum(np.searchsorted(cold, labels), len(cold) - 1)
+        found: npt.NDArray[np.bool_] = cold[at] == labels
+        return found
+
+    @functools.cached_property
+    def _cold_sorted(self) -> npt.NDArray[np.int64]:
+        return np.array(sorted(self.cold), dtype=np.int64)
 
 
 def tier_sets(db: Database) -> TierSets:

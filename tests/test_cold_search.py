@@ -177,7 +177,7 @@ def test_a_graph_is_the_same_for_the_same_tier_and_a_stopped_build_gives_none() 
         found, cosines = first.nearest(query, 10, frozenset())
         same, _ = again.nearest(query, 10, frozenset())
         assert found.tolist() == same.tolist()
-        assert np.all(np.diff(cosines) <= 1e-6)  # best first
+        assert np.all(np.diff(cosines) <= 1e-6)  # nearest first
         skipped, _ = first.nearest(query, 10, frozenset(found[:3].tolist()))
         assert set(skipped.tolist()).isdisjoint(found[:3].tolist())
     assert shape(labels, vectors, stop=lambda: True) is None
