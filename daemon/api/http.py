@@ -4,7 +4,9 @@ Routes live under /v1; /openapi.json and /docs describe them; /mcp serves them a
 tools (daemon/api/mcp_tools.py); /healthz answers while the process lives, /readyz
 once the index is loaded and, in the daemon, while its database, backend and cycles are
 sound (daemon/health.py). Each operation runs in a worker thread behind the API's own
-limiter, never the dream cycle's. The Unix socket's file mode (0600) is its access
+limiter, never the dream cycle's, and its answer is serialized there too; request bodies
+are parsed by pydantic's JSON parser. The event loop, which every request passes through,
+is left the HTTP protocol (about 0.2 ms off a recall by vector, docs/benchmarks.md). The Unix socket's file mode (0600) is its access
 control; TCP requests (/mcp too) carry the configured bearer token. A bad request gets
 a 4xx with the reason; anything unexpected a 500 with a short message, logged, and the
 server goes on.
@@ -22,14 +24,16 @@ from typing import Annotated, Any, TypeVar
 import trio
 from fastapi import FastAPI, HTTPException, Query
 from fastapi import Path as PathParameter
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
+from pydantic import BaseModel
 from starlette.routing import Route
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
+from dreamcycle.daemon.api.json_route import PydanticJsonRoute, json_answer
 from dreamcycle.daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import ApiConfig, Config
@@ -37,13 +41,13 @@ from dreamcycle.daemon.health import Health
 from dreamcycle.store.database import InvalidObservation
 
 log = logging.getLogger("dreamcycle.api")
-T = TypeVar("T")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Response]])
 
 #: Paths a TCP client may reach without the token: liveness probes carry no secrets.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -77,10 +81,13 @@ def create_app(
         version="1",
         lifespan=mcp.lifespan,
     )
+    app.router.route_class = PydanticJsonRoute
 
-    async def run(operation: Callable[[], T]) -> T:
+    async def run(operation: Callable[[], BaseModel]) -> Response:
+        """The operation's answer, serialized in the worker thread too: the event loop,
+        which every request passes through, only sends the bytes."""
         try:
-            return await trio.to_thread.run_sync(operation, limiter=limiter)
+            return await trio.to_thread.run_sync(lambda: json_answer(operation()), limiter=limiter)
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from None
         except Conflict as exc:
@@ -95,121 +102,141 @@ def create_app(
                 500, f"internal error ({type(exc).__name__}); see the log"
             ) from None
 
-    @app.post("/v1/recall", responses=_ERRORS, summary="chunks for a query or a vector")
-    async def recall(request: models.RecallRequest) -> models.RecallResponse:
+    def operation(
+        method: str, path: str, answer: type[BaseModel], summary: str
+    ) -> Callable[[Handler], Handler]:
+        """An operation's route; `answer` describes, in the OpenAPI document, what `run`
+        returns already serialized."""
+        return app.api_route(
+            path, methods=[method], responses=_ERRORS, response_model=answer, summary=summary
+        )
+
+    @operation("POST", "/v1/recall", models.RecallResponse, "chunks for a query or a vector")
+    async def recall(request: models.RecallRequest) -> Response:
         return await run(lambda: ops.recall(request))
 
-    @app.post(
+    @operation(
+        "POST",
         "/v1/memories",
-        responses=_ERRORS,
-        summary="store a chunk; recall finds it when this returns",
+        models.SaveResponse,
+        "store a chunk; recall finds it when this returns",
     )
-    async def save(request: models.SaveRequest) -> models.SaveResponse:
+    async def save(request: models.SaveRequest) -> Response:
         return await run(lambda: ops.save(request))
 
-    @app.post("/v1/outcomes", responses=_ERRORS, summary="how a recalled decision turned out")
-    async def outcome(request: models.OutcomeRequest) -> models.Queued:
+    @operation("POST", "/v1/outcomes", models.Queued, "how a recalled decision turned out")
+    async def outcome(request: models.OutcomeRequest) -> Response:
         return await run(lambda: ops.outcome(request))
 
-    @app.post("/v1/pulses", responses=_ERRORS, summary="reward or decay memory near a text")
-    async def pulse(request: models.PulseRequest) -> models.Queued:
+    @operation("POST", "/v1/pulses", models.Queued, "reward or decay memory near a text")
+    async def pulse(request: models.PulseRequest) -> Response:
         return await run(lambda: ops.pulse(request))
 
-    @app.post("/v1/tombstones", responses=_ERRORS, summary="retract a chunk for good")
-    async def tombstone(request: models.TombstoneRequest) -> models.Queued:
+    @operation("POST", "/v1/tombstones", models.Queued, "retract a chunk for good")
+    async def tombstone(request: models.TombstoneRequest) -> Response:
         return await run(lambda: ops.tombstone(request))
 
-    @app.get("/v1/status", responses=_ERRORS, summary="counts, salience, last cycle, index")
-    async def status() -> models.StatusResponse:
+    @operation("GET", "/v1/status", models.StatusResponse, "counts, salience, last cycle, index")
+    async def status() -> Response:
         return await run(ops.status)
 
-    @app.get("/v1/memories/{ref}", responses=_ERRORS, summary="one chunk, by hash or unique prefix")
+    @operation("GET", "/v1/memories/{ref}", models.Memory, "one chunk, by hash or unique prefix")
     async def memory(
         ref: Annotated[str, PathParameter(pattern=models.HASH_OR_UNIQUE_PREFIX)],
-    ) -> models.Memory:
+    ) -> Response:
         return await run(lambda: ops.memory(models.MemoryRequest(ref=ref)))
 
-    @app.get("/v1/forgotten", responses=_ERRORS, summary="what the sweep moved to the cold tier")
+    @operation(
+        "GET", "/v1/forgotten", models.ForgottenResponse, "what the sweep moved to the cold tier"
+    )
     async def forgotten(
         request: Annotated[models.ForgottenRequest, Query()],
-    ) -> models.ForgottenResponse:
+    ) -> Response:
         return await run(lambda: ops.forgotten(request))
 
-    @app.post(
+    @operation(
+        "POST",
         "/v1/supersessions",
-        responses=_ERRORS,
-        summary="save a chunk that replaces another (applied at the next cycle)",
+        models.SupersedeResponse,
+        "save a chunk that replaces another (applied at the next cycle)",
     )
-    async def supersede(request: models.SupersedeRequest) -> models.SupersedeResponse:
+    async def supersede(request: models.SupersedeRequest) -> Response:
         return await run(lambda: ops.supersede(request))
 
-    @app.post(
+    @operation(
+        "POST",
         "/v1/context",
-        responses=_ERRORS,
-        summary="pinned, previously successful and relevant memories for a task, in a budget",
+        models.ContextResponse,
+        "pinned, previously successful and relevant memories for a task, in a budget",
     )
-    async def context(request: models.ContextRequest) -> models.ContextResponse:
+    async def context(request: models.ContextRequest) -> Response:
         return await run(lambda: ops.context(request))
 
-    @app.get(
+    @operation(
+        "GET",
         "/v1/memories/{ref}/explain",
-        responses=_ERRORS,
-        summary="a memory's salience history, decisions, outcomes and learned keys",
+        models.ExplainResponse,
+        "a memory's salience history, decisions, outcomes and learned keys",
     )
-    async def explain(ref: Ref) -> models.ExplainResponse:
+    async def explain(ref: Ref) -> Response:
         return await run(lambda: ops.explain(models.RefRequest(ref=ref)))
 
-    @app.post(
+    @operation(
+        "POST",
         "/v1/memories/{ref}/pin",
-        responses=_ERRORS,
-        summary="set a pin floor (applied and shared at the next cycle)",
+        models.ChunkQueued,
+        "set a pin floor (applied and shared at the next cycle)",
     )
-    async def pin(ref: Ref, body: models.PinBody | None = None) -> models.ChunkQueued:
+    async def pin(ref: Ref, body: models.PinBody | None = None) -> Response:
         floor = {} if body is None else body.model_dump()
         return await run(lambda: ops.pin(models.PinRequest(ref=ref, **floor)))
 
-    @app.post("/v1/memories/{ref}/unpin", responses=_ERRORS, summary="clear the pin floor")
-    async def unpin(ref: Ref) -> models.ChunkQueued:
+    @operation("POST", "/v1/memories/{ref}/unpin", models.ChunkQueued, "clear the pin floor")
+    async def unpin(ref: Ref) -> Response:
         return await run(lambda: ops.unpin(models.RefRequest(ref=ref)))
 
-    @app.post(
+    @operation(
+        "POST",
         "/v1/memories/{ref}/reinforce",
-        responses=_ERRORS,
-        summary="a Reward pulse at this memory, with a reason",
+        models.ChunkQueued,
+        "a Reward pulse at this memory, with a reason",
     )
-    async def reinforce(ref: Ref, body: models.FeedbackBody) -> models.ChunkQueued:
+    async def reinforce(ref: Ref, body: models.FeedbackBody) -> Response:
         return await run(
             lambda: ops.reinforce(models.FeedbackRequest(ref=ref, **body.model_dump()))
         )
 
-    @app.post(
+    @operation(
+        "POST",
         "/v1/memories/{ref}/penalize",
-        responses=_ERRORS,
-        summary="a Decay pulse at this memory, with a reason",
+        models.ChunkQueued,
+        "a Decay pulse at this memory, with a reason",
     )
-    async def penalize(ref: Ref, body: models.FeedbackBody) -> models.ChunkQueued:
+    async def penalize(ref: Ref, body: models.FeedbackBody) -> Response:
         return await run(lambda: ops.penalize(models.FeedbackRequest(ref=ref, **body.model_dump())))
 
-    @app.post(
+    @operation(
+        "POST",
         "/v1/memories/{ref}/revive",
-        responses=_ERRORS,
-        summary="bring a cold memory back to the live tier (at the next cycle)",
+        models.Revival,
+        "bring a cold memory back to the live tier (at the next cycle)",
     )
-    async def revive(ref: Ref) -> models.Revival:
+    async def revive(ref: Ref) -> Response:
         return await run(lambda: ops.revive(models.RefRequest(ref=ref)))
 
-    @app.post(
+    @operation(
+        "POST",
         "/v1/memories/{ref}/update",
-        responses=_ERRORS,
-        summary="new content supersedes the memory; a new title, topic or importance revises it",
+        models.UpdateResponse,
+        "new content supersedes the memory; a new title, topic or importance revises it",
     )
-    async def update(ref: Ref, body: models.UpdateBody) -> models.UpdateResponse:
+    async def update(ref: Ref, body: models.UpdateBody) -> Response:
         return await run(lambda: ops.update(models.UpdateRequest(ref=ref, **body.model_dump())))
 
-    @app.get("/v1/timeline", responses=_ERRORS, summary="memories by time, newest first")
+    @operation("GET", "/v1/timeline", models.TimelineResponse, "memories by time, newest first")
     async def timeline(
         request: Annotated[models.TimelineRequest, Query()],
-    ) -> models.TimelineResponse:
+    ) -> Response:
         return await run(lambda: ops.timeline(request))
 
     # MCP's streamable HTTP transport: the same operations as tools, for agents.
