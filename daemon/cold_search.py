@@ -12,12 +12,16 @@ path (the API's own thread), so no request waits for one:
 - once either list outgrows its bound, a new graph is built and replaces the old one;
 - until the first graph is ready, the whole tier is searched exactly.
 
+In the API a query's graph search runs on a helper thread while the caller searches the
+live index (hnswlib lets go of the GIL while it searches): the two take about as long.
+
 Which chunks are cold never depends on the graph: only which cold candidates a query
 finds, and ranking then scores every candidate by its exact cosine.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -75,7 +79,9 @@ class ColdSearch:
     `graph_from` 0 searches exactly at every size (a one-shot command, which would spend
     more on building a graph than on its few queries). `background` runs builds; None
     builds in the caller's thread, when first needed (tests, the efficacy benchmark).
-    `open_db` gives a background build its own connection.
+    `open_db` gives a background build its own connection. `helpers` search the graph
+    beside the caller's search of the live index (see `begin`); None searches it in the
+    caller's thread.
     """
 
     def __init__(
@@ -87,6 +93,7 @@ class ColdSearch:
         skip_max: int = defaults.COLD_GRAPH_SKIP_MAX,
         background: Executor | None = None,
         open_db: Callable[[], Database] | None = None,
+        helpers: Executor | None = None,
     ) -> None:
         if graph_from < 0 or pending_max < 0 or skip_max < 0:
             raise ValueError("graph_from, pending_max and skip_max must be >= 0")
@@ -100,6 +107,7 @@ class ColdSearch:
         self._skip_max = skip_max
         self._background = background
         self._open_db = open_db
+        self._helpers = helpers
         self._lock = threading.Lock()
         self._graph: ColdGraph | None = None
         self._remainder: _Remainder | None = None
@@ -138,28 +146,42 @@ class ColdSearch:
     ) -> list[int]:
         """Up to `n` cold chunks nearest to `vector`, best first; `cold` is the cold tier
         at the database state `stamp`."""
+        return self.begin(rt, stamp, cold, vector, n)()
+
+    def begin(
+        self, rt: Runtime, stamp: str, cold: frozenset[int], vector: Vector, n: int
+    ) -> Callable[[], list[int]]:
+        """`candidates`, started: what it returns gives the answer. With `helpers`, the
+        graph is searched on a helper thread meanwhile (recall searches the live index);
+        what reads the database runs here, in the caller's thread and snapshot."""
         if not cold or n <= 0:
-            return []
+            return _answered([])
         if self.graph_from == 0 or len(cold) < self.graph_from or self._broken:
-            return _exact(rt, stamp, vector, n)
+            return _answered(_exact(rt, stamp, vector, n))
         graph = self._graph
         if graph is None:
             self._start_build(rt)
             graph = self._graph  # built in this thread when there is no background
             if graph is None:
-                return _exact(rt, stamp, vector, n)
+                return _answered(_exact(rt, stamp, vector, n))
         remainder = self._remainder_of(rt, stamp, cold, graph)
         if len(remainder.pending_labels) > self._pending_max or (
             len(remainder.skip) > self._skip_max
         ):
             self._start_build(rt)
-        labels, cosines = graph.nearest(vector, n, remainder.skip)
-        if len(remainder.pending_labels):
-            labels = np.concatenate([labels, remainder.pending_labels])
-            cosines = np.concatenate([cosines, remainder.pending_vectors @ vector])
+        search = functools.partial(graph.nearest, vector, n, remainder.skip)
+        running = self._helpers.submit(search) if self._helpers is not None else None
         # The whole tier's embeddings, read while no graph was ready, are not needed now.
         rt.recall_cache.entries.pop(EXACT_CACHE, None)
-        return best_labels(labels, cosines, n)
+
+        def merged() -> list[int]:
+            labels, cosines = search() if running is None else running.result()
+            if len(remainder.pending_labels):
+                labels = np.concatenate([labels, remainder.pending_labels])
+                cosines = np.concatenate([cosines, remainder.pending_vectors @ vector])
+            return best_labels(labels, cosines, n)
+
+        return merged
 
     def _remainder_of(
         self, rt: Runtime, stamp: str, cold: frozenset[int], graph: ColdGraph
@@ -235,6 +257,10 @@ class ColdSearch:
                     "seconds": round(time.monotonic() - started, 2),
                 },
             )
+
+
+def _answered(found: list[int]) -> Callable[[], list[int]]:
+    return lambda: found
 
 
 def _exact(rt: Runtime, stamp: str, vector: Vector, n: int) -> list[int]:

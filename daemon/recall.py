@@ -153,6 +153,10 @@ def rank_query(
     pool = cfg.candidates
     # One read of the database's state serves the index check and both caches.
     stamp = db.change_stamp()
+    tiers = _tier_sets(rt, stamp)
+    # The cold tier is searched (on a helper thread, in the API) while this one searches
+    # the live tier.
+    cold_candidates = rt.cold_search.begin(rt, stamp, tiers.cold, vector, pool)
     labels = set(_vector_candidates(rt, vector, pool, index, stamp, allowed))
     key_scores = _key_scores(rt, vector, stamp)
     labels.update(_best(key_scores, pool))
@@ -163,8 +167,7 @@ def rank_query(
     # the query (a usable key): otherwise one question's words would pull its chunk
     # into every query that shares a word with it.
     learned = [label for label in found.learned if label in key_scores]
-    tiers = _tier_sets(rt, stamp)
-    labels.update(rt.cold_search.candidates(rt, stamp, tiers.cold, vector, pool))
+    labels.update(cold_candidates())
     labels -= exclude
     if allowed is not None:
         labels &= allowed

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +24,9 @@ from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.cold_graph import build_cold_graph
 from dreamcycle.store.database import Database, NewObservation
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 NOW_MS = 1_700_000_000_000
 CHUNKS = 400
@@ -90,6 +95,33 @@ def test_the_graph_finds_the_exact_search_s_candidates_and_is_built_once(rt: Run
     for query in _queries(rt, 25):
         assert _search(rt, search, query) == _exact(rt, query)
     assert search.builds == 1
+
+
+class _RecordingPool(ThreadPoolExecutor):
+    """A helper pool that notes the thread each task ran on."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=2, thread_name_prefix="helper")
+        self.ran_on: list[str] = []
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        def recorded() -> T:
+            self.ran_on.append(threading.current_thread().name)
+            return fn(*args, **kwargs)
+
+        return super().submit(recorded)
+
+
+def test_helpers_search_the_graph_and_find_what_the_caller_s_thread_finds(rt: Runtime) -> None:
+    inline = ColdSearch(graph_from=COLD)
+    queries = _queries(rt, 20)
+    with _RecordingPool() as helpers:
+        beside = ColdSearch(graph_from=COLD, helpers=helpers)
+        for query in queries:
+            started = beside.begin(rt, rt.db.change_stamp(), _cold(rt), query, POOL)
+            assert started() == _search(rt, inline, query) == _exact(rt, query)
+    assert len(helpers.ran_on) == len(queries)
+    assert all(name.startswith("helper") for name in helpers.ran_on)
 
 
 def test_below_graph_from_the_tier_is_searched_exactly_with_no_graph(rt: Runtime) -> None:

@@ -98,7 +98,8 @@ class Operations:
         self._write_lock = threading.Lock()
         self._peer: Peer | None = None
         #: Threads beside the callers': a query's words are searched there while the caller
-        #: embeds the query, and the stored embeddings are read there at attach.
+        #: embeds the query, the cold tier's graph while it searches the live index, and
+        #: the stored embeddings are read there at attach.
         self._helper_pool = ThreadPoolExecutor(
             max_workers=config.api.workers, thread_name_prefix="api-helper"
         )
@@ -110,6 +111,7 @@ class Operations:
             shape=GraphShape(config.index.m, config.index.ef_construction, config.index.ef),
             background=self._cold_pool,
             open_db=lambda: Database(config.database_path, prepare=False),
+            helpers=self._helper_pool,
         )
 
     # ---- life cycle -------------------------------------------------------------------
