@@ -5,11 +5,11 @@ tools (daemon/api/mcp_tools.py); /healthz answers while the process lives, /read
 once the index is loaded and, in the daemon, while its database, backend and cycles are
 sound (daemon/health.py). Each operation runs in a worker thread behind the API's own
 limiter, never the dream cycle's, and its answer is serialized there too; request bodies
-are parsed by pydantic's JSON parser. The event loop, which every request passes through,
-is left the HTTP protocol (about 0.2 ms off a recall by vector, docs/benchmarks.md). The Unix socket's file mode (0600) is its access
-control; TCP requests (/mcp too) carry the configured bearer token. A bad request gets
-a 4xx with the reason; anything unexpected a 500 with a short message, logged, and the
-server goes on.
+are parsed by pydantic's JSON parser (daemon/api/json_route.py), so the event loop, which
+every request passes through, is left the HTTP protocol. The Unix socket's file mode
+(0600) is its access control; TCP requests (/mcp too) carry the configured bearer
+token. A bad request gets a 4xx with the reason; anything unexpected a 500 with a short
+message, logged, and the server goes on.
 """
 
 from __future__ import annotations
