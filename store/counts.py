@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from dreamcycle.store.observations import EFFICACY_TYPE
+from dreamcycle.store.observations import COLD_ROWS, EFFICACY_TYPE
 from dreamcycle.store.queries import TableQueries
 
 # Not tombstoned, less the cold tier: each count read from an index alone (asking for both
 # conditions at once reads every live row, 0.13 s at 100k chunks).
 _LIVE_AND_TOMBSTONED: Final = (
     "SELECT (SELECT count(*) FROM observations WHERE deleted_at IS NULL) "
-    "- (SELECT count(*) FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL), "
+    f"- (SELECT count(*) {COLD_ROWS}), "
     "(SELECT count(*) FROM tombstones)"
 )
 #: What `counts` reports, each by the query that counts it.
@@ -26,7 +26,7 @@ _COUNTS: Final = {
     f"WHERE deleted_at IS NULL AND type != '{EFFICACY_TYPE}') - (SELECT count(*) "
     "FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL "
     f"AND type != '{EFFICACY_TYPE}')",
-    "cold": "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND cold_at IS NOT NULL",
+    "cold": f"SELECT count(*) {COLD_ROWS}",
     "learned_keys": "SELECT count(*) FROM learned_keys",
     "pinned": "SELECT count(*) FROM observations WHERE deleted_at IS NULL AND pin_floor > 0",
     "tombstones": "SELECT count(*) FROM tombstones",

@@ -37,6 +37,12 @@ INITIAL_SALIENCE_PER_IMPORTANCE: Final = 0.05
 LOCAL_METADATA_COLUMNS: Final = ("project", "scope", "session_id", "tool_name")
 #: Observations of this type record the daemon's own efficacy; they are not memory to recall.
 EFFICACY_TYPE: Final = "efficacy"
+#: The cold tier's rows that are not tombstoned, read from their own index (migration
+#: 0013) so that no row, embedding included, is visited to test `deleted_at`.
+COLD_ROWS: Final = (
+    "FROM observations INDEXED BY observations_cold_live "
+    "WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
+)
 
 
 def initial_salience(importance: int) -> float:

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.store.database import Database
+from dreamcycle.store.observations import COLD_ROWS
 
 Vector = npt.NDArray[np.float32]
 
@@ -56,11 +57,9 @@ class TierSets:
 
 
 def tier_sets(db: Database) -> TierSets:
-    """Tombstoned and cold chunks, each read from its own index (no row is visited)."""
+    """Tombstoned and cold chunks, each read from an index alone (no row is visited)."""
     tombstoned = db.fetch_packed("id", "FROM observations WHERE deleted_at IS NOT NULL")
-    cold = db.fetch_packed(
-        "id", "FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
-    )
+    cold = db.fetch_packed("id", COLD_ROWS)
     return TierSets(tombstoned=frozenset(tombstoned), cold=frozenset(cold))
 
 

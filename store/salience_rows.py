@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.store.observations import EFFICACY_TYPE
+from dreamcycle.store.observations import COLD_ROWS, EFFICACY_TYPE
 from dreamcycle.store.queries import TableQueries
 from dreamcycle.store.timefmt import iso_from_ms
 
@@ -52,7 +52,7 @@ _SET_PIN_FLOOR: Final = "UPDATE observations SET pin_floor = ?, updated_at = ? W
 _LIVE_AND_COLD_SALIENCE: Final = (
     "SELECT id, salience FROM observations INDEXED BY observations_live WHERE deleted_at IS NULL"
 )
-_COLD_ROWIDS: Final = "SELECT id FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
+_COLD_ROWIDS: Final = f"SELECT id {COLD_ROWS}"
 
 
 class SalienceQueries(TableQueries):

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.store.database import EFFICACY_TYPE, TIER_EPOCH_META_KEY, Database
+from dreamcycle.store.observations import COLD_ROWS
 from dreamcycle.store.timefmt import iso_from_ms
 
 
@@ -79,10 +80,7 @@ def reingested_cold(db: Database) -> list[int]:
     """Cold chunks whose content was ingested again after they went cold."""
     return [
         int(r[0])
-        for r in db.fetch_all(
-            "SELECT id FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL "
-            "AND last_seen_at > cold_at ORDER BY id"
-        )
+        for r in db.fetch_all(f"SELECT id {COLD_ROWS} AND last_seen_at > cold_at ORDER BY id")
     ]
 
 

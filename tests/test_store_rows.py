@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.attributions import SuccessfulDecision
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.journal import JournalStep
@@ -199,3 +200,37 @@ def test_segments_entries_and_cycles_are_recorded_once(db: Database) -> None:
     last = db.last_cycle()
     assert last is not None
     assert (last["id"], last["status"]) == (stale, "interrupted")
+
+
+def test_the_cold_tier_reads_from_its_index_agree_with_the_rows(db: Database) -> None:
+    """Counts, the re-ingested search and the tier sets read the cold tier from its own
+    index (migration 0013): they must see what the rows say, tombstones and re-ingests
+    included, and a read that visited the rows instead would find the same."""
+    live, stays_cold, seen_again, retracted = _admitted_chunks(
+        db, ["still live", "swept and left", "swept then ingested again", "swept then retracted"],
+        now_ms=NOW_MS,
+    )  # fmt: skip
+    with db.transaction():
+        moved = tiers.move_to_cold(
+            db, [stays_cold, seen_again, retracted], reason="sweep", now_ms=NOW_MS + HOUR_MS
+        )
+        db.add_observations([NewObservation(content="swept then ingested again")],
+                            now_ms=NOW_MS + 2 * HOUR_MS)  # fmt: skip
+        db.tombstone(
+            db.observation(retracted).content_hash,  # type: ignore[union-attr]
+            reason="wrong", origin_peer="p", now_ms=NOW_MS + 2 * HOUR_MS,
+            collectable_after_ms=None, journal_seq=None,
+        )  # fmt: skip
+    assert sorted(moved) == sorted([stays_cold, seen_again, retracted])
+
+    assert tiers.reingested_cold(db) == [seen_again]
+    assert read_paths.tier_sets(db).cold == frozenset({stays_cold, seen_again})
+    assert db.live_and_tombstoned() == (1, 1)
+    assert db.counts()["cold"] == 2
+    # The same questions asked of the rows themselves.
+    from_rows = db.fetch_all(
+        "SELECT id, last_seen_at > cold_at FROM observations NOT INDEXED "
+        "WHERE cold_at IS NOT NULL AND deleted_at IS NULL ORDER BY id"
+    )
+    assert [(int(a), bool(b)) for a, b in from_rows] == [(stays_cold, False), (seen_again, True)]
+    assert db.observation(live).live  # type: ignore[union-attr]
