@@ -80,8 +80,9 @@ class ColdSearch:
     more on building a graph than on its few queries). `background` runs builds; None
     builds in the caller's thread, when first needed (tests, the efficacy benchmark).
     `open_db` gives a background build its own connection. `helpers` search the graph
-    beside the caller's search of the live index (see `begin`); None searches it in the
-    caller's thread.
+    beside the caller's search of the live index (see `begin`) whenever `core_to_spare`
+    says a helper would have a core of its own then; None searches it in the caller's
+    thread.
     """
 
     def __init__(
@@ -94,6 +95,7 @@ class ColdSearch:
         background: Executor | None = None,
         open_db: Callable[[], Database] | None = None,
         helpers: Executor | None = None,
+        core_to_spare: Callable[[], bool] = lambda: True,
     ) -> None:
         if graph_from < 0 or pending_max < 0 or skip_max < 0:
             raise ValueError("graph_from, pending_max and skip_max must be >= 0")
@@ -108,6 +110,7 @@ class ColdSearch:
         self._background = background
         self._open_db = open_db
         self._helpers = helpers
+        self._core_to_spare = core_to_spare
         self._lock = threading.Lock()
         self._graph: ColdGraph | None = None
         self._remainder: _Remainder | None = None
@@ -151,8 +154,9 @@ class ColdSearch:
     def begin(
         self, rt: Runtime, stamp: str, cold: frozenset[int], vector: Vector, n: int
     ) -> Callable[[], list[int]]:
-        """`candidates`, started: what it returns gives the answer. With `helpers`, the
-        graph is searched on a helper thread meanwhile (recall searches the live index);
+        """`candidates`, started: what it returns gives the answer. With `helpers` and a
+        core to spare, the graph is searched on a helper thread meanwhile (recall searches
+        the live index);
         what reads the database runs here, in the caller's thread and snapshot."""
         if not cold or n <= 0:
             return _answered([])
@@ -170,7 +174,10 @@ class ColdSearch:
         ):
             self._start_build(rt)
         search = functools.partial(graph.nearest, vector, n, remainder.skip)
-        running = self._helpers.submit(search) if self._helpers is not None else None
+        # A helper without a core of its own would only wait for the caller's: searched
+        # here then.
+        helpers = self._helpers if self._core_to_spare() else None
+        running = helpers.submit(search) if helpers is not None else None
         # The whole tier's embeddings, read while no graph was ready, are not needed now.
         rt.recall_cache.entries.pop(EXACT_CACHE, None)
 

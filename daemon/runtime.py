@@ -343,6 +343,9 @@ class Peer:
     index_writes: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: When this process last wrote the index (None: not yet).
     index_saved_ms: int | None = None
+    #: True while a cycle's phases run (read by the API from its own threads: a running
+    #: cycle takes a core that a request could otherwise use).
+    cycling: bool = False
 
     @property
     def config(self) -> Config:

@@ -124,6 +124,21 @@ def test_helpers_search_the_graph_and_find_what_the_caller_s_thread_finds(rt: Ru
     assert all(name.startswith("helper") for name in helpers.ran_on)
 
 
+def test_without_a_core_to_spare_the_graph_is_searched_in_the_callers_thread(
+    rt: Runtime,
+) -> None:
+    queries = _queries(rt, 4)
+    spare = [False, True, False, False]
+    with _RecordingPool() as helpers:
+        search = ColdSearch(graph_from=COLD, helpers=helpers, core_to_spare=lambda: spare[0])
+        found = [search.begin(rt, rt.db.change_stamp(), _cold(rt), q, POOL)() for q in queries]
+        assert helpers.ran_on == []
+        spare[0] = True
+        assert search.candidates(rt, rt.db.change_stamp(), _cold(rt), queries[0], POOL) == found[0]
+    assert len(helpers.ran_on) == 1
+    assert found == [_exact(rt, q) for q in queries]
+
+
 def test_below_graph_from_the_tier_is_searched_exactly_with_no_graph(rt: Runtime) -> None:
     search = ColdSearch(graph_from=COLD + 1)
     query = _queries(rt, 1)[0]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -77,6 +78,14 @@ VECTOR_DECISION: Final = "recall by vector"
 FILTERS_CACHED: Final = 64
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system keeps one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not every system has affinities
+        return os.cpu_count() or 1
+
+
 class Operations:
     def __init__(self, rt: Runtime, *, embedder: Embedder | None = None) -> None:
         self._rt = rt
@@ -100,6 +109,7 @@ class Operations:
         #: Threads beside the callers': a query's words are searched there while the caller
         #: embeds the query, the cold tier's graph while it searches the live index, and
         #: the stored embeddings are read there at attach.
+        self._cores = usable_cores()
         self._helper_pool = ThreadPoolExecutor(
             max_workers=config.api.workers, thread_name_prefix="api-helper"
         )
@@ -112,6 +122,7 @@ class Operations:
             background=self._cold_pool,
             open_db=lambda: Database(config.database_path, prepare=False),
             helpers=self._helper_pool,
+            core_to_spare=self._core_to_spare,
         )
 
     # ---- life cycle -------------------------------------------------------------------
@@ -138,6 +149,14 @@ class Operations:
     def _prepare_cold_search(self) -> None:
         # A connection of its own: a build holds it for seconds.
         self.cold_search.prepare(self._view(Database(self._rt.config.database_path, prepare=False)))
+
+    def _core_to_spare(self) -> bool:
+        """Whether a helper thread would have a core of its own beside the caller's: a
+        running cycle takes one. On two cores, a helper searching the cold graph while a
+        cycle ran made recall by vector slower, not faster (docs/benchmarks.md, run W)."""
+        peer = self._peer
+        cycling = peer is not None and peer.cycling
+        return self._cores >= 2 + int(cycling)
 
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:

@@ -85,16 +85,21 @@ async def run_phases(
     peer: Peer, st: CycleState, run_phase: PhaseRunner, stop: Callable[[], bool]
 ) -> bool:
     """Every phase in order, each one's stats (and its seconds) kept in `st.stats` and the
-    metrics. Returns False when `stop` said so between two phases."""
-    for name, phase in PHASES:
-        if stop():
-            return False
-        started = time.monotonic()
-        stats = await run_phase(name, functools.partial(phase, peer, st))
-        elapsed = time.monotonic() - started
-        st.stats[name] = {**st.stats.get(name, {}), **stats, "seconds": round(elapsed, 4)}
-        metrics.record_phase(name, elapsed, stats)
-    return True
+    metrics. Returns False when `stop` said so between two phases. `peer.cycling` is
+    True meanwhile."""
+    peer.cycling = True
+    try:
+        for name, phase in PHASES:
+            if stop():
+                return False
+            started = time.monotonic()
+            stats = await run_phase(name, functools.partial(phase, peer, st))
+            elapsed = time.monotonic() - started
+            st.stats[name] = {**st.stats.get(name, {}), **stats, "seconds": round(elapsed, 4)}
+            metrics.record_phase(name, elapsed, stats)
+        return True
+    finally:
+        peer.cycling = False
 
 
 def run_cycle_blocking(
