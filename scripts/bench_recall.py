@@ -17,7 +17,8 @@ Then, in one run:
   trio worker, a bare ASGI app, one worker-thread hop) answering a recorded recall by
   vector through the same client, so the HTTP figures can be read as floor + the rest;
 * both again while dream cycles run back to back beside them, with Reward pulses to
-  propagate (one per cycle in process, one every PULSE_EVERY_S to the daemon).
+  propagate (one per cycle in process, one every PULSE_EVERY_S to the daemon, sent from
+  a process of its own).
 
 Each figure is measured in `--rounds` rounds (default 3) of `--calls` calls (default
 500), the figures of one path taking turns round by round, so that a slow minute of a
@@ -41,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -365,28 +367,40 @@ def cycles_beside(peer: Peer, ops: Operations, corpus: Corpus) -> Iterator[list[
 
 
 @contextmanager
-def pulses_beside(data_dir: Path, corpus: Corpus) -> Iterator[list[int]]:
-    """A Reward pulse sent to the daemon every PULSE_EVERY_S, so its cycles have work."""
-    stop = threading.Event()
-    sent = [0]
+def pulses_beside(data_dir: Path, corpus: Corpus) -> Iterator[Any]:
+    """A Reward pulse sent to the daemon every PULSE_EVERY_S, so its cycles have work;
+    from a process of its own, so that sending one never holds up a measured call in
+    this one (`.value` of what it yields: how many were sent)."""
+    spawned = multiprocessing.get_context("spawn")
+    stop, started = spawned.Event(), spawned.Event()
+    sent = spawned.Value("i", 0)
     texts = [corpus.query() for _ in range(PULSE_TEXTS)]
-
-    def loop() -> None:
-        with _socket_client(data_dir / "api.sock") as client:
-            while not stop.wait(PULSE_EVERY_S):
-                request = models.PulseRequest(
-                    text=texts[sent[0] % len(texts)], nonce=f"bench {sent[0]}"
-                )
-                client.post("/v1/pulses", content=request.model_dump_json()).raise_for_status()
-                sent[0] += 1
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
+    sender = spawned.Process(
+        target=send_pulses, args=(data_dir / "api.sock", texts, stop, started, sent), daemon=True
+    )
+    sender.start()
+    if not started.wait(READY_TIMEOUT_S):
+        sender.kill()
+        raise BenchmarkError("the pulse sender did not start")
     try:
         yield sent
     finally:
         stop.set()
-        thread.join()
+        sender.join(STOP_TIMEOUT_S)
+        if sender.exitcode != 0:
+            raise BenchmarkError(f"the pulse sender failed (exit code {sender.exitcode})")
+
+
+def send_pulses(socket_path: Path, texts: list[str], stop: Any, started: Any, sent: Any) -> None:
+    """`pulses_beside`'s process."""
+    with _socket_client(socket_path) as client:
+        started.set()
+        while not stop.wait(PULSE_EVERY_S):
+            request = models.PulseRequest(
+                text=texts[sent.value % len(texts)], nonce=f"bench {sent.value}"
+            )
+            client.post("/v1/pulses", content=request.model_dump_json()).raise_for_status()
+            sent.value += 1
 
 
 def recorded_answer(client: httpx.Client, vector: npt.NDArray[np.float32]) -> bytes:
@@ -601,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows += measure_rounds(
                     http.figures("HTTP, Unix socket, cycles running"), args.calls, args.rounds
                 )
-            print(f"{sent[0]} pulses sent to the daemon while its cycles ran back to back")
+            print(f"{sent.value} pulses sent to the daemon while its cycles ran back to back")
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
     floor_p99 = next((r["p99_ms"] for r in rows if r["figure"] == FLOOR_FIGURE), None)
