@@ -153,7 +153,7 @@ class Operations:
     def _core_to_spare(self) -> bool:
         """Whether a helper thread would have a core of its own beside the caller's: a
         running cycle takes one. On two cores, a helper searching the cold graph while a
-        cycle ran made recall by vector slower, not faster (docs/benchmarks.md, run W)."""
+        cycle ran made recall by vector slower, not faster (docs/benchmarks.md, runs W and X)."""
         peer = self._peer
         cycling = peer is not None and peer.cycling
         return self._cores >= 2 + int(cycling)
