@@ -156,8 +156,8 @@ class ColdSearch:
     ) -> Callable[[], list[int]]:
         """`candidates`, started: what it returns gives the answer. With `helpers` and a
         core to spare, the graph is searched on a helper thread meanwhile (recall searches
-        the live index);
-        what reads the database runs here, in the caller's thread and snapshot."""
+        the live index); what reads the database runs here, in the caller's thread and
+        snapshot."""
         if not cold or n <= 0:
             return _answered([])
         if self.graph_from == 0 or len(cold) < self.graph_from or self._broken:
