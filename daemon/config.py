@@ -53,11 +53,17 @@ class CycleConfig:
     interval_s: float = defaults.CYCLE_INTERVAL_S
     max_segments: int = defaults.MAX_SEGMENTS_PER_CYCLE
     max_embed: int = defaults.MAX_EMBED_PER_CYCLE
+    give_way_s: float = defaults.CYCLE_GIVE_WAY_S
 
     def check(self) -> None:
         _positive("cycle.interval_s", self.interval_s)
         _positive("cycle.max_segments", self.max_segments)
         _positive("cycle.max_embed", self.max_embed)
+        if not 0 <= self.give_way_s <= defaults.CYCLE_MAX_GIVE_WAY_S:
+            raise ConfigError(
+                f"cycle.give_way_s must be in [0, {defaults.CYCLE_MAX_GIVE_WAY_S:g}] seconds, "
+                f"got {self.give_way_s}"
+            )
 
 
 @dataclass

@@ -39,6 +39,19 @@ LOCK_FILE: Final = "daemon.lock"
 ZEITGEIST_DIR: Final = "zeitgeist"
 
 CYCLE_INTERVAL_S: Final = 30.0
+#: How long a statement of the cycle waits at most for the API's requests in flight
+#: (daemon/requests_first.py); 0: never. scripts/bench_recall.py compared it with 0 while
+#: cycles ran (docs/benchmarks.md, run Y); 20 ms and the two bounds below were not compared
+#: with other values there.
+CYCLE_GIVE_WAY_S: Final = 0.02
+#: Beyond this, a request in flight would hold a cycle up for long (config check).
+CYCLE_MAX_GIVE_WAY_S: Final = 1.0
+#: How long a cycle may wait for requests per second it runs, over any stretch: requests
+#: that never stop arriving make a cycle take at most 1 + this times as long.
+CYCLE_WAIT_PER_RUN: Final = 4.0
+#: How many full waits a cycle may wait beyond what its running earned (a second's worth
+#: at the default give_way_s): a burst of requests is waited out whole.
+CYCLE_WAIT_CREDIT_WAITS: Final = 50
 #: Segments applied per cycle at most, so one cycle stays short after a long absence.
 MAX_SEGMENTS_PER_CYCLE: Final = 500
 #: Entries per published segment at most.

@@ -9,10 +9,10 @@ callers import from here are re-exported below.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import apsw
 import apsw.bestpractice
@@ -169,6 +169,11 @@ class Database(
                 self.conn.set_busy_timeout(OPTIMIZE_TIMEOUT_MS)
                 self.conn.execute("PRAGMA optimize")
         self.conn.close()
+
+    def before_each_statement(self, hook: Callable[[apsw.Cursor, str, Any], bool] | None) -> None:
+        """Call `hook` before each statement this connection runs (apsw's exec tracer: a
+        false answer refuses the statement); None: no hook."""
+        self.conn.exec_trace = hook
 
     @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:

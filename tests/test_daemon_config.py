@@ -185,6 +185,8 @@ def test_wrong_type_in_environment_names_the_variable(variable: str, value: str,
         ("recall.salience_bound", 1.5),
         ("embedding.threads", -1),
         ("zeitgeist.window_s", -60),
+        ("cycle.give_way_s", -0.01),
+        ("cycle.give_way_s", 2),
     ],
 )
 def test_out_of_range_value_names_key_and_source(tmp_path: Path, key: str, value: float) -> None:

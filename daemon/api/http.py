@@ -87,7 +87,11 @@ def create_app(
         """The operation's answer, serialized in the worker thread too: the event loop,
         which every request passes through, only sends the bytes."""
         try:
-            return await trio.to_thread.run_sync(lambda: json_answer(operation()), limiter=limiter)
+            # In flight from here: the trip to the worker thread and back is on its path too.
+            with ops.requests_first.serving():
+                return await trio.to_thread.run_sync(
+                    lambda: json_answer(operation()), limiter=limiter
+                )
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from None
         except Conflict as exc:

@@ -82,7 +82,8 @@ class InProcess:
         method = getattr(self._ops, route.operation)
         call = method if request is None else functools.partial(method, request)
         try:
-            return cast(Resp, await trio.to_thread.run_sync(call, limiter=self._limiter))
+            with self._ops.requests_first.serving():
+                return cast(Resp, await trio.to_thread.run_sync(call, limiter=self._limiter))
         except Exception as exc:
             for raised, as_error in self._ERRORS:
                 if isinstance(exc, raised):

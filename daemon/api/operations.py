@@ -13,7 +13,9 @@ Each runs in a worker thread of its own (never the dream cycle's), so:
   and chunks are added to it only after their transaction committed;
 * texts are embedded by an embedder of their own, so a cycle embedding thousands
   of chunks never holds a query up; it runs one thread (a single query gains little
-  from more, and their spinning takes the core the query's word search runs on).
+  from more, and their spinning takes the core the query's word search runs on);
+* each operation is a request in flight while it runs, and the attached peer's cycle
+  gives way to it before each of its statements (daemon/requests_first.py).
 
 Errors: ValueError is a bad request, NotFound an unknown decision or hash,
 Conflict a request that contradicts what is stored, NotReady a daemon still
@@ -22,16 +24,17 @@ loading its index.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -54,6 +57,7 @@ from dreamcycle.daemon.emit import (
 )
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall import WordMatches, rank_query, record_attribution, search_words
+from dreamcycle.daemon.requests_first import RequestsFirst
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.status import status_report
 from dreamcycle.pulses import constants
@@ -86,6 +90,23 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _request(
+    operation: Callable[Concatenate[Operations, P], R],
+) -> Callable[Concatenate[Operations, P], R]:
+    """An operation: a request in flight while it runs, which a cycle gives way to."""
+
+    @functools.wraps(operation)
+    def serve(ops: Operations, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with ops.requests_first.serving():
+            return operation(ops, *args, **kwargs)
+
+    return serve
+
+
 class Operations:
     def __init__(self, rt: Runtime, *, embedder: Embedder | None = None) -> None:
         self._rt = rt
@@ -106,6 +127,8 @@ class Operations:
         self._writer: Runtime | None = None
         self._write_lock = threading.Lock()
         self._peer: Peer | None = None
+        #: The requests in flight, which the attached peer's cycle gives way to.
+        self.requests_first = RequestsFirst(config.cycle.give_way_s)
         #: Threads beside the callers': a query's words are searched there while the caller
         #: embeds the query, the cold tier's graph while it searches the live index, and
         #: the stored embeddings are read there at attach.
@@ -139,6 +162,7 @@ class Operations:
             self._readers.put(self._view(Database(self._rt.config.database_path, prepare=False)))
         with self._writing():
             pass
+        peer.db.before_each_statement(self.requests_first.before_statement)
         self._peer = peer
         # Ranking takes every candidate's cosine from its stored embedding: held in memory,
         # recall reads no embedding from the database. Read in the background meanwhile
@@ -164,6 +188,8 @@ class Operations:
         log.info("stored embeddings held for recall", extra={"chunks": held})
 
     def detach(self) -> None:
+        if self._peer is not None:
+            self._peer.db.before_each_statement(None)
         self._peer = None
 
     @property
@@ -171,7 +197,7 @@ class Operations:
         return self._peer is not None
 
     def close(self) -> None:
-        self._peer = None
+        self.detach()
         self.cold_search.close()
         self._cold_pool.shutdown(wait=True)
         self._helper_pool.shutdown(wait=True)
@@ -212,13 +238,16 @@ class Operations:
 
     @contextmanager
     def _writing(self) -> Iterator[Runtime]:
-        with self._write_lock:
+        # Aside while waiting for and holding the write lock: a cycle giving way to this
+        # request may hold it (daemon/requests_first.py).
+        with self.requests_first.stepping_aside(), self._write_lock:
             if self._writer is None:
                 self._writer = self._view(Database(self._rt.config.database_path, prepare=False))
             yield self._writer
 
     # ---- operations ------------------------------------------------------------------------
 
+    @_request
     def recall(self, request: models.RecallRequest) -> models.RecallResponse:
         peer = self._require_peer()
         text = request.query or ""
@@ -252,6 +281,7 @@ class Operations:
             decision_hash=digest, hits=[recall_hit(h, request.explain) for h in hits]
         )
 
+    @_request
     def save(self, request: models.SaveRequest) -> models.SaveResponse:
         peer = self._require_peer()
         item = NewObservation(
@@ -300,6 +330,7 @@ class Operations:
             content_hash=digest, created=added.created, indexed=indexed, confidence=confidence
         )
 
+    @_request
     def outcome(self, request: models.OutcomeRequest) -> models.Queued:
         self._require_peer()
         with self._writing() as writer:
@@ -317,6 +348,7 @@ class Operations:
                 raise Conflict(str(exc)) from None
         return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
 
+    @_request
     def pulse(self, request: models.PulseRequest) -> models.Queued:
         self._require_peer()
         pulse = PulseRequest(
@@ -335,6 +367,7 @@ class Operations:
             emitted = emit_pulse(writer, pulse)
         return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
 
+    @_request
     def tombstone(self, request: models.TombstoneRequest) -> models.Queued:
         self._require_peer()
         with self._writing() as writer:
@@ -345,11 +378,13 @@ class Operations:
             )
         return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
 
+    @_request
     def memory(self, request: models.MemoryRequest) -> models.Memory:
         self._require_peer()
         with self._reading() as view:
             return memory_row(view.db, request.ref)
 
+    @_request
     def forgotten(self, request: models.ForgottenRequest) -> models.ForgottenResponse:
         self._require_peer()
         with self._reading() as view:
@@ -367,6 +402,7 @@ class Operations:
         ]
         return models.ForgottenResponse(cold=total, chunks=chunks)
 
+    @_request
     def supersede(self, request: models.SupersedeRequest) -> models.SupersedeResponse:
         """Save the new chunk now; the supersede itself applies at the next cycle."""
         self._require_peer()
@@ -390,6 +426,7 @@ class Operations:
             saved=saved, queued=models.Queued(entry_id=emitted.entry_id, new=emitted.new)
         )
 
+    @_request
     def context(self, request: models.ContextRequest) -> models.ContextResponse:
         """Pinned memories, those credited by similar past successes, and those relevant to
         the task, packed into the token budget; recorded, when asked, as one decision."""
@@ -435,33 +472,40 @@ class Operations:
                 )
         return context_response(bundle, digest, held, started)
 
+    @_request
     def explain(self, request: models.RefRequest) -> models.ExplainResponse:
         self._require_peer()
         with self._reading() as view:
             return views.explain(view.db, memory_row(view.db, request.ref))
 
+    @_request
     def timeline(self, request: models.TimelineRequest) -> models.TimelineResponse:
         self._require_peer()
         with self._reading() as view:
             return views.timeline(view.db, request)
 
+    @_request
     def pin(self, request: models.PinRequest) -> models.ChunkQueued:
         """Queue the pin floor as a revision: applied (journaled, and sent to peers) at the
         next cycle."""
         return self._revise(request.ref, {"pin_floor": request.pin_floor})
 
+    @_request
     def unpin(self, request: models.RefRequest) -> models.ChunkQueued:
         return self._revise(request.ref, {"pin_floor": 0.0})
 
+    @_request
     def reinforce(self, request: models.FeedbackRequest) -> models.ChunkQueued:
         """A Reward pulse seeded at the chunk (a cold chunk comes back when it applies); a
         user's verification, so its confidence rises at once."""
         return self._feedback(request, PulseKind.REWARD, Cause.REINFORCED)
 
+    @_request
     def penalize(self, request: models.FeedbackRequest) -> models.ChunkQueued:
         """A Decay pulse seeded at the chunk; its confidence falls at once."""
         return self._feedback(request, PulseKind.DECAY, Cause.PENALIZED)
 
+    @_request
     def update(self, request: models.UpdateRequest) -> models.UpdateResponse:
         """New content supersedes the memory (unset fields kept); a change of title, topic
         or importance alone is a revision of the same memory."""
@@ -502,6 +546,7 @@ class Operations:
             revised=models.Queued(entry_id=revised.entry_id, new=revised.new),
         )
 
+    @_request
     def revive(self, request: models.RefRequest) -> models.Revival:
         """Ask for a cold memory back: the next cycle revives it, as after a re-ingest."""
         self._require_peer()
@@ -570,6 +615,7 @@ class Operations:
             confidence=confidence,
         )
 
+    @_request
     def status(self) -> models.StatusResponse:
         peer = self._require_peer()
         with self._reading() as view:

@@ -1,0 +1,195 @@
+"""The cycle's statements give way to the API's requests in flight, within bounds: a
+request waiting for the write lock steps aside, no wait outlasts `max_wait_s`, and a
+steady stream of requests slows a cycle without stopping it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.operations import Operations
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.requests_first import RequestsFirst
+from dreamcycle.daemon.runtime import Peer, Runtime
+
+START_MS = 1_700_000_000_000
+#: Long enough that a wait that ran its course is told apart from one that did not.
+LONG_WAIT_S = 0.5
+
+
+def timed(call: object) -> float:
+    assert callable(call)
+    started = time.monotonic()
+    call()
+    return time.monotonic() - started
+
+
+def in_thread(call: object) -> threading.Thread:
+    assert callable(call)
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_without_a_request_in_flight_the_cycle_never_waits() -> None:
+    gate = RequestsFirst(LONG_WAIT_S)
+    assert timed(gate.give_way) < LONG_WAIT_S / 10
+    assert gate.in_flight == 0
+
+
+def test_the_cycle_waits_for_the_request_in_flight_and_goes_on_when_it_ends() -> None:
+    gate = RequestsFirst(5.0)
+    request_ended = threading.Event()
+    cycle_went_on = threading.Event()
+    ended_first: list[bool] = []
+
+    def cycle() -> None:
+        gate.give_way()
+        ended_first.append(request_ended.is_set())
+        cycle_went_on.set()
+
+    with gate.serving():
+        assert gate.in_flight == 1
+        thread = in_thread(cycle)
+        assert not cycle_went_on.wait(0.2)
+        request_ended.set()
+    assert cycle_went_on.wait(2.0)
+    thread.join()
+    assert ended_first == [True]
+    assert gate.in_flight == 0
+
+
+def test_a_request_counts_once_however_nested_and_steps_aside_only_inside_one() -> None:
+    gate = RequestsFirst(LONG_WAIT_S)
+    with gate.stepping_aside():  # outside a request: nothing to step out of
+        assert gate.in_flight == 0
+    with gate.serving():
+        with gate.serving():
+            assert gate.in_flight == 1
+            with gate.stepping_aside():
+                assert gate.in_flight == 0
+                assert timed(gate.give_way) < LONG_WAIT_S / 10
+            assert gate.in_flight == 1
+        assert gate.in_flight == 1
+    assert gate.in_flight == 0
+
+
+def test_the_mark_follows_a_request_into_its_worker_thread() -> None:
+    gate = RequestsFirst(LONG_WAIT_S)
+
+    def in_worker() -> int:
+        with gate.serving():  # the operation's own mark: the same request
+            return gate.in_flight
+
+    async def request() -> int:
+        with gate.serving():
+            return await trio.to_thread.run_sync(in_worker)
+
+    assert trio.run(request) == 1
+    assert gate.in_flight == 0
+
+
+def test_no_wait_outlasts_the_bound_and_a_steady_stream_only_slows_the_cycle() -> None:
+    max_wait_s = 0.05
+    gate = RequestsFirst(max_wait_s)
+    with gate.serving():  # a request that never ends
+        waits = [timed(gate.give_way) for _ in range(defaults.CYCLE_WAIT_CREDIT_WAITS + 3)]
+        assert max(waits) < max_wait_s + 0.1
+        full = [w for w in waits if w >= max_wait_s * 0.8]
+        assert defaults.CYCLE_WAIT_CREDIT_WAITS <= len(full) <= defaults.CYCLE_WAIT_CREDIT_WAITS + 1
+        # Owed its credit, the cycle runs on without waiting...
+        assert waits[-1] < max_wait_s / 5
+        # ...until running has paid for more waiting.
+        time.sleep(sum(full) / defaults.CYCLE_WAIT_PER_RUN)
+        assert timed(gate.give_way) >= max_wait_s * 0.8
+
+
+def test_zero_turns_the_waiting_off() -> None:
+    gate = RequestsFirst(0.0)
+    with gate.serving():
+        assert timed(gate.give_way) < 0.01
+
+
+@pytest.fixture
+def attached(tmp_path: Path) -> Iterator[tuple[Peer, Operations]]:
+    config = load_config(
+        None,
+        environ={},
+        overrides={
+            "peer.data_dir": str(tmp_path / "data"),
+            "peer.id": "first",
+            "metrics.listen": "",
+            "zeitgeist.dir": str(tmp_path / "zeitgeist"),
+            "cycle.give_way_s": defaults.CYCLE_MAX_GIVE_WAY_S,
+        },
+    )
+    rt = Runtime.open(config, clock=ManualClock(START_MS))
+    peer = rt.open_peer()
+    ops = Operations(rt, embedder=rt.embedder)
+    ops.attach(peer)
+    try:
+        yield peer, ops
+    finally:
+        ops.close()
+        peer.close()
+        rt.close()
+
+
+def test_the_attached_peers_statements_wait_for_requests_and_not_once_detached(
+    attached: tuple[Peer, Operations],
+) -> None:
+    peer, ops = attached
+    ran = threading.Event()
+
+    def cycle_statement() -> None:
+        peer.db.fetch_all("SELECT 1")
+        ran.set()
+
+    with ops.requests_first.serving():
+        thread = in_thread(cycle_statement)
+        assert not ran.wait(0.2)
+    assert ran.wait(2.0)
+    thread.join()
+
+    ops.detach()
+    with ops.requests_first.serving():
+        assert timed(lambda: peer.db.fetch_all("SELECT 1")) < 0.1
+
+
+def test_a_request_needing_the_write_lock_a_waiting_cycle_holds_is_not_held_up(
+    attached: tuple[Peer, Operations],
+) -> None:
+    """The cycle holds the write lock and waits for a request before its next statement;
+    the request saves, which needs that lock: it steps aside, the cycle commits, and the
+    save goes through long before the cycle's wait would have ended by itself."""
+    peer, ops = attached
+    holding = threading.Event()
+    request_started = threading.Event()
+    committed: list[float] = []
+
+    def cycle() -> None:
+        with peer.db.transaction():
+            peer.db.fetch_all("SELECT count(*) FROM observations")
+            holding.set()
+            request_started.wait(5.0)
+            peer.db.fetch_all("SELECT count(*) FROM observations")  # gives way here
+        committed.append(time.monotonic())
+
+    thread = in_thread(cycle)
+    assert holding.wait(5.0)
+    started = time.monotonic()
+    with ops.requests_first.serving():  # the transport's mark, as over HTTP
+        request_started.set()
+        saved = ops.save(models.SaveRequest(content="Deploys go to the canary pool first."))
+    took = time.monotonic() - started
+    thread.join(5.0)
+    assert saved.indexed and committed
+    assert took < defaults.CYCLE_MAX_GIVE_WAY_S / 2
