@@ -66,6 +66,7 @@ from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.defaults import CYCLE_MAX_GIVE_WAY_S
 from dreamcycle.daemon.keys import init_key
 from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
@@ -473,11 +474,12 @@ def wait_for_line(log_path: Path, line: str, timeout_s: float) -> None:
 
 @contextmanager
 def daemon(
-    data_dir: Path, interval_s: float, *, ready_line: str | None = None
+    data_dir: Path, interval_s: float, *, give_way_s: float, ready_line: str | None = None
 ) -> Iterator[tuple[httpx.Client, int]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
     env.update({"DREAMCYCLE_API_ENABLED": "1", "DREAMCYCLE_API_PORT": "0",
-                "DREAMCYCLE_METRICS_LISTEN": "", "DREAMCYCLE_SWEEP_ENABLED": "0"})  # fmt: skip
+                "DREAMCYCLE_METRICS_LISTEN": "", "DREAMCYCLE_SWEEP_ENABLED": "0",
+                "DREAMCYCLE_CYCLE_GIVE_WAY_S": repr(give_way_s)})  # fmt: skip
     command = [str(Path(sys.executable).parent / "dreamcycle"), "run", "--data-dir",
                str(data_dir), "--peer-id", "bench", "--interval", str(interval_s)]  # fmt: skip
     log_path = data_dir.parent / f"daemon-{time.monotonic_ns()}.log"
@@ -507,6 +509,13 @@ def main(argv: list[str] | None = None) -> int:
         "daemon's); to compare settings, with --in-process-only",
     )
     parser.add_argument(
+        "--give-way",
+        type=float,
+        default=None,
+        help="cycle.give_way_s for the cycles beside the figures, in process and in the "
+        "daemon (default: the configured default; 0: cycles never wait); to compare settings",
+    )
+    parser.add_argument(
         "--in-process-only", action="store_true", help="skip the daemon's (HTTP) figures"
     )
     parser.add_argument(
@@ -523,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         raise BenchmarkError(f"--cold-share must be in [0, {MAX_COLD_SHARE}]")
     if args.switch_interval is not None and not 0 < args.switch_interval <= 1:
         raise BenchmarkError("--switch-interval must be in (0, 1] seconds")
+    if args.give_way is not None and not 0 <= args.give_way <= CYCLE_MAX_GIVE_WAY_S:
+        raise BenchmarkError(f"--give-way must be in [0, {CYCLE_MAX_GIVE_WAY_S:g}] seconds")
     machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
     share_the_interpreter()  # the in-process figures run as the daemon's process does
     if args.switch_interval is not None:
@@ -537,12 +548,14 @@ def main(argv: list[str] | None = None) -> int:
             None,
             environ={},
             overrides={"peer.data_dir": str(data_dir), "peer.id": "bench", "metrics.listen": "",
-                       "sweep.enabled": False},
+                       "sweep.enabled": False}
+            | ({} if args.give_way is None else {"cycle.give_way_s": args.give_way}),
         )  # fmt: skip
         started = time.perf_counter()
         init_key(config)  # the daemon below signs what it publishes
         build_store(config, corpus, args.chunks, args.cold_share)
         print(f"store of {args.chunks} chunks built in {time.perf_counter() - started:.0f} s")
+        give_way_s = config.cycle.give_way_s
         rt = Runtime.open(config)
         peer = rt.open_peer()
         ops = Operations(rt)
@@ -595,7 +608,10 @@ def main(argv: list[str] | None = None) -> int:
         rt.close()
         daemon_rss: float | None = None
         if not args.in_process_only:
-            with daemon(data_dir, 3600.0, ready_line=ready_line) as (client, pid):
+            with daemon(data_dir, 3600.0, give_way_s=give_way_s, ready_line=ready_line) as (
+                client,
+                pid,
+            ):
                 time.sleep(2.0)  # the first cycle runs at start
                 http = Workload(corpus, query_vectors, http_call(client))
                 answer = Path(scratch) / "answer.json"
@@ -608,7 +624,10 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 daemon_rss = rss_mib(pid)
             with (
-                daemon(data_dir, 0.01, ready_line=ready_line) as (client, pid),
+                daemon(data_dir, 0.01, give_way_s=give_way_s, ready_line=ready_line) as (
+                    client,
+                    pid,
+                ),
                 pulses_beside(data_dir, corpus) as sent,
             ):
                 http = Workload(corpus, query_vectors, http_call(client))
@@ -639,7 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.chunks} chunks ({args.cold_share:.0%} cold), {args.rounds} rounds of "
           f"{args.calls} calls per figure "
           "(medians of the rounds), GIL switch interval "
-          f"{sys.getswitchinterval() * 1000:g} ms in process; RSS in process "
+          f"{sys.getswitchinterval() * 1000:g} ms in process, cycles give way for "
+          f"{give_way_s * 1000:g} ms; RSS in process "
           f"{in_process_rss:.0f} MiB, daemon "
           f"{'not run' if daemon_rss is None else f'{daemon_rss:.0f} MiB'}")  # fmt: skip
     print_table(
@@ -661,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         {"machine": machine, "chunks": args.chunks, "calls": args.calls, "rounds": args.rounds,
          "cold_share": args.cold_share, "cold_graph_agreement": agreement,
-         "switch_interval_s": sys.getswitchinterval(),
+         "switch_interval_s": sys.getswitchinterval(), "give_way_s": give_way_s,
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss}, "rows": rows},
     )  # fmt: skip
     return 0
