@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,15 +25,13 @@ START_MS = 1_700_000_000_000
 LONG_WAIT_S = 0.5
 
 
-def timed(call: object) -> float:
-    assert callable(call)
+def timed(call: Callable[[], object]) -> float:
     started = time.monotonic()
     call()
     return time.monotonic() - started
 
 
-def in_thread(call: object) -> threading.Thread:
-    assert callable(call)
+def in_thread(call: Callable[[], object]) -> threading.Thread:
     thread = threading.Thread(target=call, daemon=True)
     thread.start()
     return thread
