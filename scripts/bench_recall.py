@@ -17,8 +17,8 @@ Then, in one run:
   trio worker, a bare ASGI app, one worker-thread hop) answering a recorded recall by
   vector through the same client, so the HTTP figures can be read as floor + the rest;
 * both again while dream cycles run back to back beside them, with Reward pulses to
-  propagate (one per cycle in process, one every PULSE_EVERY_S to the daemon, sent from
-  a process of its own).
+  propagate (one per cycle: in process before each cycle, to the daemon from a process
+  of its own, each sent once the daemon's log shows a cycle ended since the last).
 
 Each figure is measured in `--rounds` rounds (default 3) of `--calls` calls (default
 500), the figures of one path taking turns round by round, so that a slow minute of a
@@ -44,6 +44,7 @@ import argparse
 import dataclasses
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,7 @@ from dreamcycle.daemon.keys import init_key
 from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.service import share_the_interpreter
+from dreamcycle.daemon.statuses import CycleStatus
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.database import NewObservation
@@ -102,11 +104,17 @@ PROJECTS: Final = 20
 READY_TIMEOUT_S: Final = 600.0
 STOP_TIMEOUT_S: Final = 120.0
 PERCENTILES: Final = (50, 99)
-#: Pulse texts the cycles-running figures cycle through, and how often one reaches the
-#: daemon: its cycles run back to back (--interval 0.01), and one with a pulse to apply
-#: takes tens of milliseconds, so at this rate most cycles have one, as in process.
+#: Pulse texts the cycles-running figures cycle through.
 PULSE_TEXTS: Final = 50
-PULSE_EVERY_S: Final = 0.05
+#: How the daemon logs the end of a cycle, however it ended: the pulse sender sends the
+#: next pulse once it reads one (checking every PULSE_POLL_S), so each cycle has about
+#: one to apply, as in process.
+CYCLE_ENDED: Final = re.compile(
+    '"msg": "cycle (?:{})"'.format(
+        "|".join(status.value for status in CycleStatus if status is not CycleStatus.RUNNING)
+    ).encode()
+)
+PULSE_POLL_S: Final = 0.01
 #: What the daemon logs once its cold tier's graph is built, and how long that may take.
 COLD_GRAPH_LINE: Final = "cold tier graph built"
 COLD_GRAPH_TIMEOUT_S: Final = 600.0
@@ -368,23 +376,32 @@ def cycles_beside(peer: Peer, ops: Operations, corpus: Corpus) -> Iterator[list[
 
 
 @contextmanager
-def pulses_beside(data_dir: Path, corpus: Corpus) -> Iterator[Any]:
-    """A Reward pulse sent to the daemon every PULSE_EVERY_S, so its cycles have work;
+def pulses_beside(
+    data_dir: Path, log_path: Path, corpus: Corpus, every_s: float | None = None
+) -> Iterator[Any]:
+    """A Reward pulse for each of the daemon's cycles, so they have work, as in process;
     from a process of its own, so that sending one never holds up a measured call in
-    this one (`.value` of what it yields: how many were sent)."""
+    this one (`.value` of the two it yields: pulses sent, cycles ended meanwhile).
+
+    One per cycle rather than at a fixed rate: at 100k chunks a cycle takes hundreds of
+    milliseconds, and a pulse every 0.05 s gave each several, whose texts the daemon
+    embeds: load beside the cycles that the in-process figures never had. `every_s`
+    sends them at that fixed rate instead, to compare."""
     spawned = multiprocessing.get_context("spawn")
     stop, started = spawned.Event(), spawned.Event()
-    sent = spawned.Value("i", 0)
+    sent, cycles = spawned.Value("i", 0), spawned.Value("i", 0)
     texts = [corpus.query() for _ in range(PULSE_TEXTS)]
     sender = spawned.Process(
-        target=send_pulses, args=(data_dir / "api.sock", texts, stop, started, sent), daemon=True
+        target=send_pulses,
+        args=(data_dir / "api.sock", log_path, texts, every_s, stop, started, (sent, cycles)),
+        daemon=True,
     )
     sender.start()
     if not started.wait(READY_TIMEOUT_S):
         sender.kill()
         raise BenchmarkError("the pulse sender did not start")
     try:
-        yield sent
+        yield sent, cycles
     finally:
         stop.set()
         sender.join(STOP_TIMEOUT_S)
@@ -392,16 +409,37 @@ def pulses_beside(data_dir: Path, corpus: Corpus) -> Iterator[Any]:
             raise BenchmarkError(f"the pulse sender failed (exit code {sender.exitcode})")
 
 
-def send_pulses(socket_path: Path, texts: list[str], stop: Any, started: Any, sent: Any) -> None:
-    """`pulses_beside`'s process."""
-    with _socket_client(socket_path) as client:
+def send_pulses(
+    socket_path: Path,
+    log_path: Path,
+    texts: list[str],
+    every_s: float | None,
+    stop: Any,
+    started: Any,
+    counts: tuple[Any, Any],
+) -> None:
+    """`pulses_beside`'s process: a pulse, then wait for a cycle to end (or `every_s`),
+    and again."""
+    sent, cycles = counts
+    with _socket_client(socket_path) as client, log_path.open("rb") as log:
+        log.seek(0, os.SEEK_END)
         started.set()
-        while not stop.wait(PULSE_EVERY_S):
+        pending = b""
+        while not stop.is_set():
             request = models.PulseRequest(
                 text=texts[sent.value % len(texts)], nonce=f"bench {sent.value}"
             )
             client.post("/v1/pulses", content=request.model_dump_json()).raise_for_status()
             sent.value += 1
+            next_at = time.monotonic() + (every_s or 0.0)
+            ended = 0
+            while not stop.wait(PULSE_POLL_S):
+                lines = (pending + log.read()).split(b"\n")
+                pending = lines.pop()
+                ended += sum(1 for line in lines if CYCLE_ENDED.search(line))
+                if ended if every_s is None else time.monotonic() >= next_at:
+                    break
+            cycles.value += ended
 
 
 def recorded_answer(client: httpx.Client, vector: npt.NDArray[np.float32]) -> bytes:
@@ -475,7 +513,7 @@ def wait_for_line(log_path: Path, line: str, timeout_s: float) -> None:
 @contextmanager
 def daemon(
     data_dir: Path, interval_s: float, *, give_way_s: float, ready_line: str | None = None
-) -> Iterator[tuple[httpx.Client, int]]:
+) -> Iterator[tuple[httpx.Client, int, Path]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
     env.update({"DREAMCYCLE_API_ENABLED": "1", "DREAMCYCLE_API_PORT": "0",
                 "DREAMCYCLE_METRICS_LISTEN": "", "DREAMCYCLE_SWEEP_ENABLED": "0",
@@ -488,7 +526,7 @@ def daemon(
         client, process = served
         if ready_line is not None:
             wait_for_line(log_path, ready_line, COLD_GRAPH_TIMEOUT_S)
-        yield client, process.pid
+        yield client, process.pid, log_path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -516,6 +554,14 @@ def main(argv: list[str] | None = None) -> int:
         "daemon (default: the configured default; 0: cycles never wait); to compare settings",
     )
     parser.add_argument(
+        "--pulse-every",
+        type=float,
+        default=None,
+        help="send the daemon a pulse every this many seconds while its cycles run "
+        "(default: one per cycle, as in process); to compare with runs before 2026-11-27 "
+        "noon, which sent one every 0.05 s",
+    )
+    parser.add_argument(
         "--in-process-only", action="store_true", help="skip the daemon's (HTTP) figures"
     )
     parser.add_argument(
@@ -532,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
         raise BenchmarkError(f"--cold-share must be in [0, {MAX_COLD_SHARE}]")
     if args.switch_interval is not None and not 0 < args.switch_interval <= 1:
         raise BenchmarkError("--switch-interval must be in (0, 1] seconds")
+    if args.pulse_every is not None and not 0.01 <= args.pulse_every <= 60:
+        raise BenchmarkError("--pulse-every must be in [0.01, 60] seconds")
     if args.give_way is not None and not 0 <= args.give_way <= CYCLE_MAX_GIVE_WAY_S:
         raise BenchmarkError(f"--give-way must be in [0, {CYCLE_MAX_GIVE_WAY_S:g}] seconds")
     machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
@@ -601,6 +649,9 @@ def main(argv: list[str] | None = None) -> int:
                 beside + workload.figures("in process, cycles running"), args.calls, args.rounds
             )
         print(f"{cycles[0]} cycles, each with a pulse, ran beside the in-process figures")
+        beside_counts: dict[str, int | None] = {
+            "in_process_cycles": cycles[0], "daemon_cycles": None, "daemon_pulses": None
+        }  # fmt: skip
         in_process_rss = rss_mib(os.getpid())
         ops.close()
         peer.save_index()
@@ -611,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
             with daemon(data_dir, 3600.0, give_way_s=give_way_s, ready_line=ready_line) as (
                 client,
                 pid,
+                _,
             ):
                 time.sleep(2.0)  # the first cycle runs at start
                 http = Workload(corpus, query_vectors, http_call(client))
@@ -627,14 +679,19 @@ def main(argv: list[str] | None = None) -> int:
                 daemon(data_dir, 0.01, give_way_s=give_way_s, ready_line=ready_line) as (
                     client,
                     pid,
+                    log_path,
                 ),
-                pulses_beside(data_dir, corpus) as sent,
+                pulses_beside(data_dir, log_path, corpus, args.pulse_every) as (sent, cycles_ended),
             ):
                 http = Workload(corpus, query_vectors, http_call(client))
                 rows += measure_rounds(
                     http.figures("HTTP, Unix socket, cycles running"), args.calls, args.rounds
                 )
-            print(f"{sent.value} pulses sent to the daemon while its cycles ran back to back")
+            print(
+                f"{sent.value} pulses sent to the daemon while {cycles_ended.value} of its "
+                "cycles ran back to back"
+            )
+            beside_counts |= {"daemon_cycles": cycles_ended.value, "daemon_pulses": sent.value}
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
     floor_p99 = next((r["p99_ms"] for r in rows if r["figure"] == FLOOR_FIGURE), None)
@@ -682,7 +739,8 @@ def main(argv: list[str] | None = None) -> int:
         {"machine": machine, "chunks": args.chunks, "calls": args.calls, "rounds": args.rounds,
          "cold_share": args.cold_share, "cold_graph_agreement": agreement,
          "switch_interval_s": sys.getswitchinterval(), "give_way_s": give_way_s,
-         "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss}, "rows": rows},
+         "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss},
+         "cycles_beside": beside_counts, "pulse_every_s": args.pulse_every, "rows": rows},
     )  # fmt: skip
     return 0
 
