@@ -558,8 +558,8 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="send the daemon a pulse every this many seconds while its cycles run "
-        "(default: one per cycle, as in process); to compare with runs before 2026-11-27 "
-        "noon, which sent one every 0.05 s",
+        "(default: one per cycle, as in process); runs up to run Z in docs/benchmarks.md "
+        "sent one every 0.05 s",
     )
     parser.add_argument(
         "--in-process-only", action="store_true", help="skip the daemon's (HTTP) figures"
