@@ -431,13 +431,14 @@ def send_pulses(
             )
             client.post("/v1/pulses", content=request.model_dump_json()).raise_for_status()
             sent.value += 1
-            next_at = time.monotonic() + (every_s or 0.0)
+            # At a fixed rate, the next is due at a time; otherwise once a cycle ended.
+            due_at = None if every_s is None else time.monotonic() + every_s
             ended = 0
             while not stop.wait(PULSE_POLL_S):
                 lines = (pending + log.read()).split(b"\n")
                 pending = lines.pop()
                 ended += sum(1 for line in lines if CYCLE_ENDED.search(line))
-                if ended if every_s is None else time.monotonic() >= next_at:
+                if (ended > 0) if due_at is None else time.monotonic() >= due_at:
                     break
             cycles.value += ended
 
