@@ -6,7 +6,9 @@ once the index is loaded and, in the daemon, while its database, backend and cyc
 sound (daemon/health.py). Each operation runs in a worker thread behind the API's own
 limiter, never the dream cycle's, and its answer is serialized there too; request bodies
 are parsed by pydantic's JSON parser (daemon/api/json_route.py), so the event loop, which
-every request passes through, is left the HTTP protocol. The Unix socket's file mode
+every request passes through, is left the HTTP protocol. The calls agents make every turn
+(recall, context, save, outcome) go around FastAPI's request machinery when well formed
+(daemon/api/hot_path.py), with the same answers. The Unix socket's file mode
 (0600) is its access control; TCP requests (/mcp too) carry the configured bearer
 token. A bad request gets a 4xx with the reason; anything unexpected a 500 with a short
 message, logged, and the server goes on.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -32,21 +34,23 @@ from starlette.routing import Route
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
+from dreamcycle.daemon.api.hot_path import (
+    Asgi,
+    Receive,
+    Scope,
+    Send,
+    hot_path,
+    problem,
+    send_problem,
+)
 from dreamcycle.daemon.api.json_route import PydanticJsonRoute, json_answer
 from dreamcycle.daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import ApiConfig, Config
 from dreamcycle.daemon.health import Health
-from dreamcycle.store.database import InvalidObservation
 
 log = logging.getLogger("dreamcycle.api")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Response]])
 
 #: Paths a TCP client may reach without the token: liveness probes carry no secrets.
@@ -68,12 +72,12 @@ class ApiUnavailable(RuntimeError):
 
 def create_app(
     ops: Operations,
+    limiter: trio.CapacityLimiter,
     *,
-    workers: int,
     host: str = defaults.API_HOST,
     health: Health | None = None,
 ) -> FastAPI:
-    limiter = trio.CapacityLimiter(workers)
+    """The FastAPI app; its operations run in worker threads behind `limiter`."""
     mcp = StreamableHttp(InProcess(ops, limiter), host=host)
     app = FastAPI(
         title="dreamcycle",
@@ -92,19 +96,9 @@ def create_app(
                 return await trio.to_thread.run_sync(
                     lambda: json_answer(operation()), limiter=limiter
                 )
-        except NotFound as exc:
-            raise HTTPException(404, str(exc)) from None
-        except Conflict as exc:
-            raise HTTPException(409, str(exc)) from None
-        except NotReady as exc:
-            raise HTTPException(503, str(exc)) from None
-        except (ValueError, InvalidObservation) as exc:
-            raise HTTPException(422, str(exc)) from None
         except Exception as exc:
-            log.exception("request failed")
-            raise HTTPException(
-                500, f"internal error ({type(exc).__name__}); see the log"
-            ) from None
+            status, detail = problem(exc)
+            raise HTTPException(status, detail) from None
 
     def operation(
         method: str, path: str, answer: type[BaseModel], summary: str
@@ -285,26 +279,22 @@ def guard(app: Asgi, token: str, max_body_bytes: int) -> Asgi:
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length", b"0")
         if not length.isdigit() or int(length) > max_body_bytes:
-            await _refuse(send, 413, f"request body larger than {max_body_bytes} bytes")
+            await send_problem(send, 413, f"request body larger than {max_body_bytes} bytes")
             return
         over_tcp = scope.get("server") is not None
         if token and over_tcp and scope.get("path") not in OPEN_PATHS:
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, expected):
-                await _refuse(send, 401, "a bearer token is required on TCP", bearer=True)
+                await send_problem(
+                    send,
+                    401,
+                    "a bearer token is required on TCP",
+                    ((b"www-authenticate", b"Bearer"),),
+                )
                 return
         await app(scope, receive, send)
 
     return guarded
-
-
-async def _refuse(send: Send, status: int, detail: str, *, bearer: bool = False) -> None:
-    body = models.Problem(detail=detail).model_dump_json().encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    if bearer:
-        headers.append((b"www-authenticate", b"Bearer"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def binds(config: Config) -> list[str]:
@@ -337,8 +327,14 @@ async def serve(
     socket_path = config.api_socket_path
     if socket_path is not None:
         Path(socket_path).parent.mkdir(parents=True, exist_ok=True)
+    limiter = trio.CapacityLimiter(api.workers)
     app = guard(
-        create_app(ops, workers=api.workers, host=api.host, health=health),
+        hot_path(
+            create_app(ops, limiter, host=api.host, health=health),
+            ops,
+            limiter,
+            defaults.API_MAX_BODY_BYTES,
+        ),
         api.bearer_token(),
         defaults.API_MAX_BODY_BYTES,
     )

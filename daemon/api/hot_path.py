@@ -1,0 +1,166 @@
+"""The calls an agent makes every turn, answered without FastAPI's per-request machinery.
+
+FastAPI takes each request through half a dozen middlewares, resolves its route's
+dependencies and validates its body, all on the event loop, which every request passes
+through. For the operations here, the loop only reads the body and sends the answer; the
+body's validation, the operation and its answer's JSON happen in one trip to a worker
+thread, behind the same limiter as FastAPI's routes.
+
+The routes stay declared in the FastAPI app: it describes them in the OpenAPI document, and
+answers whatever this path does not take as it is (another method, a body that is not JSON
+or does not validate), so a bad request gets FastAPI's own 422 and reasons either way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import dataclass
+from email.message import Message as MimeHeader
+from typing import Any, Final
+
+import trio
+from pydantic import BaseModel, ValidationError
+
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
+from dreamcycle.daemon.api.operations import Operations
+from dreamcycle.store.database import InvalidObservation
+
+log = logging.getLogger("dreamcycle.api")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: What an operation raises on purpose, and the status it is answered with.
+_STATUSES: Final[tuple[tuple[type[Exception] | tuple[type[Exception], ...], int], ...]] = (
+    (NotFound, 404),
+    (Conflict, 409),
+    (NotReady, 503),
+    ((ValueError, InvalidObservation), 422),
+)
+
+
+def problem(exc: Exception) -> tuple[int, str]:
+    """The status and reason an operation's exception is answered with; anything the
+    operations do not raise on purpose is logged and answered with a 500."""
+    for raised, status in _STATUSES:
+        if isinstance(exc, raised):
+            return status, str(exc)
+    log.exception("request failed", exc_info=exc)
+    return 500, f"internal error ({type(exc).__name__}); see the log"
+
+
+@dataclass(frozen=True)
+class HotRoute:
+    """A POST route whose whole request is one body model."""
+
+    body: type[BaseModel]
+    operation: Callable[[Operations, Any], BaseModel]
+
+
+#: The per-turn operations, by path: what agents call around every step they take.
+HOT_ROUTES: Final[Mapping[str, HotRoute]] = {
+    "/v1/recall": HotRoute(models.RecallRequest, Operations.recall),
+    "/v1/context": HotRoute(models.ContextRequest, Operations.context),
+    "/v1/memories": HotRoute(models.SaveRequest, Operations.save),
+    "/v1/outcomes": HotRoute(models.OutcomeRequest, Operations.outcome),
+}
+
+
+def hot_path(
+    app: Asgi, ops: Operations, limiter: trio.CapacityLimiter, max_body_bytes: int
+) -> Asgi:
+    """`app` (the FastAPI app), with HOT_ROUTES' well-formed requests answered here."""
+
+    async def served(scope: Scope, receive: Receive, send: Send) -> None:
+        route = HOT_ROUTES.get(scope["path"]) if scope["type"] == "http" else None
+        if route is None or scope["method"] != "POST" or not _json_body(scope):
+            await app(scope, receive, send)
+            return
+        body = await _read_body(receive, max_body_bytes)
+        if body is None:
+            return  # the client left
+        if len(body) > max_body_bytes:
+            # A body without a declared length passes the guard: it is bounded here.
+            await send_problem(send, 413, f"request body larger than {max_body_bytes} bytes")
+            return
+
+        def answer() -> tuple[int, bytes] | None:
+            try:
+                request = route.body.model_validate_json(body)
+            except ValidationError:
+                return None
+            try:
+                return 200, route.operation(ops, request).model_dump_json().encode()
+            except Exception as exc:
+                status, detail = problem(exc)
+                return status, models.Problem(detail=detail).model_dump_json().encode()
+
+        with ops.requests_first.serving():
+            answered = await trio.to_thread.run_sync(answer, limiter=limiter)
+        if answered is None:
+            await app(scope, _replaying(body, receive), send)
+            return
+        await send_json(send, *answered)
+
+    return served
+
+
+async def send_json(
+    send: Send, status: int, payload: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """Answer with `payload`, a JSON document."""
+    start = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
+    await send({"type": "http.response.start", "status": status, "headers": [*start, *headers]})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def send_problem(
+    send: Send, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
+    """Answer with an error and its reason, as every error answer is shaped."""
+    await send_json(send, status, models.Problem(detail=detail).model_dump_json().encode(), headers)
+
+
+def _json_body(scope: Scope) -> bool:
+    """Whether the body is declared JSON, as FastAPI requires before it reads one as such."""
+    for name, value in scope.get("headers") or ():
+        if name == b"content-type":
+            header = MimeHeader()
+            header["content-type"] = value.decode("latin-1")
+            subtype = header.get_content_subtype()
+            return subtype == "json" or subtype.endswith("+json")
+    return False
+
+
+async def _read_body(receive: Receive, max_body_bytes: int) -> bytes | None:
+    """The body, read no further than one chunk past `max_body_bytes`; None if the client
+    disconnected first."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > max_body_bytes or not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """`receive`, giving the body already read once more first."""
+    replayed = False
+
+    async def again() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return again

@@ -1,0 +1,213 @@
+"""The per-turn operations answered beside FastAPI (daemon/api/hot_path.py): the same
+answers as FastAPI's routes give, without FastAPI for a well-formed request, and FastAPI's
+own refusals for anything else. In process over ASGI, on a real store and embedder."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.hot_path import HOT_ROUTES, Asgi, Receive, Scope, Send, hot_path
+from dreamcycle.daemon.api.http import create_app
+from dreamcycle.daemon.api.operations import Operations
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.runtime import Runtime
+
+NOW_MS = 1_700_000_000_000
+MAX_BODY_BYTES = 1 << 16
+JSON = {"content-type": "application/json"}
+MEMORIES = (
+    "Deployments go out on Tuesdays after the integration suite passes on staging.",
+    "S3 writes are retried with exponential backoff, at most five times.",
+    "The coffee machine is descaled every second Friday.",
+)
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    root = tmp_path_factory.mktemp("hot_path")
+    config = load_config(
+        None,
+        environ={},
+        overrides={
+            "peer.data_dir": str(root / "data"),
+            "peer.id": "hot",
+            "metrics.listen": "",
+            "zeitgeist.dir": str(root / "zeitgeist"),
+        },
+    )
+    runtime = Runtime.open(config, clock=ManualClock(NOW_MS))
+    try:
+        yield runtime
+    finally:
+        runtime.close()
+
+
+@pytest.fixture(scope="module")
+def ops(rt: Runtime) -> Iterator[Operations]:
+    peer = rt.open_peer()
+    operations = Operations(rt, embedder=rt.embedder)
+    operations.attach(peer)
+    for content in MEMORIES:
+        operations.save(models.SaveRequest(content=content, project="ops"))
+    try:
+        yield operations
+    finally:
+        operations.close()
+        peer.close()
+
+
+class Counted:
+    """An ASGI app, counting the HTTP requests that reach it."""
+
+    def __init__(self, app: Asgi) -> None:
+        self.app = app
+        self.requests = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.requests += scope["type"] == "http"
+        await self.app(scope, receive, send)
+
+
+Exchange = Callable[[httpx.AsyncClient], Awaitable[httpx.Response]]
+
+
+def _both(ops: Operations, exchange: Exchange) -> tuple[httpx.Response, httpx.Response, int]:
+    """`exchange` with FastAPI alone, then through the hot path; and how many of the
+    latter's requests reached FastAPI."""
+
+    async def run() -> tuple[httpx.Response, httpx.Response, int]:
+        limiter = trio.CapacityLimiter(2)
+        fastapi = Counted(create_app(ops, limiter))
+        hot = hot_path(fastapi, ops, limiter, MAX_BODY_BYTES)
+        answers = []
+        for app in (fastapi, hot):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://dc") as client:
+                answers.append(await exchange(client))
+            if app is fastapi:
+                fastapi.requests = 0
+        return answers[0], answers[1], fastapi.requests
+
+    return trio.run(run)
+
+
+def _posting(path: str, body: dict[str, Any]) -> Exchange:
+    async def exchange(client: httpx.AsyncClient) -> httpx.Response:
+        return await client.post(path, json=body)
+
+    return exchange
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/recall", {"query": "when do deployments go out", "record": False}),
+        ("/v1/recall", {"query": "retries", "record": False, "explain": True, "top_k": 2}),
+        ("/v1/context", {"task": "ship the deploy on Tuesday", "record": False}),
+    ],
+)
+def test_a_well_formed_request_is_answered_as_fastapi_answers_it_without_fastapi(
+    ops: Operations, path: str, body: dict[str, Any]
+) -> None:
+    alone, hot, reached = _both(ops, _posting(path, body))
+    assert alone.status_code == hot.status_code == 200, (alone.text, hot.text)
+    assert hot.headers["content-type"] == alone.headers["content-type"]
+    if path == "/v1/context":
+        # The bundle reports how long it took: everything else must match.
+        alone_body, hot_body = alone.json(), hot.json()
+        assert alone_body.pop("latency_ms") >= 0 and hot_body.pop("latency_ms") >= 0
+        assert hot_body == alone_body
+    else:
+        assert hot.json() == alone.json() and hot.json()["hits"]
+    assert reached == 0
+
+
+def test_recall_by_vector_and_a_save_are_answered_without_fastapi(
+    rt: Runtime, ops: Operations
+) -> None:
+    vector = rt.embedder.embed_one("retry policy for object storage writes").tolist()
+    alone, hot, reached = _both(ops, _posting("/v1/recall", {"vector": vector, "record": False}))
+    assert hot.status_code == 200 and hot.json() == alone.json()
+    assert reached == 0
+
+    async def save_twice(client: httpx.AsyncClient) -> httpx.Response:
+        return await client.post("/v1/memories", json={"content": "Standups are at 9:30."})
+
+    first, again, reached = _both(ops, save_twice)
+    assert first.status_code == again.status_code == 200
+    assert first.json()["content_hash"] == again.json()["content_hash"]
+    assert first.json()["created"] and not again.json()["created"]
+    assert reached == 0
+
+
+def test_an_operations_error_gets_the_status_and_reason_fastapi_gives(ops: Operations) -> None:
+    unknown = {"decision_hash": "ab" * 32, "reward": 1.0, "reason": "worked"}
+    alone, hot, reached = _both(ops, _posting("/v1/outcomes", unknown))
+    assert alone.status_code == hot.status_code == 404
+    assert hot.json() == alone.json() and "decision" in hot.json()["detail"]
+    assert reached == 0
+    # The model accepts it; the operation refuses it (a ValueError): 422 either way.
+    wrong_length = {"vector": [1.0, 2.0, 3.0], "record": False}
+    alone, hot, reached = _both(ops, _posting("/v1/recall", wrong_length))
+    assert alone.status_code == hot.status_code == 422
+    assert hot.json() == alone.json() and "components" in hot.json()["detail"]
+    assert reached == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content", "headers"),
+    [
+        ("POST", "/v1/recall", b'{"query": "a", "vector": [1.0]}', JSON),
+        ("POST", "/v1/recall", b'{"query": "a", "topk": 3}', JSON),
+        ("POST", "/v1/context", b"{not json", JSON),
+        ("POST", "/v1/memories", b"", JSON),
+        ("POST", "/v1/outcomes", b"[]", {"content-type": "application/problem+json"}),
+        ("POST", "/v1/recall", b'{"query": "deployments"}', {"content-type": "text/plain"}),
+        ("POST", "/v1/recall", b'{"query": "deployments"}', {}),
+        ("GET", "/v1/recall", b"", {}),
+        ("PUT", "/v1/memories", b'{"content": "x"}', JSON),
+    ],
+)
+def test_anything_else_gets_fastapis_own_answer(
+    ops: Operations, method: str, path: str, content: bytes, headers: dict[str, str]
+) -> None:
+    async def exchange(client: httpx.AsyncClient) -> httpx.Response:
+        return await client.request(method, path, content=content, headers=headers)
+
+    alone, hot, reached = _both(ops, exchange)
+    assert 400 <= alone.status_code < 500
+    assert (hot.status_code, hot.json()) == (alone.status_code, alone.json())
+    assert reached == 1
+
+
+def test_a_body_without_a_declared_length_is_bounded(ops: Operations) -> None:
+    async def chunked(client: httpx.AsyncClient) -> httpx.Response:
+        async def parts() -> Any:
+            for _ in range(4):
+                yield b" " * MAX_BODY_BYTES
+
+        return await client.post("/v1/recall", content=parts(), headers=JSON)
+
+    _, hot, reached = _both(ops, chunked)
+    assert hot.status_code == 413 and str(MAX_BODY_BYTES) in hot.json()["detail"]
+    assert reached == 0
+
+
+def test_every_hot_route_is_declared_with_its_body_model(ops: Operations) -> None:
+    """The OpenAPI description comes from FastAPI's routes: each hot route must be one,
+    taking the body the hot path validates."""
+
+    async def document() -> dict[str, Any]:
+        return create_app(ops, trio.CapacityLimiter(1)).openapi()
+
+    paths = trio.run(document)["paths"]
+    for path, route in HOT_ROUTES.items():
+        body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body["$ref"].rsplit("/", 1)[-1] == route.body.__name__, path
