@@ -8,7 +8,8 @@ cold tier, as a sweep leaves a store (recall also searches the cold tier, exactl
 Then, in one run:
 
 * baselines: raw hnswlib single-query k-NN (HnswIndex.knn_many, k = the recall
-  candidate pool) and one text embedding;
+  candidate pool) and one text embedding, back to back and each after an untimed recall
+  by vector (as recall by text embeds its query: between other work, its caches colder);
 * in process (daemon.api.operations over the live index): recall by vector, by
   text, by text with filters, a context bundle (not recorded), and save-then-recall (a new chunk saved, then
   recalled by its text: the pair is timed, and the chunk must come first);
@@ -121,6 +122,7 @@ COLD_GRAPH_TIMEOUT_S: Final = 600.0
 #: How a baseline's figure name ends: the targets are ratios to these, measured alone.
 BASELINE_MARK: Final = "(baseline)"
 FLOOR_FIGURE: Final = f"HTTP floor {BASELINE_MARK}"
+EMBED_AFTER_RECALL: Final = f"embed one text, after a recall {BASELINE_MARK}"
 FLOOR_PATH: Final = "Hypercorn, bare ASGI app"
 
 Vectors = npt.NDArray[np.float32]
@@ -216,17 +218,31 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {f"p{p}_ms": float(np.percentile(values, p)) for p in PERCENTILES}
 
 
-def measure(calls: int, action: Callable[[int], Any]) -> dict[str, float]:
+@dataclasses.dataclass(frozen=True)
+class After:
+    """A call timed alone, each time after an untimed one: what it costs in the state the
+    first leaves the machine's caches in."""
+
+    untimed: Callable[[int], Any]
+    timed: Callable[[int], Any]
+
+
+def measure(calls: int, action: Callable[[int], Any] | After) -> dict[str, float]:
     samples: list[float] = []
     for i in range(calls):
+        if isinstance(action, After):
+            action.untimed(i)
+            call = action.timed
+        else:
+            call = action
         started = time.perf_counter()
-        action(i)
+        call(i)
         samples.append(time.perf_counter() - started)
     return percentiles(samples)
 
 
 #: One figure to measure: its name, the path it takes, and one call (given its number).
-Figure = tuple[str, str, Callable[[int], Any]]
+Figure = tuple[str, str, Callable[[int], Any] | After]
 
 
 def measure_rounds(figures: list[Figure], calls: int, rounds: int) -> list[dict[str, Any]]:
@@ -640,6 +656,9 @@ def main(argv: list[str] | None = None) -> int:
              lambda i: peer.index.knn_many(query_vectors[i][None, :], pool)),
             (f"embed one text {BASELINE_MARK}", "fastembed",
              lambda i: ops._embedder.embed_one(texts[i])),
+            # As recall by text embeds its query: after a recall's work, not back to back.
+            (EMBED_AFTER_RECALL, "fastembed",
+             After(workload.by_vector, lambda i: ops._embedder.embed_one(texts[i]))),
         ]  # fmt: skip
         rows += measure_rounds(baselines + workload.figures("in process"), args.calls, args.rounds)
         with cycles_beside(peer, ops, corpus) as cycles:
@@ -695,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
             beside_counts |= {"daemon_cycles": cycles_ended.value, "daemon_pulses": sent.value}
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
+    embed_after_p99 = rows[2]["p99_ms"]
     floor_p99 = next((r["p99_ms"] for r in rows if r["figure"] == FLOOR_FIGURE), None)
     idle = {
         (r["figure"], r["path"].replace(", cycles running", "")): r
@@ -708,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in measured:
         row["x_knn_p99"] = row["p99_ms"] / knn_p99
         row["minus_embed_p99_ms"] = row["p99_ms"] - embed_p99
+        row["minus_embed_after_recall_p99_ms"] = row["p99_ms"] - embed_after_p99
         over_http = row["path"].startswith("HTTP")
         row["minus_floor_p99_ms"] = (
             row["p99_ms"] - floor_p99 if over_http and floor_p99 is not None else None
@@ -731,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
             Column("p99_max_ms", "p99 high", ".2f"),
             Column("x_knn_p99", "p99 / k-NN p99", ".1f"),
             Column("minus_embed_p99_ms", "p99 - embed p99 (ms)", ".2f"),
+            Column("minus_embed_after_recall_p99_ms", "p99 - embed after recall p99", ".2f"),
             Column("minus_floor_p99_ms", "p99 - HTTP floor p99 (ms)", ".2f"),
             Column("x_idle_p99", "p99 / idle p99", ".2f"),
         ],
