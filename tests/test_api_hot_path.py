@@ -170,6 +170,10 @@ def test_an_operations_error_gets_the_status_and_reason_fastapi_gives(ops: Opera
         ("POST", "/v1/memories", b"", JSON),
         ("POST", "/v1/outcomes", b"[]", {"content-type": "application/problem+json"}),
         ("POST", "/v1/recall", b'{"query": "deployments"}', {"content-type": "text/plain"}),
+        ("POST", "/v1/memories", b'{"content": "typed as text"}', {"content-type": "text/json"}),
+        # An integer too long for a float: FastAPI refuses it; read as JSON alone, it is inf.
+        ("POST", "/v1/recall", b'{"query": "a", "min_relevance": 1' + b"0" * 400 + b"}", JSON),
+        ("POST", "/v1/recall", b'{"vector": [1' + b"0" * 400 + b"]}", JSON),
         ("POST", "/v1/recall", b'{"query": "deployments"}', {}),
         ("GET", "/v1/recall", b"", {}),
         ("PUT", "/v1/memories", b'{"content": "x"}', JSON),

@@ -245,6 +245,9 @@ def test_bodies_that_are_not_requests_are_refused(api: Api) -> None:
 def test_tcp_requires_the_bearer_token_and_the_socket_is_private(api: Api) -> None:
     with httpx.Client(base_url=api.tcp_url, timeout=30.0) as tcp:
         assert tcp.get("/v1/status").status_code == 401
+        # The per-turn calls are answered before FastAPI (daemon/api/hot_path.py): after
+        # the guard.
+        assert tcp.post("/v1/recall", json={"query": "deployments"}).status_code == 401
         wrong = tcp.get("/v1/status", headers={"Authorization": "Bearer nope"})
         assert wrong.status_code == 401 and wrong.headers["www-authenticate"] == "Bearer"
         right = tcp.get("/v1/status", headers={"Authorization": f"Bearer {TOKEN}"})

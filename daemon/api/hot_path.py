@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from email.message import Message as MimeHeader
 from typing import Any, Final
 
+import pydantic_core
 import trio
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
@@ -94,8 +95,10 @@ def hot_path(
 
         def answer() -> tuple[int, bytes] | None:
             try:
-                request = route.body.model_validate_json(body)
-            except ValidationError:
+                # Parsed, then validated as FastAPI does (daemon/api/json_route.py): pydantic's
+                # JSON mode alone reads an integer too long for a float as infinity.
+                request = route.body.model_validate(pydantic_core.from_json(body))
+            except ValueError:  # not JSON, or not a valid request (ValidationError)
                 return None
             try:
                 return 200, route.operation(ops, request).model_dump_json().encode()
@@ -130,13 +133,16 @@ async def send_problem(
 
 
 def _json_body(scope: Scope) -> bool:
-    """Whether the body is declared JSON, as FastAPI requires before it reads one as such."""
+    """Whether the body is declared JSON as FastAPI requires before it reads one as such:
+    application/json or application/...+json."""
     for name, value in scope.get("headers") or ():
         if name == b"content-type":
             header = MimeHeader()
             header["content-type"] = value.decode("latin-1")
             subtype = header.get_content_subtype()
-            return subtype == "json" or subtype.endswith("+json")
+            return header.get_content_maintype() == "application" and (
+                subtype == "json" or subtype.endswith("+json")
+            )
     return False
 
 
