@@ -11,6 +11,7 @@ import httpx
 import pytest
 import trio
 
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.hot_path import HOT_ROUTES, Asgi, Receive, Scope, Send, hot_path
 from dreamcycle.daemon.api.http import create_app
@@ -202,6 +203,19 @@ def test_a_body_without_a_declared_length_is_bounded(ops: Operations) -> None:
     _, hot, reached = _both(ops, chunked)
     assert hot.status_code == 413 and str(MAX_BODY_BYTES) in hot.json()["detail"]
     assert reached == 0
+
+
+def test_fastapi_bounds_a_body_without_a_declared_length_too(ops: Operations) -> None:
+    async def chunked(client: httpx.AsyncClient) -> httpx.Response:
+        async def parts() -> Any:
+            for _ in range(3):
+                yield b" " * defaults.API_MAX_BODY_BYTES
+
+        return await client.post("/v1/pulses", content=parts(), headers=JSON)
+
+    alone, hot, reached = _both(ops, chunked)
+    assert alone.status_code == hot.status_code == 413
+    assert reached == 1
 
 
 def test_every_hot_route_is_declared_with_its_body_model(ops: Operations) -> None:

@@ -84,6 +84,9 @@ def create_app(
         summary="Recall and teach this peer's memory.",
         version="1",
         lifespan=mcp.lifespan,
+        # The guard refuses a declared length over the bound; this bounds a body sent
+        # without one (chunked) while it is read.
+        max_body_size=defaults.API_MAX_BODY_BYTES,
     )
     app.router.route_class = PydanticJsonRoute
 
