@@ -175,6 +175,9 @@ def test_an_operations_error_gets_the_status_and_reason_fastapi_gives(ops: Opera
         # An integer too long for a float: FastAPI refuses it; read as JSON alone, it is inf.
         ("POST", "/v1/recall", b'{"query": "a", "min_relevance": 1' + b"0" * 400 + b"}", JSON),
         ("POST", "/v1/recall", b'{"vector": [1' + b"0" * 400 + b"]}", JSON),
+        # JSON allows a lone surrogate; the reasons quote it, escaped.
+        ("POST", "/v1/recall", b'{"query": "\\ud800"}', JSON),
+        ("POST", "/v1/memories", b'{"content": "caf\xc3\xa9", "kind": "\\udfff"}', JSON),
         ("POST", "/v1/recall", b'{"query": "deployments"}', {}),
         ("GET", "/v1/recall", b"", {}),
         ("PUT", "/v1/memories", b'{"content": "x"}', JSON),

@@ -17,6 +17,7 @@ message, logged, and the server goes on.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -24,8 +25,10 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import trio
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi import Path as PathParameter
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
@@ -89,6 +92,13 @@ def create_app(
         max_body_size=defaults.API_MAX_BODY_BYTES,
     )
     app.router.route_class = PydanticJsonRoute
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request: Request, exc: RequestValidationError) -> Response:
+        """FastAPI's 422, its non-ASCII characters escaped: the reasons quote the request,
+        and a lone surrogate in it (which JSON allows) has no UTF-8 form."""
+        reasons = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
+        return Response(reasons, status_code=422, media_type="application/json")
 
     async def run(operation: Callable[[], BaseModel]) -> Response:
         """The operation's answer, serialized in the worker thread too: the event loop,
