@@ -4,6 +4,7 @@ own refusals for anything else. In process over ASGI, on a real store and embedd
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 import trio
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import http, models
 from dreamcycle.daemon.api.hot_path import HOT_ROUTES, Asgi, Receive, Scope, Send, hot_path
 from dreamcycle.daemon.api.http import create_app
 from dreamcycle.daemon.api.operations import Operations
@@ -219,6 +220,41 @@ def test_fastapi_bounds_a_body_without_a_declared_length_too(ops: Operations) ->
     alone, hot, reached = _both(ops, chunked)
     assert alone.status_code == hot.status_code == 413
     assert reached == 1
+
+
+def test_the_server_runs_the_guard_then_the_hot_path_then_fastapi(
+    rt: Runtime, ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `serve` hands Hypercorn: TCP requests without the token never reach the hot
+    path; with it, a recall is answered there and a status by FastAPI."""
+    reaching_fastapi: list[Counted] = []
+
+    def counted_app(*args: Any, **kwargs: Any) -> Counted:
+        reaching_fastapi.append(Counted(create_app(*args, **kwargs)))
+        return reaching_fastapi[-1]
+
+    monkeypatch.setattr(http, "create_app", counted_app)
+    config = dataclasses.replace(rt.config, api=dataclasses.replace(rt.config.api, token="t"))
+
+    async def exchanges() -> list[int]:
+        app = http.served_app(ops, config)
+        # The transport names a server address, as Hypercorn does for TCP connections.
+        transport = httpx.ASGITransport(app=app)
+        statuses = []
+        async with httpx.AsyncClient(transport=transport, base_url="http://dc") as client:
+            for token in ("", "Bearer t"):
+                recall = await client.post(
+                    "/v1/recall",
+                    json={"query": "deployments", "record": False},
+                    headers={"authorization": token},
+                )
+                statuses.append(recall.status_code)
+            status = await client.get("/v1/status", headers={"authorization": "Bearer t"})
+            statuses.append(status.status_code)
+        return statuses
+
+    assert trio.run(exchanges) == [401, 200, 200]
+    assert reaching_fastapi[0].requests == 1  # the status alone
 
 
 def test_every_hot_route_is_declared_with_its_body_model(ops: Operations) -> None:

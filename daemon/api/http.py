@@ -49,7 +49,7 @@ from dreamcycle.daemon.api.hot_path import (
 from dreamcycle.daemon.api.json_route import PydanticJsonRoute, json_answer
 from dreamcycle.daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.config import ApiConfig, Config
+from dreamcycle.daemon.config import Config
 from dreamcycle.daemon.health import Health
 
 log = logging.getLogger("dreamcycle.api")
@@ -310,6 +310,23 @@ def guard(app: Asgi, token: str, max_body_bytes: int) -> Asgi:
     return guarded
 
 
+def served_app(ops: Operations, config: Config, *, health: Health | None = None) -> Asgi:
+    """What the server runs: the guard, then the hot path, then FastAPI, the last two
+    sharing one limiter of `api.workers` threads (in a Trio run)."""
+    api = config.api
+    limiter = trio.CapacityLimiter(api.workers)
+    return guard(
+        hot_path(
+            create_app(ops, limiter, host=api.host, health=health),
+            ops,
+            limiter,
+            defaults.API_MAX_BODY_BYTES,
+        ),
+        api.bearer_token(),
+        defaults.API_MAX_BODY_BYTES,
+    )
+
+
 def binds(config: Config) -> list[str]:
     api = config.api
     out = []
@@ -330,7 +347,6 @@ async def serve(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until `shutdown` is set (or cancelled); reports the addresses once listening."""
-    api: ApiConfig = config.api
     hypercorn = HypercornConfig()
     hypercorn.bind = binds(config)
     # The socket is created with no access for group and others: only this user connects.
@@ -340,17 +356,7 @@ async def serve(
     socket_path = config.api_socket_path
     if socket_path is not None:
         Path(socket_path).parent.mkdir(parents=True, exist_ok=True)
-    limiter = trio.CapacityLimiter(api.workers)
-    app = guard(
-        hot_path(
-            create_app(ops, limiter, host=api.host, health=health),
-            ops,
-            limiter,
-            defaults.API_MAX_BODY_BYTES,
-        ),
-        api.bearer_token(),
-        defaults.API_MAX_BODY_BYTES,
-    )
+    app = served_app(ops, config, health=health)
 
     async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
         await hypercorn_serve(
