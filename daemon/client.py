@@ -154,6 +154,11 @@ _BY_STATUS: Final[dict[int, type[ApiError]]] = {
 }
 
 
+def error_for(status: int) -> type[ApiError]:
+    """The exception an error answer of `status` is raised as."""
+    return _BY_STATUS.get(status, ServerError)
+
+
 def _reason(response: httpx.Response) -> str:
     try:
         detail = response.json().get("detail")
@@ -174,8 +179,7 @@ def _reason(response: httpx.Response) -> str:
 def _decode(route: Route[Any, Resp], response: httpx.Response) -> Resp:
     if response.status_code == 200:
         return route.response.model_validate_json(response.content)
-    error = _BY_STATUS.get(response.status_code, ServerError)
-    raise error(_reason(response), response.status_code)
+    raise error_for(response.status_code)(_reason(response), response.status_code)
 
 
 # ---- where the daemon is -----------------------------------------------------------------

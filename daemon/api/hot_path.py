@@ -16,7 +16,6 @@ or does not validate), so a bad request gets FastAPI's own 422 and reasons eithe
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from email.message import Message as MimeHeader
@@ -27,35 +26,14 @@ import trio
 from pydantic import BaseModel
 
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
+from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.store.database import InvalidObservation
-
-log = logging.getLogger("dreamcycle.api")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-#: What an operation raises on purpose, and the status it is answered with.
-_STATUSES: Final[tuple[tuple[type[Exception] | tuple[type[Exception], ...], int], ...]] = (
-    (NotFound, 404),
-    (Conflict, 409),
-    (NotReady, 503),
-    ((ValueError, InvalidObservation), 422),
-)
-
-
-def problem(exc: Exception) -> tuple[int, str]:
-    """The status and reason an operation's exception is answered with; anything the
-    operations do not raise on purpose is logged and answered with a 500."""
-    for raised, status in _STATUSES:
-        if isinstance(exc, raised):
-            return status, str(exc)
-    log.exception("request failed", exc_info=exc)
-    return 500, f"internal error ({type(exc).__name__}); see the log"
 
 
 @dataclass(frozen=True)
@@ -104,7 +82,7 @@ def hot_path(
                 return 200, route.operation(ops, request).model_dump_json().encode()
             except Exception as exc:
                 status, detail = problem(exc)
-                return status, models.Problem(detail=detail).model_dump_json().encode()
+                return status, _problem_body(detail)
 
         with ops.requests_first.serving():
             answered = await trio.to_thread.run_sync(answer, limiter=limiter)
@@ -129,7 +107,11 @@ async def send_problem(
     send: Send, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()
 ) -> None:
     """Answer with an error and its reason, as every error answer is shaped."""
-    await send_json(send, status, models.Problem(detail=detail).model_dump_json().encode(), headers)
+    await send_json(send, status, _problem_body(detail), headers)
+
+
+def _problem_body(detail: str) -> bytes:
+    return models.Problem(detail=detail).model_dump_json().encode()
 
 
 def _json_body(scope: Scope) -> bool:

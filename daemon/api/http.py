@@ -37,15 +37,8 @@ from starlette.routing import Route
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.hot_path import (
-    Asgi,
-    Receive,
-    Scope,
-    Send,
-    hot_path,
-    problem,
-    send_problem,
-)
+from dreamcycle.daemon.api.errors import problem
+from dreamcycle.daemon.api.hot_path import Asgi, Receive, Scope, Send, hot_path, send_problem
 from dreamcycle.daemon.api.json_route import PydanticJsonRoute, json_answer
 from dreamcycle.daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
 from dreamcycle.daemon.api.operations import Operations

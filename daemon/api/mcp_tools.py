@@ -34,12 +34,11 @@ from pydantic import BaseModel, Field
 
 from dreamcycle.daemon import client, defaults
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
+from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.client import ApiError, Route, request_model
 from dreamcycle.pulses.constants import STRENGTH_MAX
 from dreamcycle.pulses.context import MIN_BUDGET
-from dreamcycle.store.database import InvalidObservation
 
 log = logging.getLogger("dreamcycle.mcp")
 Req = TypeVar("Req", bound=BaseModel | None)
@@ -64,16 +63,6 @@ class Transport(Protocol):
 class InProcess:
     """Operations called in this process, in worker threads behind the API's limiter."""
 
-    #: The operations' own errors, as the client raises them.
-    _ERRORS: Final[
-        tuple[tuple[type[Exception] | tuple[type[Exception], ...], type[ApiError]], ...]
-    ] = (
-        (NotFound, client.NotFound),
-        (Conflict, client.Conflict),
-        (NotReady, client.Unavailable),
-        ((ValueError, InvalidObservation), client.BadRequest),
-    )
-
     def __init__(self, ops: Operations, limiter: trio.CapacityLimiter) -> None:
         self._ops = ops
         self._limiter = limiter
@@ -85,13 +74,10 @@ class InProcess:
             with self._ops.requests_first.serving():
                 return cast(Resp, await trio.to_thread.run_sync(call, limiter=self._limiter))
         except Exception as exc:
-            for raised, as_error in self._ERRORS:
-                if isinstance(exc, raised):
-                    raise as_error(str(exc)) from None
-            log.exception("MCP tool failed")
-            raise client.ServerError(
-                f"internal error ({type(exc).__name__}); see the log"
-            ) from None
+            # Refused as over HTTP: the status the error is answered with, as the client
+            # raises it.
+            status, detail = problem(exc)
+            raise client.error_for(status)(detail) from None
 
 
 # ---- the tools -------------------------------------------------------------------------------
