@@ -44,10 +44,26 @@ _COUNTS: Final = {
 
 
 class CountQueries(TableQueries):
+    #: live_and_tombstoned's last answer, and what it was counted under.
+    _live_memo: tuple[tuple[str, int], tuple[int, int]] | None = None
+
+    def change_stamp(self) -> str:
+        raise NotImplementedError  # store.database.Database's
+
     def live_and_tombstoned(self) -> tuple[int, int]:
-        """The two counts the daemon reports after every cycle, cheaply."""
+        """The two counts the daemon reports after every cycle, cheaply: counted again only
+        when chunks were added, tombstoned, swept or revived (the change stamp) or a
+        tombstone was recorded. Counting both read every live and cold index entry, about
+        7 ms of each cycle at 100k chunks, and most cycles change neither."""
+        # Tombstones are only ever added, each as a new row: its largest rowid marks them.
+        newest = self._one("SELECT coalesce(max(rowid), 0) FROM tombstones")
+        key = (self.change_stamp(), int(newest[0]))
+        if self._live_memo is not None and self._live_memo[0] == key:
+            return self._live_memo[1]
         row = self._one(_LIVE_AND_TOMBSTONED)
-        return int(row[0]), int(row[1])
+        counts = int(row[0]), int(row[1])
+        self._live_memo = (key, counts)
+        return counts
 
     def counts(self) -> dict[str, int]:
         return {name: self._count(sql) for name, sql in _COUNTS.items()}

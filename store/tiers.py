@@ -17,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.store.database import EFFICACY_TYPE, TIER_EPOCH_META_KEY, Database
-from dreamcycle.store.observations import COLD_ROWS
 from dreamcycle.store.timefmt import iso_from_ms
 
 
@@ -77,10 +76,15 @@ def revive(db: Database, rowid: int) -> bool:
 
 
 def reingested_cold(db: Database) -> list[int]:
-    """Cold chunks whose content was ingested again after they went cold."""
+    """Cold chunks whose content was ingested again after they went cold (an index holds
+    just those: migration 0014)."""
     return [
         int(r[0])
-        for r in db.fetch_all(f"SELECT id {COLD_ROWS} AND last_seen_at > cold_at ORDER BY id")
+        for r in db.fetch_all(
+            "SELECT id FROM observations INDEXED BY observations_cold_reingested "
+            "WHERE cold_at IS NOT NULL AND deleted_at IS NULL AND last_seen_at > cold_at "
+            "ORDER BY id"
+        )
     ]
 
 

@@ -204,7 +204,7 @@ def test_segments_entries_and_cycles_are_recorded_once(db: Database) -> None:
 
 def test_the_cold_tier_reads_from_its_index_agree_with_the_rows(db: Database) -> None:
     """Counts, the re-ingested search and the tier sets read the cold tier from its own
-    index (migration 0013): they must see what the rows say, tombstones and re-ingests
+    indexes (migrations 0013 and 0014): they must see what the rows say, tombstones and re-ingests
     included, and a read that visited the rows instead would find the same."""
     live, stays_cold, seen_again, retracted = _admitted_chunks(
         db, ["still live", "swept and left", "swept then ingested again", "swept then retracted"],
@@ -234,3 +234,65 @@ def test_the_cold_tier_reads_from_its_index_agree_with_the_rows(db: Database) ->
     )
     assert [(int(a), bool(b)) for a, b in from_rows] == [(stays_cold, False), (seen_again, True)]
     assert db.observation(live).live  # type: ignore[union-attr]
+    # Revived, the re-ingested chunk leaves the search's own index (migration 0014).
+    with db.transaction():
+        assert tiers.revive(db, seen_again)
+    assert tiers.reingested_cold(db) == []
+
+
+def _live_and_tombstoned_from_rows(db: Database) -> tuple[int, int]:
+    row = db.fetch_one(
+        "SELECT (SELECT count(*) FROM observations NOT INDEXED "
+        "WHERE deleted_at IS NULL AND cold_at IS NULL), "
+        "(SELECT count(*) FROM tombstones NOT INDEXED)"
+    )
+    return int(row[0]), int(row[1])
+
+
+def test_the_counts_reported_after_each_cycle_follow_every_change_and_only_then_are_read(
+    db: Database,
+) -> None:
+    """The daemon reports the live and tombstoned counts after every cycle, from a memo
+    that only a change of either may renew: each kind of change must renew it, and a
+    cycle that changed neither must not read them again."""
+    kept, swept = _admitted_chunks(db, ["stays live", "swept then revived"], now_ms=NOW_MS)
+    assert db.live_and_tombstoned() == _live_and_tombstoned_from_rows(db) == (2, 0)
+
+    def tombstone(digest: str) -> None:
+        db.tombstone(digest, reason="wrong", origin_peer="p", now_ms=NOW_MS,
+                     collectable_after_ms=None, journal_seq=None)  # fmt: skip
+
+    kept_hash = db.observation(kept).content_hash  # type: ignore[union-attr]
+    changes = {
+        "a chunk added": lambda: db.add_observations(
+            [NewObservation(content="added later")], now_ms=NOW_MS
+        ),
+        "a chunk swept": lambda: tiers.move_to_cold(db, [swept], reason="sweep", now_ms=NOW_MS),
+        "a chunk revived": lambda: tiers.revive(db, swept),
+        "a chunk tombstoned": lambda: tombstone(kept_hash),
+        "a tombstone for a chunk held elsewhere": lambda: tombstone("f" * 64),
+    }
+    seen = [db.live_and_tombstoned()]
+    for what, change in changes.items():
+        with db.transaction():
+            change()
+        counts = db.live_and_tombstoned()
+        assert counts == _live_and_tombstoned_from_rows(db), what
+        assert counts != seen[-1], what
+        seen.append(counts)
+    assert seen[-1] == (2, 2)
+
+    with db.transaction():
+        db.set_meta("unrelated", "changed")
+    statements: list[str] = []
+
+    def trace(_cursor: object, sql: str, _bindings: object) -> bool:
+        statements.append(sql)
+        return True
+
+    db.before_each_statement(trace)
+    try:
+        assert db.live_and_tombstoned() == (2, 2)
+    finally:
+        db.before_each_statement(None)
+    assert statements and not any("count(*) FROM tombstones" in sql for sql in statements)
