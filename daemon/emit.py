@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import blake3
+import numpy as np
+import numpy.typing as npt
 
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.constants import REASON_MAX_CHARS
@@ -266,7 +268,12 @@ def _check_cited_form(given: str) -> None:
         )
 
 
-def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
+def emit_pulse(
+    rt: Runtime, request: PulseRequest, *, embedded: npt.NDArray[np.float32] | None = None
+) -> Emitted:
+    """Queue a pulse seeded at a stored chunk or at its text's embedding; `embedded` is that
+    embedding when the caller made it already (the daemon does, before taking the write
+    lock, so that no writer waits for the model)."""
     if request.kind is PulseKind.FORGET:
         raise ValueError("forget pulses travel with a tombstone: use `pulse-emit tombstone HASH`")
     check_reason(request.reason, optional=True)
@@ -292,7 +299,8 @@ def emit_pulse(rt: Runtime, request: PulseRequest) -> Emitted:
     elif not request.text.strip():
         raise ValueError("--text is empty: a pulse needs text to seed its embedding")
     else:
-        seed, seed_hash = rt.embedder.embed_one(request.text), content_hash(request.text)
+        seed = rt.embedder.embed_one(request.text) if embedded is None else embedded
+        seed_hash = content_hash(request.text)
 
     def build(hlc: int) -> PulseEntry:
         pulse = SalientPulse(

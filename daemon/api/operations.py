@@ -363,8 +363,12 @@ class Operations:
             reason=request.reason,
             nonce=request.nonce,
         )
+        # Embedded before the write lock is taken: while a request waits for or holds it,
+        # the cycle gives way to no request (daemon/requests_first.py), and other writers
+        # wait; the model takes milliseconds.
+        embedded = self._embedder.embed_one(request.text) if request.text.strip() else None
         with self._writing() as writer:
-            emitted = emit_pulse(writer, pulse)
+            emitted = emit_pulse(writer, pulse, embedded=embedded)
         return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
 
     @_request
