@@ -19,7 +19,9 @@ Then, in one run:
   vector through the same client, so the HTTP figures can be read as floor + the rest;
 * both again while dream cycles run back to back beside them, with Reward pulses to
   propagate (one per cycle: in process before each cycle, to the daemon from a process
-  of its own, each sent once the daemon's log shows a cycle ended since the last).
+  of its own, each sent once the daemon's log shows a cycle ended since the last); by
+  default each pulse is a reinforce of a stored chunk, or with `--pulses-from text` a
+  pulse seeded at a query text, which the daemon embeds beside the measured calls.
 
 Each figure is measured in `--rounds` rounds (default 3) of `--calls` calls (default
 500), the figures of one path taking turns round by round, so that a slow minute of a
@@ -105,8 +107,11 @@ PROJECTS: Final = 20
 READY_TIMEOUT_S: Final = 600.0
 STOP_TIMEOUT_S: Final = 120.0
 PERCENTILES: Final = (50, 99)
-#: Pulse texts the cycles-running figures cycle through.
+#: Pulse texts (or reinforced chunks) the cycles-running figures cycle through.
 PULSE_TEXTS: Final = 50
+#: Where the cycles' pulses come from: a reinforce of a stored chunk (seeded at its stored
+#: embedding), or a pulse seeded at a text, which is embedded as it is sent.
+PULSE_SOURCES: Final = ("feedback", "text")
 #: How the daemon logs the end of a cycle, however it ended: the pulse sender sends the
 #: next pulse once it reads one (checking every PULSE_POLL_S), so each cycle has about
 #: one to apply, as in process.
@@ -126,6 +131,48 @@ EMBED_AFTER_RECALL: Final = f"embed one text, after a recall {BASELINE_MARK}"
 FLOOR_PATH: Final = "Hypercorn, bare ASGI app"
 
 Vectors = npt.NDArray[np.float32]
+
+
+@dataclasses.dataclass(frozen=True)
+class Pulses:
+    """The Reward pulse each cycle beside the figures gets: `source` is one of
+    PULSE_SOURCES. A text pulse is embedded as it is sent: beside the measured calls in the
+    daemon (another client's work on the same two cores, not the cycle's), in the cycle's
+    own thread in process; a reinforce is seeded at a stored embedding, so the cycles have
+    the same work to propagate and nothing else runs beside the calls."""
+
+    source: str
+    texts: list[str]
+    hashes: list[str]
+
+    def send(self, ops: Operations, i: int) -> None:
+        if self.source == "text":
+            ops.pulse(models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=f"bench {i}"))
+        else:
+            ref = self.hashes[i % len(self.hashes)]
+            ops.reinforce(models.FeedbackRequest(ref=ref, reason="bench", nonce=f"bench {i}"))
+
+    def post(self, client: httpx.Client, i: int) -> None:
+        # Nonces of their own: a request repeating one sent in process would queue nothing.
+        nonce = f"bench http {i}"
+        if self.source == "text":
+            request = models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=nonce)
+            response = client.post("/v1/pulses", content=request.model_dump_json())
+        else:
+            body = models.FeedbackBody(reason="bench", nonce=nonce)
+            ref = self.hashes[i % len(self.hashes)]
+            response = client.post(f"/v1/memories/{ref}/reinforce", content=body.model_dump_json())
+        response.raise_for_status()
+
+
+def live_hashes(rt: Runtime, count: int) -> list[str]:
+    """Hashes of `count` live chunks, spread over the store."""
+    rows = rt.db.fetch_all(
+        "SELECT content_hash FROM observations WHERE cold_at IS NULL AND deleted_at IS NULL "
+        "ORDER BY id"
+    )
+    step = max(1, len(rows) // count)
+    return [str(row[0]) for row in rows[::step][:count]]
 
 
 def _syllable_words(rng: np.random.Generator, count: int) -> list[str]:
@@ -367,18 +414,16 @@ def http_call(client: httpx.Client) -> Callable[[str, Any], Any]:
 
 
 @contextmanager
-def cycles_beside(peer: Peer, ops: Operations, corpus: Corpus) -> Iterator[list[int]]:
+def cycles_beside(peer: Peer, ops: Operations, pulses: Pulses) -> Iterator[list[int]]:
     """Dream cycles back to back in a thread, the way the daemon's worker runs them, each
     with a Reward pulse of its own to propagate (a store where nothing happens has
     cycles that cost almost nothing)."""
     stop = threading.Event()
     done = [0]
-    texts = [corpus.query() for _ in range(PULSE_TEXTS)]
 
     def loop() -> None:
         while not stop.is_set():
-            text = texts[done[0] % len(texts)]
-            ops.pulse(models.PulseRequest(text=text, nonce=f"bench {done[0]}"))
+            pulses.send(ops, done[0])
             run_cycle_blocking(peer)
             done[0] += 1
 
@@ -393,7 +438,7 @@ def cycles_beside(peer: Peer, ops: Operations, corpus: Corpus) -> Iterator[list[
 
 @contextmanager
 def pulses_beside(
-    data_dir: Path, log_path: Path, corpus: Corpus, every_s: float | None = None
+    data_dir: Path, log_path: Path, pulses: Pulses, every_s: float | None = None
 ) -> Iterator[Any]:
     """A Reward pulse for each of the daemon's cycles, so they have work, as in process;
     from a process of its own, so that sending one never holds up a measured call in
@@ -406,10 +451,9 @@ def pulses_beside(
     spawned = multiprocessing.get_context("spawn")
     stop, started = spawned.Event(), spawned.Event()
     sent, cycles = spawned.Value("i", 0), spawned.Value("i", 0)
-    texts = [corpus.query() for _ in range(PULSE_TEXTS)]
     sender = spawned.Process(
         target=send_pulses,
-        args=(data_dir / "api.sock", log_path, texts, every_s, stop, started, (sent, cycles)),
+        args=(data_dir / "api.sock", log_path, pulses, every_s, stop, started, (sent, cycles)),
         daemon=True,
     )
     sender.start()
@@ -428,7 +472,7 @@ def pulses_beside(
 def send_pulses(
     socket_path: Path,
     log_path: Path,
-    texts: list[str],
+    pulses: Pulses,
     every_s: float | None,
     stop: Any,
     started: Any,
@@ -442,10 +486,7 @@ def send_pulses(
         started.set()
         pending = b""
         while not stop.is_set():
-            request = models.PulseRequest(
-                text=texts[sent.value % len(texts)], nonce=f"bench {sent.value}"
-            )
-            client.post("/v1/pulses", content=request.model_dump_json()).raise_for_status()
+            pulses.post(client, sent.value)
             sent.value += 1
             # At a fixed rate, the next is due at a time; otherwise once a cycle ended.
             due_at = None if every_s is None else time.monotonic() + every_s
@@ -579,6 +620,14 @@ def main(argv: list[str] | None = None) -> int:
         "sent one every 0.05 s",
     )
     parser.add_argument(
+        "--pulses-from",
+        choices=PULSE_SOURCES,
+        default=PULSE_SOURCES[0],
+        help="each cycle's Reward pulse: a reinforce of a stored chunk (default), or a pulse "
+        "seeded at a text, which the daemon embeds beside the measured calls (runs up to "
+        "AD in docs/benchmarks.md)",
+    )
+    parser.add_argument(
         "--in-process-only", action="store_true", help="skip the daemon's (HTTP) figures"
     )
     parser.add_argument(
@@ -661,7 +710,11 @@ def main(argv: list[str] | None = None) -> int:
              After(workload.by_vector, lambda i: ops._embedder.embed_one(texts[i]))),
         ]  # fmt: skip
         rows += measure_rounds(baselines + workload.figures("in process"), args.calls, args.rounds)
-        with cycles_beside(peer, ops, corpus) as cycles:
+        pulses = Pulses(
+            args.pulses_from, [corpus.query() for _ in range(PULSE_TEXTS)],
+            live_hashes(rt, PULSE_TEXTS),
+        )  # fmt: skip
+        with cycles_beside(peer, ops, pulses) as cycles:
             # The baselines again beside the cycles: what the machine's two cores leave
             # to any caller while a cycle takes one, before the API adds its part.
             beside = [(name, f"{path}, cycles running", call) for name, path, call in baselines]
@@ -701,7 +754,7 @@ def main(argv: list[str] | None = None) -> int:
                     pid,
                     log_path,
                 ),
-                pulses_beside(data_dir, log_path, corpus, args.pulse_every) as (sent, cycles_ended),
+                pulses_beside(data_dir, log_path, pulses, args.pulse_every) as (sent, cycles_ended),
             ):
                 http = Workload(corpus, query_vectors, http_call(client))
                 rows += measure_rounds(
@@ -763,7 +816,8 @@ def main(argv: list[str] | None = None) -> int:
          "cold_share": args.cold_share, "cold_graph_agreement": agreement,
          "switch_interval_s": sys.getswitchinterval(), "give_way_s": give_way_s,
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss},
-         "cycles_beside": beside_counts, "pulse_every_s": args.pulse_every, "rows": rows},
+         "cycles_beside": beside_counts, "pulse_every_s": args.pulse_every,
+         "pulses_from": args.pulses_from, "rows": rows},
     )  # fmt: skip
     return 0
 
