@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import blake3
-import numpy as np
-import numpy.typing as npt
 
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.constants import REASON_MAX_CHARS
@@ -26,6 +24,7 @@ from dreamcycle.pulses.outcome import Outcome
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse, check_length, validate_parameters
 from dreamcycle.store.database import hashes_with_prefix, outcomes_of_decision
 from dreamcycle.store.hashing import content_hash
+from dreamcycle.store.read_paths import Vector
 from dreamcycle.zeitgeist.entries import (
     ChangeValue,
     Entry,
@@ -268,12 +267,8 @@ def _check_cited_form(given: str) -> None:
         )
 
 
-def emit_pulse(
-    rt: Runtime, request: PulseRequest, *, embedded: npt.NDArray[np.float32] | None = None
-) -> Emitted:
-    """Queue a pulse seeded at a stored chunk or at its text's embedding; `embedded` is that
-    embedding when the caller made it already (the daemon does, before taking the write
-    lock, so that no writer waits for the model)."""
+def emit_pulse(rt: Runtime, request: PulseRequest, *, embedded: Vector | None = None) -> Emitted:
+    """`embedded`: the text's embedding, when the caller made it (outside the write lock)."""
     if request.kind is PulseKind.FORGET:
         raise ValueError("forget pulses travel with a tombstone: use `pulse-emit tombstone HASH`")
     check_reason(request.reason, optional=True)
