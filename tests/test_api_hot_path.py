@@ -268,22 +268,3 @@ def test_every_hot_route_is_declared_with_its_body_model(ops: Operations) -> Non
     for path, route in HOT_ROUTES.items():
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert body["$ref"].rsplit("/", 1)[-1] == route.body.__name__, path
-
-
-def test_a_pulse_embeds_its_text_before_it_takes_the_write_lock(ops: Operations) -> None:
-    """While a request waits for or holds the write lock the cycle gives way to no request,
-    and other writers wait: the model's milliseconds must come before it."""
-    held_while_embedding: list[bool] = []
-    embed_one = ops._embedder.embed_one
-
-    def watched(text: str) -> Any:
-        held_while_embedding.append(ops._write_lock.locked())
-        return embed_one(text)
-
-    ops._embedder.embed_one = watched  # type: ignore[method-assign]
-    try:
-        queued = ops.pulse(models.PulseRequest(text="how to roll back a deploy", nonce="lock"))
-    finally:
-        del ops._embedder.embed_one
-    assert queued.new
-    assert held_while_embedding == [False]

@@ -19,6 +19,7 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.requests_first import RequestsFirst
 from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.store.read_paths import Vector
 
 START_MS = 1_700_000_000_000
 #: Long enough that a wait that ran its course is told apart from one that did not.
@@ -191,3 +192,25 @@ def test_a_request_needing_the_write_lock_a_waiting_cycle_holds_is_not_held_up(
     thread.join(5.0)
     assert saved.indexed and committed
     assert took < defaults.CYCLE_MAX_GIVE_WAY_S / 2
+
+
+def test_a_pulse_embeds_its_text_before_it_takes_the_write_lock(
+    attached: tuple[Peer, Operations],
+) -> None:
+    """While a request waits for or holds the write lock the cycle gives way to no request,
+    and other writers wait: the model's milliseconds must come before it."""
+    _, ops = attached
+    held_while_embedding: list[bool] = []
+    embed_one = ops._embedder.embed_one
+
+    def watched(text: str) -> Vector:
+        held_while_embedding.append(ops._write_lock.locked())
+        return embed_one(text)
+
+    ops._embedder.embed_one = watched  # type: ignore[method-assign]
+    try:
+        queued = ops.pulse(models.PulseRequest(text="how to roll back a deploy", nonce="lock"))
+    finally:
+        del ops._embedder.embed_one
+    assert queued.new
+    assert held_while_embedding == [False]
