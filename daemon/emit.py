@@ -272,7 +272,7 @@ def emit_pulse(rt: Runtime, request: PulseRequest, *, embedded: Vector | None = 
     if request.kind is PulseKind.FORGET:
         raise ValueError("forget pulses travel with a tombstone: use `pulse-emit tombstone HASH`")
     check_reason(request.reason, optional=True)
-    # Refused before the text is embedded: the parameters alone decide.
+    # Refused before any embedding (the API's request model bounds these before it embeds).
     validate_parameters(
         kind=request.kind,
         strength=request.strength,
