@@ -146,23 +146,24 @@ class Pulses:
     hashes: list[str]
 
     def send(self, ops: Operations, i: int) -> None:
-        if self.source == "text":
-            ops.pulse(models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=f"bench {i}"))
+        ref, body = self._request(i, f"bench {i}")
+        if ref is None:
+            ops.pulse(body)  # type: ignore[arg-type]
         else:
-            ref = self.hashes[i % len(self.hashes)]
-            ops.reinforce(models.FeedbackRequest(ref=ref, reason="bench", nonce=f"bench {i}"))
+            ops.reinforce(models.FeedbackRequest(ref=ref, **body.model_dump()))
 
     def post(self, client: httpx.Client, i: int) -> None:
         # Nonces of their own: a request repeating one sent in process would queue nothing.
-        nonce = f"bench http {i}"
+        ref, body = self._request(i, f"bench http {i}")
+        path = "/v1/pulses" if ref is None else f"/v1/memories/{ref}/reinforce"
+        client.post(path, content=body.model_dump_json()).raise_for_status()
+
+    def _request(self, i: int, nonce: str) -> tuple[str | None, BaseModel]:
+        """The `i`th pulse: a text pulse's request (no chunk), or the chunk to reinforce and
+        the feedback's body."""
         if self.source == "text":
-            request = models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=nonce)
-            response = client.post("/v1/pulses", content=request.model_dump_json())
-        else:
-            body = models.FeedbackBody(reason="bench", nonce=nonce)
-            ref = self.hashes[i % len(self.hashes)]
-            response = client.post(f"/v1/memories/{ref}/reinforce", content=body.model_dump_json())
-        response.raise_for_status()
+            return None, models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=nonce)
+        return self.hashes[i % len(self.hashes)], models.FeedbackBody(reason="bench", nonce=nonce)
 
 
 def live_hashes(rt: Runtime, count: int) -> list[str]:
