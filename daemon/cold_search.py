@@ -118,6 +118,8 @@ class ColdSearch:
         #: A build failed: search exactly from then on (always right, only slower).
         self._broken = False
         self._closed = False
+        #: The last search found the tier too small for a graph (or empty).
+        self._small = False
         #: Graphs built so far (for tests and logs).
         self.builds = 0
 
@@ -125,6 +127,13 @@ class ColdSearch:
     def ready(self) -> bool:
         """Whether a graph is built (searches may still be exact: see `graph_from`)."""
         return self._graph is not None
+
+    @property
+    def quick(self) -> bool:
+        """Whether a search now would take a graph, or exactly search a tier too small for one
+        (as the last search found it): neither the whole tier's embeddings read nor a graph
+        built in the caller's thread. False until the first search or build says so."""
+        return not self._broken and (self._graph is not None or self._small)
 
     def prepare(self, rt: Runtime) -> None:
         """Build the first graph now, in this thread, if the cold tier is large enough (the
@@ -158,6 +167,7 @@ class ColdSearch:
         core to spare, the graph is searched on a helper thread meanwhile (recall searches
         the live index); what reads the database runs here, in the caller's thread and
         snapshot."""
+        self._small = len(cold) < self.graph_from or not cold
         if not cold or n <= 0:
             return _answered([])
         if self.graph_from == 0 or len(cold) < self.graph_from or self._broken:

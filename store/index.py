@@ -332,6 +332,12 @@ class HnswIndex:
         return self._index_version
 
     @property
+    def readable_at_once(self) -> bool:
+        """Whether a query would start now, with no add, deletion or resize running or
+        waiting to (a hint: see ReadersWriterLock.free)."""
+        return self._lock.free
+
+    @property
     def stamp(self) -> str | None:
         """The database stamp this index was last saved or loaded with (None if never)."""
         with self._lock.reading():

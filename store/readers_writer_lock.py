@@ -21,6 +21,12 @@ class ReadersWriterLock:
         self._writer: int | None = None
         self._writers_waiting = 0
 
+    @property
+    def free(self) -> bool:
+        """Whether a reader would get in now without waiting. Only a hint: a writer that
+        comes the next moment is waited for, for its one small mutation."""
+        return self._writer is None and not self._writers_waiting
+
     @contextmanager
     def reading(self) -> Iterator[None]:
         me = threading.get_ident()

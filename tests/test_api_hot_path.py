@@ -4,7 +4,9 @@ own refusals for anything else. In process over ASGI, on a real store and embedd
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -268,3 +270,91 @@ def test_every_hot_route_is_declared_with_its_body_model(ops: Operations) -> Non
     for path, route in HOT_ROUTES.items():
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert body["$ref"].rsplit("/", 1)[-1] == route.body.__name__, path
+
+
+def _recalled(
+    ops: Operations, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any]
+) -> tuple[int, bool]:
+    """A recall through the hot path: its status, and whether it read in the event loop's
+    thread."""
+    readers: list[int] = []
+    reading = ops._reading
+
+    @contextlib.contextmanager
+    def noted() -> Iterator[Runtime]:
+        readers.append(threading.get_ident())
+        with reading() as view:
+            yield view
+
+    async def run() -> int:
+        limiter = trio.CapacityLimiter(2)
+        app = hot_path(create_app(ops, limiter), ops, limiter, MAX_BODY_BYTES)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dc") as client:
+            return (await client.post("/v1/recall", json=body)).status_code
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ops, "_reading", noted)
+        status = trio.run(run)
+    assert len(readers) == 1
+    return status, readers[0] == threading.get_ident()
+
+
+def test_a_recall_by_vector_recording_nothing_is_answered_on_the_event_loop(
+    rt: Runtime, ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vector = rt.embedder.embed_one("retry policy for object storage writes").tolist()
+    quick = {"vector": vector, "record": False}
+    _recalled(ops, monkeypatch, quick)  # the first search finds how the cold tier is searched
+    assert _recalled(ops, monkeypatch, quick) == (200, True)
+    for elsewhere in (
+        {"vector": vector},  # recorded: it writes
+        {"query": "retry policy", "record": False},  # embedded
+        {"vector": vector, "record": False, "filters": {"project": "ops"}},
+    ):
+        assert _recalled(ops, monkeypatch, elsewhere) == (200, False), elsewhere
+
+
+def test_while_the_index_is_written_that_recall_waits_in_a_worker_and_the_loop_serves_on(
+    rt: Runtime, ops: Operations
+) -> None:
+    """Answered on the loop, a recall waiting for the index's writer would hold every other
+    request up until the writer let go (here after 10 s)."""
+    vector = rt.embedder.embed_one("retry policy for object storage writes").tolist()
+    ops.recall(models.RecallRequest(vector=vector, record=False))  # the cold tier known quick
+    assert ops.recall_at_once(models.RecallRequest(vector=vector, record=False))
+    index = ops._require_peer().index
+    holding, release = threading.Event(), threading.Event()
+    answered: list[tuple[str, int]] = []
+
+    def write() -> None:
+        with index._lock.writing():
+            holding.set()
+            release.wait(10)
+
+    async def run() -> None:
+        limiter = trio.CapacityLimiter(2)
+        app = hot_path(create_app(ops, limiter), ops, limiter, MAX_BODY_BYTES)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dc") as client:
+
+            async def recall() -> None:
+                response = await client.post("/v1/recall", json={"vector": vector, "record": False})
+                answered.append(("recall", response.status_code))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(recall)
+                await trio.sleep(0.2)  # the recall waits for the writer meanwhile
+                answered.append(("healthz", (await client.get("/healthz")).status_code))
+                release.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert holding.wait(10)
+        assert ops.recall_at_once(models.RecallRequest(vector=vector, record=False)) is False
+        trio.run(run)
+    finally:
+        release.set()
+        writer.join()
+    assert answered == [("healthz", 200), ("recall", 200)]

@@ -92,9 +92,11 @@ def _queries(rt: Runtime, count: int) -> npt.NDArray[np.float32]:
 
 def test_the_graph_finds_the_exact_search_s_candidates_and_is_built_once(rt: Runtime) -> None:
     search = ColdSearch(graph_from=COLD)
+    assert not search.quick  # nothing known of the tier yet
     for query in _queries(rt, 25):
         assert _search(rt, search, query) == _exact(rt, query)
     assert search.builds == 1
+    assert search.quick
 
 
 class _RecordingPool(ThreadPoolExecutor):
@@ -142,8 +144,10 @@ def test_without_a_core_to_spare_the_graph_is_searched_in_the_callers_thread(
 def test_below_graph_from_the_tier_is_searched_exactly_with_no_graph(rt: Runtime) -> None:
     search = ColdSearch(graph_from=COLD + 1)
     query = _queries(rt, 1)[0]
+    assert not search.quick
     assert _search(rt, search, query) == _exact(rt, query)
     assert search.builds == 0
+    assert search.quick  # a tier this small is searched exactly without a graph
     assert ColdSearch().graph_from == 0  # a one-shot command's runtime: always exact
 
 
@@ -193,6 +197,7 @@ def test_a_background_build_leaves_the_query_exact_until_the_graph_is_ready(
         query = _queries(rt, 1)[0]
         assert _search(rt, search, query) == _exact(rt, query)
     assert search.builds == 1
+    assert search.quick
     assert _search(rt, search, query) == _exact(rt, query)
     assert search.builds == 1
 
@@ -209,6 +214,7 @@ def test_a_failed_build_leaves_the_tier_searched_exactly(
         for query in _queries(rt, 3):
             assert _search(rt, search, query) == _exact(rt, query)
     assert search.builds == 0
+    assert not search.quick  # every search reads the whole tier now
     assert sum("cold tier's graph failed" in r.message for r in caplog.records) == 1
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import blake3
@@ -30,6 +31,7 @@ from dreamcycle.store.index import (
     open_or_rebuild,
 )
 from dreamcycle.store.index_file import _HEADER, write_engine
+from dreamcycle.store.readers_writer_lock import ReadersWriterLock
 
 DIM = 32
 VERSION = "test-model/32"
@@ -528,6 +530,43 @@ def test_queries_during_concurrent_adds_and_deletes(tmp_path: Path) -> None:
     assert errors == []
     assert index.live_count == 200 + iterations * batch - iterations
     assert index.capacity >= 200 + iterations * batch
+
+
+def test_a_reader_is_told_whether_it_would_wait(tmp_path: Path) -> None:
+    index, _ = built_index(tmp_path / "i.bin", 50)
+    lock = ReadersWriterLock()
+    assert lock.free and index.readable_at_once
+    reading, writer_waits, writer_in, release = (threading.Event() for _ in range(4))
+
+    def read_then_release() -> None:
+        with lock.reading():
+            reading.set()
+            release.wait(10)
+
+    def write() -> None:
+        writer_waits.set()
+        with lock.writing():
+            writer_in.set()
+            release.wait(10)
+
+    threads = [threading.Thread(target=read_then_release), threading.Thread(target=write)]
+    threads[0].start()
+    assert reading.wait(10) and lock.free  # readers side by side wait for none
+    threads[1].start()
+    assert writer_waits.wait(10)
+    for _ in range(10_000):  # until the writer is queued behind the reader
+        if not lock.free:
+            break
+        time.sleep(0.001)
+    assert not lock.free and not writer_in.is_set()
+    release.set()
+    assert writer_in.wait(10)
+    for thread in threads:
+        thread.join()
+    assert lock.free
+    with index._lock.writing():
+        assert not index.readable_at_once
+    assert index.readable_at_once
 
 
 @pytest.mark.parametrize(

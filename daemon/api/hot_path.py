@@ -9,6 +9,13 @@ of a recall by vector above a bare ASGI app's fell from 1.46 ms at p50 to 0.63, 
 recall's p99 over HTTP from 5.06 ms to 4.37 (docs/benchmarks.md, runs AB and AC: two
 machines, each run measured against its own floor).
 
+A recall that `Operations.recall_at_once` allows (by vector, recording nothing, unfiltered,
+with nothing written to the index meanwhile) is answered on the event loop itself: it
+waits on nothing and takes about a millisecond, and the trip to a worker and back cost
+about as much again on two virtual cores, more the more work the worker does
+(docs/benchmarks.md, run AG). Whatever embeds, writes or may wait still goes to a worker,
+so the loop is never held for long.
+
 The routes stay declared in the FastAPI app: it describes them in the OpenAPI document, and
 answers whatever this path does not take as it is (another method, a body that is not JSON
 or does not validate), so a bad request gets FastAPI's own 422 and reasons either way.
@@ -42,11 +49,13 @@ class HotRoute:
 
     body: type[BaseModel]
     operation: Callable[[Operations, Any], BaseModel]
+    #: Which requests the event loop answers itself (their bodies are then validated there).
+    at_once: Callable[[Operations, Any], bool] | None = None
 
 
 #: The per-turn operations, by path: what agents call around every step they take.
 HOT_ROUTES: Final[Mapping[str, HotRoute]] = {
-    "/v1/recall": HotRoute(models.RecallRequest, Operations.recall),
+    "/v1/recall": HotRoute(models.RecallRequest, Operations.recall, Operations.recall_at_once),
     "/v1/context": HotRoute(models.ContextRequest, Operations.context),
     "/v1/memories": HotRoute(models.SaveRequest, Operations.save),
     "/v1/outcomes": HotRoute(models.OutcomeRequest, Operations.outcome),
@@ -71,13 +80,11 @@ def hot_path(
             await send_problem(send, 413, f"request body larger than {max_body_bytes} bytes")
             return
 
-        def answer() -> tuple[int, bytes] | None:
-            try:
-                # Parsed, then validated as FastAPI does (daemon/api/json_route.py): pydantic's
-                # JSON mode alone reads an integer too long for a float as infinity.
-                request = route.body.model_validate(pydantic_core.from_json(body))
-            except ValueError:  # not JSON, or not a valid request (ValidationError)
-                return None
+        def answer(request: BaseModel | None = None) -> tuple[int, bytes] | None:
+            if request is None:
+                request = _validated(route.body, body)
+                if request is None:
+                    return None
             try:
                 return 200, route.operation(ops, request).model_dump_json().encode()
             except Exception as exc:
@@ -85,7 +92,14 @@ def hot_path(
                 return status, _problem_body(detail)
 
         with ops.requests_first.serving():
-            answered = await trio.to_thread.run_sync(answer, limiter=limiter)
+            if route.at_once is None:
+                answered = await trio.to_thread.run_sync(answer, limiter=limiter)
+            elif (request := _validated(route.body, body)) is None:
+                answered = None
+            elif route.at_once(ops, request):
+                answered = answer(request)
+            else:
+                answered = await trio.to_thread.run_sync(answer, request, limiter=limiter)
         if answered is None:
             await app(scope, _replaying(body, receive), send)
             return
@@ -112,6 +126,16 @@ async def send_problem(
 
 def _problem_body(detail: str) -> bytes:
     return models.Problem(detail=detail).model_dump_json().encode()
+
+
+def _validated(model: type[BaseModel], body: bytes) -> BaseModel | None:
+    """`body` as a `model`; None if it is not JSON or not a valid one (FastAPI answers it)."""
+    try:
+        # Parsed, then validated as FastAPI does (daemon/api/json_route.py): pydantic's
+        # JSON mode alone reads an integer too long for a float as infinity.
+        return model.model_validate(pydantic_core.from_json(body))
+    except ValueError:  # not JSON, or not a valid request (ValidationError)
+        return None
 
 
 def _json_body(scope: Scope) -> bool:

@@ -4,7 +4,8 @@ Routes live under /v1; /openapi.json and /docs describe them; /mcp serves them a
 tools (daemon/api/mcp_tools.py); /healthz answers while the process lives, /readyz
 once the index is loaded and, in the daemon, while its database, backend and cycles are
 sound (daemon/health.py). Each operation runs in a worker thread behind the API's own
-limiter, never the dream cycle's, and its answer is serialized there too; request bodies
+limiter, never the dream cycle's (a recall by vector that records nothing may run on the
+event loop: daemon/api/hot_path.py), and its answer is serialized there too; request bodies
 are parsed by pydantic's JSON parser (daemon/api/json_route.py), so the event loop, which
 every request passes through, is left the HTTP protocol. The calls agents make every turn
 (recall, context, save, outcome) go around FastAPI's request machinery when well formed
