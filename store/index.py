@@ -16,7 +16,6 @@ points) yields the same graph and the same neighbours on every peer.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
@@ -84,6 +83,8 @@ _SPACE: Final = "cosine"
 _LEVEL_SEED: Final = 100
 #: Adding on one thread keeps the insertion order, hence the graph, reproducible.
 _ADD_THREADS: Final = 1
+#: Let hnswlib spread a batch of queries over all cores (results do not depend on it).
+_QUERY_THREADS: Final = -1
 #: Labels (rowids) from this one on are checked one by one rather than through the
 #: index's array of live flags, which so stays within 64 MiB.
 MAX_MASKED_LABEL: Final = 1 << 26
@@ -215,10 +216,6 @@ class HnswIndex:
         self._stamp = stamp
         self._identity = identity
         self._lock = ReadersWriterLock()
-        #: A batch of queries (a cycle's propagation) is spread over every core but one, left
-        #: to the requests served beside it: over all of them, it held up a recall by vector
-        #: over HTTP while cycles ran (docs/benchmarks.md, run AH). Results do not depend on it.
-        self._query_threads = max(1, usable_cores() - 1)
         #: Changes since the file was last written or read (see `is_saved_at`).
         self._unsaved_changes = 0
 
@@ -482,7 +479,7 @@ class HnswIndex:
                 # hnswlib searches max(ef, k) wide on its own: no shared setting changes here,
                 # so queries run side by side.
                 raw_labels, raw_distances = self._engine.knn_query(
-                    queries, k=width, num_threads=self._query_threads, filter=admit
+                    queries, k=width, num_threads=_QUERY_THREADS, filter=admit
                 )
                 starved = False
             except RuntimeError:
@@ -580,7 +577,7 @@ class HnswIndex:
             self._engine.set_ef(max(self._ef, width, int(self._engine.element_count)))
             try:
                 found: tuple[Any, Any] = self._engine.knn_query(
-                    queries, k=width, num_threads=self._query_threads, filter=admit
+                    queries, k=width, num_threads=_QUERY_THREADS, filter=admit
                 )
             except RuntimeError as error:
                 raise IndexQueryFailed(
@@ -596,14 +593,6 @@ class HnswIndex:
         with self._lock.writing():
             self._deleted.update(labels.tolist())
             self._unsaved_changes += 1
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, where the system keeps one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not every system has affinities
-        return os.cpu_count() or 1
 
 
 def open_or_rebuild(

@@ -7,11 +7,9 @@ clustered vectors and built indexes checked against brute force.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import blake3
 import numpy as np
@@ -652,27 +650,3 @@ def test_a_short_or_failed_write_fails_the_save_and_keeps_the_saved_index(tmp_pa
         tmp_path / "short.bin",
     ]
     assert HnswIndex.load(path, DIM, VERSION).stamp == "stamp-1"
-
-
-@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (8, 7)])
-def test_a_batch_of_queries_leaves_one_core_to_the_requests_beside_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, threads: int
-) -> None:
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)), raising=False)
-    index, vectors = built_index(tmp_path / "i.bin", 60)
-    asked: list[int] = []
-    engine = index._engine
-    query = engine.knn_query
-
-    class Recording:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(engine, name)
-
-        def knn_query(self, *args: Any, **kwargs: Any) -> Any:
-            asked.append(kwargs["num_threads"])
-            return query(*args, **kwargs)
-
-    index._engine = Recording()
-    labels, _ = index.knn_many(vectors[:10], 3)
-    assert asked == [threads]
-    assert labels[:, 0].tolist() == list(range(10))

@@ -72,10 +72,6 @@ def hot_path(
         if route is None or scope["method"] != "POST" or not _json_body(scope):
             await app(scope, receive, send)
             return
-        with ops.requests_first.serving():
-            await served_hot(route, scope, receive, send)
-
-    async def served_hot(route: HotRoute, scope: Scope, receive: Receive, send: Send) -> None:
         body = await _read_body(receive, max_body_bytes)
         if body is None:
             return  # the client left
@@ -95,14 +91,15 @@ def hot_path(
                 status, detail = problem(exc)
                 return status, _problem_body(detail)
 
-        if route.at_once is None:
-            answered = await trio.to_thread.run_sync(answer, limiter=limiter)
-        elif (request := _validated(route.body, body)) is None:
-            answered = None
-        elif route.at_once(ops, request):
-            answered = answer(request)
-        else:
-            answered = await trio.to_thread.run_sync(answer, request, limiter=limiter)
+        with ops.requests_first.serving():
+            if route.at_once is None:
+                answered = await trio.to_thread.run_sync(answer, limiter=limiter)
+            elif (request := _validated(route.body, body)) is None:
+                answered = None
+            elif route.at_once(ops, request):
+                answered = answer(request)
+            else:
+                answered = await trio.to_thread.run_sync(answer, request, limiter=limiter)
         if answered is None:
             await app(scope, _replaying(body, receive), send)
             return

@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -73,7 +74,6 @@ from dreamcycle.store.database import (
 )
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
-from dreamcycle.store.index import usable_cores
 
 log = logging.getLogger("dreamcycle.api")
 
@@ -81,6 +81,14 @@ log = logging.getLogger("dreamcycle.api")
 VECTOR_DECISION: Final = "recall by vector"
 #: Distinct filters whose matching chunks are kept between calls (oldest dropped first).
 FILTERS_CACHED: Final = 64
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, where the system keeps one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not every system has affinities
+        return os.cpu_count() or 1
 
 
 P = ParamSpec("P")
