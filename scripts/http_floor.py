@@ -2,7 +2,8 @@
 
 Serves, on a Unix socket, a bare ASGI app on Hypercorn's trio worker (the daemon's
 server, its worker and its GIL switch interval), which reads a request's whole body,
-hops to a worker thread and back as every API operation does, and answers with the
+hops to a worker thread and back as API operations do (all but a recall by vector that
+records nothing, which the daemon may answer on its event loop), and answers with the
 bytes of a file (a real answer recorded from the daemon), until it is stopped. What it
 leaves out of a request to the daemon: FastAPI's routing and validation, and the
 operation itself. scripts/bench_recall.py times it through the same client, in the
