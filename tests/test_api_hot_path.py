@@ -307,6 +307,14 @@ def test_a_recall_by_vector_recording_nothing_is_answered_on_the_event_loop(
     quick = {"vector": vector, "record": False}
     _recalled(ops, monkeypatch, quick)  # the first search finds how the cold tier is searched
     assert _recalled(ops, monkeypatch, quick) == (200, True)
+    taken = []  # every read connection busy: a new one is opened in a worker, not here
+    while not ops._readers.empty():
+        taken.append(ops._readers.get_nowait())
+    try:
+        assert not ops.recall_at_once(models.RecallRequest(vector=vector, record=False))
+    finally:
+        for view in taken:
+            ops._readers.put(view)
     for elsewhere in (
         {"vector": vector},  # recorded: it writes
         {"query": "retry policy", "record": False},  # embedded

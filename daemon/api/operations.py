@@ -251,10 +251,11 @@ class Operations:
     def recall_at_once(self, request: models.RecallRequest) -> bool:
         """Whether this recall may run in the thread that received it rather than in a
         worker's: one by vector that records nothing and is not filtered, while the index
-        has no writer and the cold tier's search needs neither a build nor a read of the
-        whole tier. Such a recall waits on nothing (a read snapshot, the index's read lock,
-        the cold graph) and takes about a millisecond at 100,000 chunks, as long as the
-        trip to a worker thread and back adds (docs/benchmarks.md, run AG)."""
+        has no writer, the cold tier's search needs neither a build nor a read of the whole
+        tier, and a read connection is free (one opened now could meet a phase's write
+        lock). Such a recall waits on nothing (a read snapshot, the index's read lock, the
+        cold graph) and takes about a millisecond at 100,000 chunks, as long as the trip to
+        a worker thread and back adds (docs/benchmarks.md, run AG)."""
         peer = self._peer
         return (
             request.query is None
@@ -263,6 +264,7 @@ class Operations:
             and peer is not None
             and peer.index.readable_at_once
             and self.cold_search.quick
+            and not self._readers.empty()
         )
 
     @_request
