@@ -131,8 +131,9 @@ class ColdSearch:
     @property
     def quick(self) -> bool:
         """Whether a search now would take a graph, or exactly search a tier too small for one
-        (as the last search found it): neither the whole tier's embeddings read nor a graph
-        built in the caller's thread. False until the first search or build says so."""
+        (as the last search found it): no graph built in the caller's thread, and no read of
+        a large tier's embeddings (a small one's are read once per tier state). False until
+        the first search or build says so."""
         return not self._broken and (self._graph is not None or self._small)
 
     def prepare(self, rt: Runtime) -> None:

@@ -251,8 +251,8 @@ class Operations:
     def recall_at_once(self, request: models.RecallRequest) -> bool:
         """Whether this recall may run in the thread that received it rather than in a
         worker's: one by vector that records nothing and is not filtered, while the index
-        has no writer, the cold tier's search needs neither a build nor a read of the whole
-        tier, and a read connection is free (one opened now could meet a phase's write
+        has no writer, the cold tier's search needs neither a build nor a read of a large
+        tier (ColdSearch.quick), and a read connection is free (one opened now could meet a phase's write
         lock). Such a recall waits on nothing (a read snapshot, the index's read lock, the
         cold graph) and takes about a millisecond at 100,000 chunks, as long as the trip to
         a worker thread and back adds (docs/benchmarks.md, run AG)."""
