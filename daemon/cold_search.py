@@ -132,9 +132,16 @@ class ColdSearch:
     def quick(self) -> bool:
         """Whether a search now would take a graph, or exactly search a tier too small for one
         (as the last search found it): no graph built in the caller's thread, and no read of
-        a large tier's embeddings (a small one's are read once per tier state). False until
-        the first search or build says so."""
-        return not self._broken and (self._graph is not None or self._small)
+        a large tier's embeddings (a small one's are read once per tier state). With a
+        graph, the last search took that graph: what it missed (the tier's chunks added
+        since, up to `pending_max` embeddings) is known for the tier state the last search
+        saw. False until the first search or build says so."""
+        if self._broken:
+            return False
+        graph, remainder = self._graph, self._remainder
+        if graph is None:
+            return self._small
+        return remainder is not None and remainder.graph is graph
 
     def prepare(self, rt: Runtime) -> None:
         """Build the first graph now, in this thread, if the cold tier is large enough (the

@@ -38,7 +38,7 @@ from dreamcycle.pulses.ranking import (
 )
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import read_paths
-from dreamcycle.store.database import tier_stamp
+from dreamcycle.store.database import Database, tier_stamp
 from dreamcycle.store.filtered_search import nearest_in_filter
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
@@ -258,6 +258,14 @@ def _weights(rt: Runtime) -> RankingWeights:
     return replace(
         rt.config.recall.weights(), vector_weight=vector_weight, lexical_weight=lexical_weight
     )
+
+
+def cached_state(db: Database) -> str:
+    """The database's state as the caches a recall fills are keyed (tier sets, the cold
+    tier's embeddings, learned keys): while it is the same, a recall reads none of them
+    again."""
+    stamp = db.change_stamp()
+    return f"{stamp}/{key_store.keys_stamp(db, stamp)}"
 
 
 def _tier_sets(rt: Runtime, stamp: str) -> read_paths.TierSets:

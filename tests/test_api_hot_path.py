@@ -323,6 +323,24 @@ def test_a_recall_by_vector_recording_nothing_is_answered_on_the_event_loop(
         assert _recalled(ops, monkeypatch, elsewhere) == (200, False), elsewhere
 
 
+def test_after_the_database_changes_state_the_next_such_recall_reads_in_a_worker(
+    rt: Runtime, ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a recall reads once per state (tier sets, learned keys, a small cold tier's
+    embeddings) is read again after a change: in a worker, not on the event loop."""
+    vector = rt.embedder.embed_one("which bucket holds the nightly backups").tolist()
+    quick = {"vector": vector, "record": False}
+    _recalled(ops, monkeypatch, quick)
+    assert _recalled(ops, monkeypatch, quick) == (200, True)
+    ops.save(models.SaveRequest(content="Nightly backups go to the archive bucket.", project="ops"))
+    assert _recalled(ops, monkeypatch, quick) == (200, False)
+    assert _recalled(ops, monkeypatch, quick) == (200, True)
+    # A recall by text reads at the new state too: the next by vector needs no trip.
+    ops.save(models.SaveRequest(content="Restores are tested every quarter.", project="ops"))
+    ops.recall(models.RecallRequest(query="restore tests", record=False))
+    assert _recalled(ops, monkeypatch, quick) == (200, True)
+
+
 def test_while_the_index_is_written_that_recall_waits_in_a_worker_and_the_loop_serves_on(
     rt: Runtime, ops: Operations
 ) -> None:

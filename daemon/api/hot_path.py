@@ -14,8 +14,9 @@ with nothing written to the index meanwhile) is answered on the event loop itsel
 waits on nothing and takes about a millisecond, and the trip to a worker and back cost
 about as much again on two virtual cores: such a recall's time over HTTP above a bare
 ASGI app's fell from 2.29 ms at p50 to 1.12, and its p99 from 5.23 ms to 3.33
-(docs/benchmarks.md, runs AE and AG). Whatever embeds, writes or may wait still goes to
-a worker, so the loop is never held for long.
+(docs/benchmarks.md, runs AE and AG). Whatever embeds, writes, may wait or must read again
+what recall keeps per database state still goes to a worker, so the loop is never held
+for long.
 
 The routes stay declared in the FastAPI app: it describes them in the OpenAPI document, and
 answers whatever this path does not take as it is (another method, a body that is not JSON

@@ -57,7 +57,13 @@ from dreamcycle.daemon.emit import (
     emit_tombstone,
 )
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import WordMatches, rank_query, record_attribution, search_words
+from dreamcycle.daemon.recall import (
+    WordMatches,
+    cached_state,
+    rank_query,
+    record_attribution,
+    search_words,
+)
 from dreamcycle.daemon.requests_first import RequestsFirst
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.status import status_report
@@ -118,6 +124,8 @@ class Operations:
             threads=defaults.API_EMBEDDING_THREADS,
         )
         self._cache = StampedCache()
+        #: `cached_state` when the last recall read (None before the first).
+        self._recalled_at: str | None = None
         # The daemon's own: the cycle's ranking (the prune gate) and the API's share one copy.
         self._vectors = rt.stored_vectors
         # Last in, first out: one caller at a time keeps reusing one connection, whose page
@@ -252,10 +260,12 @@ class Operations:
         """Whether this recall may run in the thread that received it rather than in a
         worker's: one by vector that records nothing and is not filtered, while the index
         has no writer, the cold tier's search needs neither a build nor a read of a large
-        tier (ColdSearch.quick), and a read connection is free (one opened now could meet a phase's write
-        lock). Such a recall waits on nothing (a read snapshot, the index's read lock, the
-        cold graph) and takes about a millisecond at 100,000 chunks, as long as the trip to
-        a worker thread and back adds (docs/benchmarks.md, run AG)."""
+        tier (ColdSearch.quick), a read connection is free (one opened now could meet a
+        phase's write lock), and the last recall read at the database's state now, so that
+        what it read per state (tier sets, a small cold tier's embeddings, learned keys)
+        is cached. Such a recall waits on nothing (a read snapshot, the index's read lock,
+        the cold graph) and takes about a millisecond at 100,000 chunks, as long as the
+        trip to a worker thread and back adds (docs/benchmarks.md, run AG)."""
         peer = self._peer
         return (
             request.query is None
@@ -264,8 +274,20 @@ class Operations:
             and peer is not None
             and peer.index.readable_at_once
             and self.cold_search.quick
-            and not self._readers.empty()
+            and self._caches_current()
         )
+
+    def _caches_current(self) -> bool:
+        """Whether a read connection is free and the last recall read at the state now
+        (the connection keeps the state until a commit may have moved it)."""
+        try:
+            view = self._readers.get_nowait()
+        except queue.Empty:
+            return False
+        try:
+            return cached_state(view.db) == self._recalled_at
+        finally:
+            self._readers.put(view)
 
     @_request
     def recall(self, request: models.RecallRequest) -> models.RecallResponse:
@@ -291,6 +313,7 @@ class Operations:
                 words=words,
                 min_confidence=request.min_confidence,
             )
+            self._recalled_at = cached_state(view.db)
         hits = [h for h in hits if h.relevance >= request.min_relevance]
         digest = None
         if request.record and hits:
