@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from dreamcycle.daemon import defaults
+from dreamcycle.daemon.cycle_thread import CPU_PRIORITIES
 from dreamcycle.pulses.credit import CreditRule
 from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, preview, validate_parameters
 from dreamcycle.pulses.ranking import InvalidRanking, RankingWeights
@@ -54,9 +55,15 @@ class CycleConfig:
     max_segments: int = defaults.MAX_SEGMENTS_PER_CYCLE
     max_embed: int = defaults.MAX_EMBED_PER_CYCLE
     give_way_s: float = defaults.CYCLE_GIVE_WAY_S
+    cpu_priority: str = defaults.CYCLE_CPU_PRIORITY
 
     def check(self) -> None:
         _positive("cycle.interval_s", self.interval_s)
+        if self.cpu_priority not in CPU_PRIORITIES:
+            raise ConfigError(
+                f"cycle.cpu_priority must be one of {', '.join(CPU_PRIORITIES)}, "
+                f"got {self.cpu_priority!r}"
+            )
         _positive("cycle.max_segments", self.max_segments)
         _positive("cycle.max_embed", self.max_embed)
         if not 0 <= self.give_way_s <= defaults.CYCLE_MAX_GIVE_WAY_S:

@@ -52,6 +52,18 @@ CYCLE_WAIT_PER_RUN: Final = 4.0
 #: How many full waits a cycle may wait beyond what its running earned (a second's worth
 #: at the default give_way_s): a burst of requests is waited out whole.
 CYCLE_WAIT_CREDIT_WAITS: Final = 50
+#: The cycle's CPU priority (daemon/cycle_thread.py): "idle" runs it under SCHED_IDLE,
+#: behind the API's requests; "normal" level with them. Chosen by scripts/bench_recall.py
+#: at 100k chunks, cycles back to back beside the HTTP figures (docs/benchmarks.md, runs AK
+#: and AL): recall by text 16.1 / 18.4 ms p99, context bundle 18.2 / 20.7, save, then
+#: recall 41.1 / 46.9; recall by vector 8.30 / 7.78, within the spread of its rounds; 27 %
+#: fewer cycles.
+CYCLE_CPU_PRIORITY: Final = "idle"
+#: A step of the cycle under SCHED_IDLE that has run this long is raised to normal
+#: priority: other processes keep the cores busy, and the watchdog (120 s) must not starve.
+CYCLE_IDLE_STEP_LIMIT_S: Final = 5.0
+#: How often the service looks for a cycle under SCHED_IDLE that holds something up.
+CYCLE_PRIORITY_CHECK_S: Final = 0.1
 #: Segments applied per cycle at most, so one cycle stays short after a long absence.
 MAX_SEGMENTS_PER_CYCLE: Final = 500
 #: Entries per published segment at most.

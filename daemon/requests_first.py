@@ -55,6 +55,11 @@ class RequestsFirst:
     def in_flight(self) -> int:
         return self._in_flight
 
+    @property
+    def waiting_to_write(self) -> bool:
+        """Whether a request waits for the database's write lock, or holds it."""
+        return self._writing > 0
+
     @contextmanager
     def serving(self) -> Iterator[None]:
         """A request is in flight meanwhile. Counted once however deeply nested: the

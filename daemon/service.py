@@ -48,8 +48,10 @@ from dreamcycle.daemon.cycle import (
     record_cycle_start,
     run_phases,
 )
+from dreamcycle.daemon.cycle_thread import CycleThread
 from dreamcycle.daemon.health import Health, StorageFault, outbox_depth, storage_fault
 from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.store.embedder import EmbedderUnavailable
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")
@@ -73,8 +75,9 @@ class Service:
         #: A phase failed on a storage fault: memory may be ahead of what was rolled back.
         self._reload_due = False
         self.cycles_done = 0
-        # Phases share one database connection and the salience cache: one at a time.
-        self._limiter = trio.CapacityLimiter(1)
+        #: Phases run on it one at a time: they share a database connection and the
+        #: salience cache.
+        self._cycle_thread = CycleThread("cycle", rt.config.cycle.cpu_priority)
         self.api: Operations | None = Operations(rt) if rt.config.api.enabled else None
 
     async def run(self) -> int:
@@ -91,6 +94,7 @@ class Service:
                 nursery.cancel_scope.cancel()
         if self.api is not None:
             self.api.close()
+        self._cycle_thread.close()
         if failure is not None:
             raise failure
         log.info("daemon stopped", extra={"cycles": self.cycles_done})
@@ -106,12 +110,20 @@ class Service:
                     http.serve, self.api, self.rt.config, shutdown=self.stop, health=self.health
                 )
             )
-        peer = await self._blocking(self.rt.open_peer)
+        # Starting and stopping are waited for (requests are refused meanwhile): no reason
+        # to run them behind anything.
+        peer = await self._cycle_thread.run(self.rt.open_peer, behind_requests=False)
         self.health.backend = peer.backend_health
-        await self._blocking(self._abandon_interrupted_cycles)
+        await self._cycle_thread.run(self._abandon_interrupted_cycles, behind_requests=False)
+        if self._cycle_thread.idle:
+            # onnxruntime starts its threads with the model and keeps them: started from a
+            # call under SCHED_IDLE, they would stay there after the call is raised.
+            await self._cycle_thread.run(self._load_embedder, behind_requests=False)
         if self.api is not None:
             await trio.to_thread.run_sync(self.api.attach, peer)
         self.health.index_loaded = True
+        if self._cycle_thread.idle:
+            nursery.start_soon(self._keep_cycle_from_holding_up)
         interval = systemd.watchdog_interval_s()
         if interval is not None:
             nursery.start_soon(self._feed_watchdog, interval)
@@ -131,7 +143,15 @@ class Service:
             self.health.index_loaded = False
             if self.api is not None:
                 self.api.detach()
-            await self._blocking(functools.partial(_save_and_close, peer))
+            await self._cycle_thread.run(
+                functools.partial(_save_and_close, peer), behind_requests=False
+            )
+
+    def _load_embedder(self) -> None:
+        try:
+            self.rt.embedder.load()
+        except EmbedderUnavailable as error:
+            log.warning("embedding model not loaded at start; the cycle tries again: %s", error)
 
     def _abandon_interrupted_cycles(self) -> None:
         try:
@@ -239,7 +259,28 @@ class Service:
             return fault
 
     async def _blocking(self, fn: Callable[[], T]) -> T:
-        return await trio.to_thread.run_sync(fn, limiter=self._limiter)
+        return await self._cycle_thread.run(fn)
+
+    async def _keep_cycle_from_holding_up(self) -> None:
+        """Raise the cycle's step under SCHED_IDLE to normal priority once it holds up a
+        stop, a request or the watchdog (`CycleThread.raise_if_holding_up`)."""
+        requests = None if self.api is None else self.api.requests_first
+        while True:
+            await trio.sleep(defaults.CYCLE_PRIORITY_CHECK_S)
+            stalled = self.health.stalled()
+            if stalled is None:
+                continue
+            step, seconds = stalled
+            reason = self._cycle_thread.raise_if_holding_up(
+                step_seconds=seconds,
+                waiting_to_write=requests is not None and requests.waiting_to_write,
+                stopping=self.stop_requested.is_set(),
+            )
+            if reason is not None:
+                log.info(
+                    "cycle raised to normal CPU priority for the rest of its step",
+                    extra={"step": step, "seconds": round(seconds, 1), "reason": reason},
+                )
 
     async def _watch_signals(self, nursery: trio.Nursery) -> None:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

@@ -70,6 +70,7 @@ from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.cycle_thread import CPU_PRIORITIES, CycleThread
 from dreamcycle.daemon.defaults import CYCLE_MAX_GIVE_WAY_S
 from dreamcycle.daemon.keys import init_key
 from dreamcycle.daemon.recall import rank_query
@@ -415,17 +416,20 @@ def http_call(client: httpx.Client) -> Callable[[str, Any], Any]:
 
 
 @contextmanager
-def cycles_beside(peer: Peer, ops: Operations, pulses: Pulses) -> Iterator[list[int]]:
-    """Dream cycles back to back in a thread, the way the daemon's worker runs them, each
+def cycles_beside(
+    peer: Peer, ops: Operations, pulses: Pulses, cpu_priority: str
+) -> Iterator[list[int]]:
+    """Dream cycles back to back in the daemon's cycle thread, at `cpu_priority`, each
     with a Reward pulse of its own to propagate (a store where nothing happens has
-    cycles that cost almost nothing)."""
+    cycles that cost almost nothing), sent from another thread as a request would be."""
     stop = threading.Event()
     done = [0]
+    cycle_thread = CycleThread("cycle", cpu_priority)
 
     def loop() -> None:
         while not stop.is_set():
             pulses.send(ops, done[0])
-            run_cycle_blocking(peer)
+            cycle_thread.submit(run_cycle_blocking, peer).result()
             done[0] += 1
 
     thread = threading.Thread(target=loop, daemon=True)
@@ -435,6 +439,7 @@ def cycles_beside(peer: Peer, ops: Operations, pulses: Pulses) -> Iterator[list[
     finally:
         stop.set()
         thread.join()
+        cycle_thread.close()
 
 
 @contextmanager
@@ -571,12 +576,18 @@ def wait_for_line(log_path: Path, line: str, timeout_s: float) -> None:
 
 @contextmanager
 def daemon(
-    data_dir: Path, interval_s: float, *, give_way_s: float, ready_line: str | None = None
+    data_dir: Path,
+    interval_s: float,
+    *,
+    give_way_s: float,
+    cpu_priority: str,
+    ready_line: str | None = None,
 ) -> Iterator[tuple[httpx.Client, int, Path]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
     env.update({"DREAMCYCLE_API_ENABLED": "1", "DREAMCYCLE_API_PORT": "0",
                 "DREAMCYCLE_METRICS_LISTEN": "", "DREAMCYCLE_SWEEP_ENABLED": "0",
-                "DREAMCYCLE_CYCLE_GIVE_WAY_S": repr(give_way_s)})  # fmt: skip
+                "DREAMCYCLE_CYCLE_GIVE_WAY_S": repr(give_way_s),
+                "DREAMCYCLE_CYCLE_CPU_PRIORITY": cpu_priority})  # fmt: skip
     command = [str(Path(sys.executable).parent / "dreamcycle"), "run", "--data-dir",
                str(data_dir), "--peer-id", "bench", "--interval", str(interval_s)]  # fmt: skip
     log_path = data_dir.parent / f"daemon-{time.monotonic_ns()}.log"
@@ -638,6 +649,13 @@ def main(argv: list[str] | None = None) -> int:
         help="share of the chunks in the cold tier, as a sweep leaves them (0-0.9; the "
         "sweep's default keeps 0.6 there)",
     )
+    parser.add_argument(
+        "--cpu-priority",
+        choices=CPU_PRIORITIES,
+        default=None,
+        help="cycle.cpu_priority for the cycles beside the figures, in process and in the "
+        "daemon (default: the configured default); to compare settings",
+    )
     args = parser.parse_args(argv)
     if args.chunks < 1000 or args.calls < 10 or args.rounds < 1:
         raise BenchmarkError("--chunks must be >= 1000, --calls >= 10 and --rounds >= 1")
@@ -664,13 +682,15 @@ def main(argv: list[str] | None = None) -> int:
             environ={},
             overrides={"peer.data_dir": str(data_dir), "peer.id": "bench", "metrics.listen": "",
                        "sweep.enabled": False}
-            | ({} if args.give_way is None else {"cycle.give_way_s": args.give_way}),
+            | ({} if args.give_way is None else {"cycle.give_way_s": args.give_way})
+            | ({} if args.cpu_priority is None else {"cycle.cpu_priority": args.cpu_priority}),
         )  # fmt: skip
         started = time.perf_counter()
         init_key(config)  # the daemon below signs what it publishes
         build_store(config, corpus, args.chunks, args.cold_share)
         print(f"store of {args.chunks} chunks built in {time.perf_counter() - started:.0f} s")
         give_way_s = config.cycle.give_way_s
+        cpu_priority = config.cycle.cpu_priority
         rt = Runtime.open(config)
         peer = rt.open_peer()
         ops = Operations(rt)
@@ -715,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
             args.pulses_from, [corpus.query() for _ in range(PULSE_TEXTS)],
             live_hashes(rt, PULSE_TEXTS),
         )  # fmt: skip
-        with cycles_beside(peer, ops, pulses) as cycles:
+        with cycles_beside(peer, ops, pulses, cpu_priority) as cycles:
             # The baselines again beside the cycles: what the machine's two cores leave
             # to any caller while a cycle takes one, before the API adds its part.
             beside = [(name, f"{path}, cycles running", call) for name, path, call in baselines]
@@ -733,7 +753,13 @@ def main(argv: list[str] | None = None) -> int:
         rt.close()
         daemon_rss: float | None = None
         if not args.in_process_only:
-            with daemon(data_dir, 3600.0, give_way_s=give_way_s, ready_line=ready_line) as (
+            with daemon(
+                data_dir,
+                3600.0,
+                give_way_s=give_way_s,
+                cpu_priority=cpu_priority,
+                ready_line=ready_line,
+            ) as (
                 client,
                 pid,
                 _,
@@ -750,7 +776,13 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 daemon_rss = rss_mib(pid)
             with (
-                daemon(data_dir, 0.01, give_way_s=give_way_s, ready_line=ready_line) as (
+                daemon(
+                    data_dir,
+                    0.01,
+                    give_way_s=give_way_s,
+                    cpu_priority=cpu_priority,
+                    ready_line=ready_line,
+                ) as (
                     client,
                     pid,
                     log_path,
@@ -792,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.calls} calls per figure "
           "(medians of the rounds), GIL switch interval "
           f"{sys.getswitchinterval() * 1000:g} ms in process, cycles give way for "
-          f"{give_way_s * 1000:g} ms; RSS in process "
+          f"{give_way_s * 1000:g} ms at CPU priority {cpu_priority}; RSS in process "
           f"{in_process_rss:.0f} MiB, daemon "
           f"{'not run' if daemon_rss is None else f'{daemon_rss:.0f} MiB'}")  # fmt: skip
     print_table(
@@ -816,6 +848,7 @@ def main(argv: list[str] | None = None) -> int:
         {"machine": machine, "chunks": args.chunks, "calls": args.calls, "rounds": args.rounds,
          "cold_share": args.cold_share, "cold_graph_agreement": agreement,
          "switch_interval_s": sys.getswitchinterval(), "give_way_s": give_way_s,
+         "cpu_priority": cpu_priority,
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss},
          "cycles_beside": beside_counts, "pulse_every_s": args.pulse_every,
          "pulses_from": args.pulses_from, "rows": rows},

@@ -7,10 +7,12 @@ import socket
 import subprocess
 import time
 import urllib.request
+from os import SCHED_IDLE, SCHED_OTHER
 from pathlib import Path
 
 import pytest
 
+from dreamcycle.daemon.cycle_thread import idle_is_reversible
 from tests.daemon_helpers import (
     DREAMCYCLE,
     Peer,
@@ -122,3 +124,36 @@ def test_logs_are_json_lines_with_fields(peer: Peer) -> None:
         "scan", "classify", "interleave", "reconsolidate", "salience_pulse_propagate",
         "downscale", "percentile_sweep", "promote",
     }  # fmt: skip
+
+
+def thread_policies(pid: int) -> list[tuple[str, int]]:
+    """Each thread's name and scheduling policy, from /proc (policy is stat's 41st field).
+    A thread takes the name of the thread that started it."""
+    policies = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        policies.append((name, int(stat[stat.rindex(")") + 2 :].split()[41 - 3])))
+    return policies
+
+
+@pytest.mark.skipif(
+    idle_is_reversible() is not None, reason="SCHED_IDLE cannot be left on this machine"
+)
+@pytest.mark.parametrize("priority", ["idle", "normal"])
+def test_the_cycle_runs_at_its_configured_cpu_priority_and_the_rest_at_normal(
+    peer: Peer, priority: str
+) -> None:
+    with peer.start(
+        "--interval", "0.3", settings={"DREAMCYCLE_CYCLE_CPU_PRIORITY": priority}
+    ) as daemon:
+        daemon.wait_ready()
+        wait_until(lambda: peer.cycles_done() >= 2, what="two cycles", timeout_s=30)
+        policies = thread_policies(daemon.process.pid)
+        assert daemon.terminate() == 0
+    cycle = [policy for name, policy in policies if name == "cycle"]
+    rest = {policy for name, policy in policies if name != "cycle"}
+    # Between cycles the cycle's thread keeps its last call's priority; the threads it
+    # started (the embedding model's, loaded at start) run at normal priority.
+    assert (SCHED_IDLE in cycle) == (priority == "idle")
+    assert rest == {SCHED_OTHER}  # the event loop and request workers among them

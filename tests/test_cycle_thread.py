@@ -1,0 +1,154 @@
+"""The cycle's thread: its calls run under SCHED_IDLE behind the requests, are raised to
+normal priority when they hold something up, and run at normal priority where SCHED_IDLE
+could not be left again."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from dreamcycle.daemon import cycle_thread, defaults
+from dreamcycle.daemon.config import ConfigError, load_config
+from dreamcycle.daemon.cycle_thread import IDLE, NORMAL, CycleThread
+
+needs_reversible_idle = pytest.mark.skipif(
+    cycle_thread.idle_is_reversible() is not None,
+    reason=f"SCHED_IDLE cannot be left here: {cycle_thread.idle_is_reversible()}",
+)
+
+#: Long beside a call that only waits for an event.
+WAIT_S = 10.0
+
+
+def own_policy() -> int:
+    return os.sched_getscheduler(0)  # 0: the calling thread, on Linux
+
+
+def under_way(thread: CycleThread) -> tuple[threading.Event, Callable[[], int]]:
+    """A call started in `thread` that waits for the event returned, then reports its
+    policy (the callable waits for that report)."""
+    started, release = threading.Event(), threading.Event()
+
+    def call() -> int:
+        started.set()
+        release.wait(WAIT_S)
+        return own_policy()
+
+    future = thread.submit(call)
+    assert started.wait(WAIT_S)
+    return release, lambda: future.result(WAIT_S)
+
+
+@needs_reversible_idle
+def test_calls_run_under_sched_idle_and_start_and_stop_at_normal_priority() -> None:
+    thread = CycleThread("test-cycle", IDLE)
+    try:
+        assert thread.idle
+        assert thread.submit(own_policy).result(WAIT_S) == os.SCHED_IDLE
+        assert thread.submit(own_policy, behind_requests=False).result(WAIT_S) == os.SCHED_OTHER
+        assert thread.submit(own_policy).result(WAIT_S) == os.SCHED_IDLE
+
+        async def from_trio() -> tuple[int, int]:
+            return await thread.run(own_policy), await thread.run(own_policy, behind_requests=False)
+
+        assert trio.run(from_trio) == (os.SCHED_IDLE, os.SCHED_OTHER)
+    finally:
+        thread.close()
+
+
+@needs_reversible_idle
+def test_a_step_holding_up_a_stop_a_write_or_running_long_is_raised_for_its_rest_only() -> None:
+    thread = CycleThread("test-cycle", IDLE)
+    try:
+        release, policy = under_way(thread)
+        assert (
+            thread.raise_if_holding_up(step_seconds=0.1, waiting_to_write=False, stopping=False)
+            is None
+        )
+        assert (
+            thread.raise_if_holding_up(step_seconds=0.1, waiting_to_write=True, stopping=False)
+            is not None
+        )
+        # Raised once: nothing further to do, whatever holds up.
+        assert (
+            thread.raise_if_holding_up(step_seconds=60.0, waiting_to_write=True, stopping=False)
+            is None
+        )
+        release.set()
+        assert policy() == os.SCHED_OTHER
+        # The next call is behind the requests again, and a long one is raised.
+        assert thread.submit(own_policy).result(WAIT_S) == os.SCHED_IDLE
+        release, policy = under_way(thread)
+        limit = defaults.CYCLE_IDLE_STEP_LIMIT_S
+        assert (
+            thread.raise_if_holding_up(
+                step_seconds=limit / 2, waiting_to_write=False, stopping=False
+            )
+            is None
+        )
+        assert (
+            thread.raise_if_holding_up(step_seconds=limit, waiting_to_write=False, stopping=False)
+            is not None
+        )
+        release.set()
+        assert policy() == os.SCHED_OTHER
+        release, policy = under_way(thread)
+        assert thread.raise_if_holding_up(step_seconds=0.1, waiting_to_write=False, stopping=True)
+        release.set()
+        assert policy() == os.SCHED_OTHER
+    finally:
+        thread.close()
+
+
+def test_at_normal_priority_nothing_is_lowered_or_raised() -> None:
+    thread = CycleThread("test-cycle", NORMAL)
+    try:
+        assert not thread.idle
+        release, policy = under_way(thread)
+        assert (
+            thread.raise_if_holding_up(step_seconds=60.0, waiting_to_write=True, stopping=False)
+            is None
+        )
+        release.set()
+        assert policy() == os.SCHED_OTHER
+    finally:
+        thread.close()
+
+
+def test_where_sched_idle_cannot_be_left_the_cycle_runs_at_normal_priority_and_says_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    entered: list[int] = []
+
+    def unprivileged(native_id: int, policy: int) -> None:
+        if policy != os.SCHED_IDLE:
+            raise PermissionError(1, "Operation not permitted")
+        entered.append(native_id)
+
+    monkeypatch.setattr(cycle_thread, "_set_policy", unprivileged)
+    with caplog.at_level(logging.WARNING, logger=cycle_thread.__name__):
+        thread = CycleThread("test-cycle", IDLE)
+    try:
+        assert not thread.idle
+        assert "cannot leave SCHED_IDLE again" in caplog.text
+        assert "LimitNICE=+0" in caplog.text
+        entered.clear()  # the trial thread's
+        assert thread.submit(own_policy).result(WAIT_S) == os.SCHED_OTHER
+        assert entered == []
+    finally:
+        thread.close()
+
+
+def test_an_unknown_cpu_priority_is_refused_naming_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cycle\.cpu_priority must be one of idle, normal"):
+        load_config(
+            None,
+            environ={"DREAMCYCLE_CYCLE_CPU_PRIORITY": "realtime"},
+            overrides={"peer.data_dir": str(tmp_path), "peer.id": "p"},
+        )
