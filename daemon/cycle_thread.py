@@ -17,8 +17,8 @@ Threads a call starts and keeps (onnxruntime's, with the embedding model) would 
 under SCHED_IDLE for good, so the service loads the model at start, at normal priority.
 
 A thread under SCHED_IDLE runs hardly at all while other processes keep every core
-busy. It then must not hold up what waits for it: a request waiting for the database's
-write lock the cycle holds, or the systemd watchdog. The service raises the thread back
+busy. It then must not hold up what waits for it: a stop, a request waiting for the
+database's write lock the cycle holds, or the systemd watchdog. The service raises the thread back
 to normal priority for the rest of such a step (`raise_if_holding_up`). Leaving SCHED_IDLE
 takes root, CAP_SYS_NICE or an RLIMIT_NICE of at least 20 (`LimitNICE=+0` in the unit):
 where that is not granted, the cycle runs at normal priority from the start and the
@@ -165,9 +165,9 @@ class CycleThread:
             reason = f"the step has run {defaults.CYCLE_IDLE_STEP_LIMIT_S:g} s"
         else:
             return None
-        return reason if self.raise_to_normal() else None
+        return reason if self._raise_to_normal() else None
 
-    def raise_to_normal(self) -> bool:
+    def _raise_to_normal(self) -> bool:
         """Run the call under way at normal priority until it ends (the next call starts
         under SCHED_IDLE again); whether the priority changed."""
         with self._lock:
