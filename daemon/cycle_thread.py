@@ -14,7 +14,8 @@ only when its own deadline comes first, while any normal thread that wakes preem
 SCHED_IDLE one at once.
 
 Threads a call starts and keeps (onnxruntime's, with the embedding model) would stay
-under SCHED_IDLE for good, so the service loads the model at start, at normal priority.
+under SCHED_IDLE for good, so whatever starts them runs `at_normal_priority`: the service
+has the cycle's embedding model load that way, whenever a cycle first needs it.
 
 A thread under SCHED_IDLE runs hardly at all while other processes keep every core
 busy. It then must not hold up what waits for it: a stop, a request waiting for the
@@ -33,8 +34,9 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Final, TypeVar
 
 import trio
@@ -150,6 +152,24 @@ class CycleThread:
                     self._lowered = False
         return fn(*args)
 
+    @contextmanager
+    def at_normal_priority(self) -> Iterator[None]:
+        """What runs within, in this thread, at normal priority: threads started there
+        keep the priority they start with. Called from any other thread, or while the call
+        under way already runs at normal priority, it changes nothing. Afterwards the call
+        goes back under SCHED_IDLE; a raise that came meanwhile found nothing to raise,
+        and the service's next check raises it again if what it held up still waits."""
+        native_id = threading.get_native_id()
+        with self._lock:
+            raised = self._lowered and native_id == self._native_id and self._set_normal(native_id)
+        try:
+            yield
+        finally:
+            if raised:
+                with self._lock:
+                    _set_policy(native_id, os.SCHED_IDLE)
+                    self._lowered = True
+
     def raise_if_holding_up(
         self, *, step_seconds: float, waiting_to_write: bool, stopping: bool
     ) -> str | None:
@@ -173,13 +193,17 @@ class CycleThread:
         with self._lock:
             if not self._lowered or self._native_id is None:
                 return False
-            try:
-                _set_policy(self._native_id, os.SCHED_OTHER)
-            except OSError as error:
-                log.warning("cannot raise the cycle to normal priority: %s", error)
-                return False
-            self._lowered = False
-            return True
+            return self._set_normal(self._native_id)
+
+    def _set_normal(self, native_id: int) -> bool:
+        """The call under way at normal priority; whether it could be. Holds self._lock."""
+        try:
+            _set_policy(native_id, os.SCHED_OTHER)
+        except OSError as error:
+            log.warning("cannot raise the cycle to normal priority: %s", error)
+            return False
+        self._lowered = False
+        return True
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -51,7 +51,6 @@ from dreamcycle.daemon.cycle import (
 from dreamcycle.daemon.cycle_thread import CycleThread
 from dreamcycle.daemon.health import Health, StorageFault, outbox_depth, storage_fault
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.store.embedder import EmbedderUnavailable
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")
@@ -78,6 +77,9 @@ class Service:
         #: Phases run on it one at a time: they share a database connection and the
         #: salience cache.
         self._cycle_thread = CycleThread("cycle", rt.config.cycle.cpu_priority)
+        # The model's threads keep the priority they start with, and serve every later
+        # cycle: they must not start under SCHED_IDLE.
+        rt.embedder.load_within(self._cycle_thread.at_normal_priority)
         self.api: Operations | None = Operations(rt) if rt.config.api.enabled else None
 
     async def run(self) -> int:
@@ -115,10 +117,6 @@ class Service:
         peer = await self._cycle_thread.run(self.rt.open_peer, behind_requests=False)
         self.health.backend = peer.backend_health
         await self._cycle_thread.run(self._abandon_interrupted_cycles, behind_requests=False)
-        if self._cycle_thread.idle:
-            # onnxruntime starts its threads with the model and keeps them: started from a
-            # call under SCHED_IDLE, they would stay there after the call is raised.
-            await self._cycle_thread.run(self._load_embedder, behind_requests=False)
         if self.api is not None:
             await trio.to_thread.run_sync(self.api.attach, peer)
         self.health.index_loaded = True
@@ -146,12 +144,6 @@ class Service:
             await self._cycle_thread.run(
                 functools.partial(_save_and_close, peer), behind_requests=False
             )
-
-    def _load_embedder(self) -> None:
-        try:
-            self.rt.embedder.load()
-        except EmbedderUnavailable as error:
-            log.warning("embedding model not loaded at start; the cycle tries again: %s", error)
 
     def _abandon_interrupted_cycles(self) -> None:
         try:

@@ -425,6 +425,7 @@ def cycles_beside(
     stop = threading.Event()
     done = [0]
     cycle_thread = CycleThread("cycle", cpu_priority)
+    peer.embedder.load_within(cycle_thread.at_normal_priority)  # as the daemon does
 
     def loop() -> None:
         while not stop.is_set():

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from importlib.resources import files
 from typing import Any, Final
 
@@ -96,6 +97,10 @@ def _normalise_rows(vectors: Embeddings) -> Embeddings:
     return np.ascontiguousarray(vectors / safe, dtype=np.float32)
 
 
+#: Embedded once as the model loads, which starts the threads that later calls reuse.
+_WARM_UP_TEXT: Final = "warm up"
+
+
 class Embedder:
     """Turns texts into unit-length float32 vectors; safe to call from several threads.
 
@@ -119,6 +124,7 @@ class Embedder:
         self._threads = threads
         self._lock = threading.Lock()
         self._model: Any = None
+        self._loading_within: Callable[[], AbstractContextManager[object]] = nullcontext
         self._dim: int | None = DEFAULT_DIM if model_name == DEFAULT_MODEL else None
 
     @property
@@ -141,6 +147,12 @@ class Embedder:
         """Load the model now instead of on first use (e.g. at daemon start-up)."""
         with self._lock:
             self._loaded_model()
+
+    def load_within(self, guard: Callable[[], AbstractContextManager[object]]) -> None:
+        """Load the model, whenever that happens, inside `guard()`: onnxruntime starts its
+        threads with the model and keeps them, and they keep what the loading thread had
+        then (its CPU priority)."""
+        self._loading_within = guard
 
     def embed(self, texts: Sequence[str]) -> Embeddings:
         """Embeddings of `texts`, shape (len(texts), dim), each row of unit length."""
@@ -178,8 +190,13 @@ class Embedder:
 
     def _loaded_model(self) -> Any:
         """The fastembed model, loaded on first call. The caller holds self._lock."""
-        if self._model is not None:
-            return self._model
+        if self._model is None:
+            # Importing onnxruntime starts threads too.
+            with self._loading_within():
+                self._model = self._load_model()
+        return self._model
+
+    def _load_model(self) -> Any:
         from fastembed import TextEmbedding
 
         options: dict[str, Any] = {}
@@ -187,11 +204,11 @@ class Embedder:
             _register_default_model()
             options["specific_model_path"] = _tokenizer_folder()
         try:
-            self._model = TextEmbedding(
-                model_name=self._model_name, threads=self._threads, **options
-            )
+            model = TextEmbedding(model_name=self._model_name, threads=self._threads, **options)
+            # The tokenizer's and onnxruntime's thread pools start on the first call.
+            list(model.embed([_WARM_UP_TEXT]))
         # fastembed and onnxruntime raise a variety of types (ValueError, OSError,
         # onnxruntime's own); all mean the same thing to the caller.
         except Exception as error:
             raise _unavailable(self._model_name, error) from error
-        return self._model
+        return model

@@ -89,6 +89,17 @@ def documentation_chunks(
     return chunks
 
 
+def thread_policies(pid: int) -> list[tuple[str, int]]:
+    """Each thread's name and scheduling policy, from /proc (policy is stat's 41st field).
+    A thread takes the name of the thread that started it."""
+    policies = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        policies.append((name, int(stat[stat.rindex(")") + 2 :].split()[41 - 3])))
+    return policies
+
+
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path

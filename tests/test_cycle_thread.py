@@ -16,6 +16,8 @@ import trio
 from dreamcycle.daemon import cycle_thread, defaults
 from dreamcycle.daemon.config import ConfigError, load_config
 from dreamcycle.daemon.cycle_thread import IDLE, NORMAL, CycleThread
+from dreamcycle.store.embedder import Embedder
+from tests.daemon_helpers import thread_policies
 
 needs_reversible_idle = pytest.mark.skipif(
     cycle_thread.idle_is_reversible() is not None,
@@ -104,6 +106,86 @@ def test_a_step_holding_up_a_stop_a_write_or_running_long_is_raised_for_its_rest
         assert policy() == os.SCHED_OTHER
     finally:
         thread.close()
+
+
+@needs_reversible_idle
+def test_what_runs_at_normal_priority_inside_a_call_and_the_threads_it_starts_stay_there() -> None:
+    thread = CycleThread("test-cycle", IDLE)
+    started_policy: list[int] = []
+
+    def starting_a_thread() -> tuple[int, int]:
+        with thread.at_normal_priority():
+            inside = own_policy()
+            helper = threading.Thread(target=lambda: started_policy.append(own_policy()))
+            helper.start()
+            helper.join()
+        return inside, own_policy()
+
+    try:
+        assert thread.submit(starting_a_thread).result(WAIT_S) == (os.SCHED_OTHER, os.SCHED_IDLE)
+        assert started_policy == [os.SCHED_OTHER]
+        # Outside the cycle's thread it changes nothing.
+        with thread.at_normal_priority():
+            assert own_policy() == os.SCHED_OTHER
+        assert thread.submit(own_policy).result(WAIT_S) == os.SCHED_IDLE
+    finally:
+        thread.close()
+
+
+@needs_reversible_idle
+def test_a_raise_during_a_stretch_at_normal_priority_can_come_again_after_it() -> None:
+    thread = CycleThread("test-cycle", IDLE)
+    inside, stretch_over = threading.Event(), threading.Event()
+    leave_stretch, finish = threading.Event(), threading.Event()
+
+    def call() -> tuple[int, int]:
+        with thread.at_normal_priority():
+            inside.set()
+            leave_stretch.wait(WAIT_S)
+        after_stretch = own_policy()
+        stretch_over.set()
+        finish.wait(WAIT_S)
+        return after_stretch, own_policy()
+
+    def raised_for_a_stop() -> bool:
+        reason = thread.raise_if_holding_up(step_seconds=0.1, waiting_to_write=False, stopping=True)
+        return reason is not None
+
+    try:
+        future = thread.submit(call)
+        assert inside.wait(WAIT_S)
+        assert not raised_for_a_stop()  # already at normal priority
+        leave_stretch.set()
+        assert stretch_over.wait(WAIT_S)
+        assert raised_for_a_stop()
+        finish.set()
+        assert future.result(WAIT_S) == (os.SCHED_IDLE, os.SCHED_OTHER)
+    finally:
+        thread.close()
+
+
+@needs_reversible_idle
+@pytest.mark.parametrize("guarded", [True, False])
+def test_the_embedding_models_threads_loaded_from_an_idle_call_start_at_normal_priority(
+    guarded: bool,
+) -> None:
+    """onnxruntime's threads take the name of the thread that loads the model; unguarded,
+    they keep the SCHED_IDLE of the call that loaded it (the check can fail)."""
+    name = f"model-{guarded:d}"
+    thread = CycleThread(name, IDLE)
+    embedder = Embedder(threads=2)  # so that onnxruntime starts a thread besides the caller
+    if guarded:
+        embedder.load_within(thread.at_normal_priority)
+    try:
+        vector = thread.submit(embedder.embed_one, "an exception escapes a try block").result(60)
+        assert vector.shape == (embedder.dim,)
+        policies = sorted(policy for task, policy in thread_policies(os.getpid()) if task == name)
+    finally:
+        thread.close()
+    assert len(policies) >= 2  # the cycle's thread and the model's
+    models_threads = policies[:-1] if guarded else policies
+    assert policies.count(os.SCHED_IDLE) == (1 if guarded else len(policies))
+    assert set(models_threads) == {os.SCHED_OTHER if guarded else os.SCHED_IDLE}
 
 
 def test_at_normal_priority_nothing_is_lowered_or_raised() -> None:
