@@ -11,6 +11,9 @@ class StampedCache:
     """Values tagged with the stamp they were computed at; a new stamp misses."""
 
     entries: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    #: How many times it was emptied: what was read at a stamp can be gone while the stamp
+    #: stays (a rollback empties it).
+    emptied: int = 0
 
     def get(self, name: str, stamp: str) -> Any | None:
         found = self.entries.get(name)
@@ -19,3 +22,7 @@ class StampedCache:
     def put(self, name: str, stamp: str, value: Any) -> Any:
         self.entries[name] = (stamp, value)
         return value
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.emptied += 1

@@ -158,7 +158,7 @@ class Runtime:
         # A value cached inside a write transaction carries a stamp of changes that a
         # rollback undoes, and a later commit can reach the same stamp with other rows.
         # One hook per cache: runtimes made with dataclasses.replace share the connection.
-        self.db.conn.set_rollback_hook(self.recall_cache.entries.clear, id=id(self.recall_cache))
+        self.db.conn.set_rollback_hook(self.recall_cache.clear, id=id(self.recall_cache))
 
     @property
     def peer_id(self) -> str:

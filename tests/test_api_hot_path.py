@@ -272,6 +272,10 @@ def test_every_hot_route_is_declared_with_its_body_model(ops: Operations) -> Non
         assert body["$ref"].rsplit("/", 1)[-1] == route.body.__name__, path
 
 
+class RolledBack(Exception):
+    pass
+
+
 def _recalled(
     ops: Operations, monkeypatch: pytest.MonkeyPatch, body: dict[str, Any]
 ) -> tuple[int, bool]:
@@ -338,6 +342,33 @@ def test_after_the_database_changes_state_the_next_such_recall_reads_in_a_worker
     # A recall by text reads at the new state too: the next by vector needs no trip.
     ops.save(models.SaveRequest(content="Restores are tested every quarter.", project="ops"))
     ops.recall(models.RecallRequest(query="restore tests", record=False))
+    assert _recalled(ops, monkeypatch, quick) == (200, True)
+
+
+def test_after_a_rollback_empties_what_recall_keeps_the_next_such_recall_reads_in_a_worker(
+    rt: Runtime, ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback leaves the database's state as it was but empties the caches; read again
+    on the event loop, a large cold tier's sets would hold every other request up."""
+    vector = rt.embedder.embed_one("which bucket holds the nightly backups").tolist()
+    quick = {"vector": vector, "record": False}
+    _recalled(ops, monkeypatch, quick)
+    assert _recalled(ops, monkeypatch, quick) == (200, True)
+    with ops._writing() as writer, pytest.raises(RolledBack), writer.db.transaction():
+        writer.db.set_meta("rolled back", "yes")
+        raise RolledBack
+    assert _recalled(ops, monkeypatch, quick) == (200, False)
+    assert _recalled(ops, monkeypatch, quick) == (200, True)
+
+
+def test_a_context_bundle_reads_at_the_new_state_for_the_next_such_recall(
+    rt: Runtime, ops: Operations, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vector = rt.embedder.embed_one("which bucket holds the nightly backups").tolist()
+    quick = {"vector": vector, "record": False}
+    _recalled(ops, monkeypatch, quick)
+    ops.save(models.SaveRequest(content="Restores are tested every quarter.", project="ops"))
+    ops.context(models.ContextRequest(task="restore tests", record=False))
     assert _recalled(ops, monkeypatch, quick) == (200, True)
 
 

@@ -58,6 +58,8 @@ from dreamcycle.daemon.emit import (
 )
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall import (
+    Hit,
+    Vector,
     WordMatches,
     cached_state,
     rank_query,
@@ -124,8 +126,9 @@ class Operations:
             threads=defaults.API_EMBEDDING_THREADS,
         )
         self._cache = StampedCache()
-        #: `cached_state` when the last recall read (None before the first).
-        self._recalled_at: str | None = None
+        #: `cached_state` when the last recall read, and how many times the cache had been
+        #: emptied by then (None before the first).
+        self._recalled_at: tuple[str, int] | None = None
         # The daemon's own: the cycle's ranking (the prune gate) and the API's share one copy.
         self._vectors = rt.stored_vectors
         # Last in, first out: one caller at a time keeps reusing one connection, whose page
@@ -261,9 +264,9 @@ class Operations:
         worker's: one by vector that records nothing and is not filtered, while the index
         has no writer, the cold tier's search needs neither a build nor a read of a large
         tier (ColdSearch.quick), a read connection is free (one opened now could meet a
-        phase's write lock), and the last recall read at the database's state now, so that
-        what it read per state (tier sets, a small cold tier's embeddings, learned keys)
-        is cached. Such a recall waits on nothing (a read snapshot, the index's read lock,
+        phase's write lock), and the last recall or context bundle read at the database's
+        state now, with no rollback since, so that what it read per state (tier sets, a
+        small cold tier's embeddings, learned keys) is cached. Such a recall waits on nothing (a read snapshot, the index's read lock,
         the cold graph) and takes about a millisecond at 100,000 chunks, as long as the
         trip to a worker thread and back adds (docs/benchmarks.md, run AG)."""
         peer = self._peer
@@ -278,14 +281,15 @@ class Operations:
         )
 
     def _caches_current(self) -> bool:
-        """Whether a read connection is free and the last recall read at the state now
-        (the connection keeps the state until a commit may have moved it)."""
+        """Whether a read connection is free and the last recall read at the state now,
+        with nothing emptied since (the connection keeps the state until a commit may
+        have moved it)."""
         try:
             view = self._readers.get_nowait()
         except queue.Empty:
             return False
         try:
-            return cached_state(view.db) == self._recalled_at
+            return (cached_state(view.db), self._cache.emptied) == self._recalled_at
         finally:
             self._readers.put(view)
 
@@ -303,17 +307,16 @@ class Operations:
             else:
                 vector, words = self._embed_while_searching(view, request.query)
             allowed = _allowed(view, request.filters) if request.filters.active() else None
-            hits = rank_query(
+            hits = self._ranked(
                 view,
+                peer,
                 text,
                 vector,
                 top_k,
-                index=peer.index,
                 allowed=allowed,
                 words=words,
                 min_confidence=request.min_confidence,
             )
-            self._recalled_at = cached_state(view.db)
         hits = [h for h in hits if h.relevance >= request.min_relevance]
         digest = None
         if request.record and hits:
@@ -323,6 +326,28 @@ class Operations:
         return models.RecallResponse(
             decision_hash=digest, hits=[recall_hit(h, request.explain) for h in hits]
         )
+
+    def _ranked(
+        self,
+        view: Runtime,
+        peer: Peer,
+        text: str,
+        vector: Vector,
+        top_k: int,
+        *,
+        allowed: frozenset[int] | None,
+        words: WordMatches,
+        min_confidence: float = 0.0,
+    ) -> list[Hit]:
+        """`rank_query` over `peer`'s index, noting the state it read at (what
+        `recall_at_once` asks)."""
+        emptied = self._cache.emptied  # before the read: an emptying meanwhile is not missed
+        hits = rank_query(
+            view, text, vector, top_k, index=peer.index, allowed=allowed,
+            words=words, min_confidence=min_confidence,
+        )  # fmt: skip
+        self._recalled_at = (cached_state(view.db), emptied)
+        return hits
 
     @_request
     def save(self, request: models.SaveRequest) -> models.SaveResponse:
@@ -483,15 +508,10 @@ class Operations:
         with self._reading() as view:
             vector, words = self._embed_while_searching(view, request.task)
             allowed = _allowed(view, request.filters) if request.filters.active() else None
-            hits = rank_query(
-                view,
-                request.task,
-                vector,
-                defaults.CONTEXT_RELEVANT_TOP_K,
-                index=peer.index,
-                allowed=allowed,
+            hits = self._ranked(
+                view, peer, request.task, vector, defaults.CONTEXT_RELEVANT_TOP_K, allowed=allowed,
                 words=words,
-            )
+            )  # fmt: skip
             pinned = views.pinned_tier(view.db, request.filters)
             credited = views.outcome_tier(view.db, self._rt.peer_id, vector, allowed, now)
         relevant = [
