@@ -15,17 +15,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.runtime import HLC_META_KEY, Peer
+from dreamcycle.pulses.vectors import Vector, Vectors
 from dreamcycle.store.database import Database, Observation, PendingChunk
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.timefmt import ms_from_iso
 from dreamcycle.zeitgeist.entries import AssertEntry, encode_entry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-
-Vectors = npt.NDArray[np.float32]
 
 
 def admission_vectors(
@@ -83,7 +81,7 @@ def record_admission(
     persist_clock(db, peer.clock)
 
 
-def assert_entry(peer: Peer, obs: Observation, vector: np.ndarray[Any, Any]) -> AssertEntry:
+def assert_entry(peer: Peer, obs: Observation, vector: Vector) -> AssertEntry:
     return AssertEntry(
         hlc=peer.clock.now(),
         origin=peer.peer_id,

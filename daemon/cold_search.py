@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from dreamcycle.daemon import defaults
 from dreamcycle.pulses.ranking import best_labels
+from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store import read_paths
 from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
 from dreamcycle.store.database import Database, tier_stamp
@@ -47,7 +48,6 @@ __all__ = ["EXACT_CACHE", "ColdSearch", "GraphShape"]
 
 log = logging.getLogger(__name__)
 
-Vector = npt.NDArray[np.float32]
 
 #: recall_cache's entry for the whole cold tier's embeddings (Runtime.cold_vectors).
 EXACT_CACHE = "cold"

@@ -22,9 +22,9 @@ from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.constants import REASON_MAX_CHARS
 from dreamcycle.pulses.outcome import Outcome
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse, check_length, validate_parameters
+from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store.database import hashes_with_prefix, outcomes_of_decision
 from dreamcycle.store.hashing import content_hash
-from dreamcycle.store.read_paths import Vector
 from dreamcycle.zeitgeist.entries import (
     ChangeValue,
     Entry,

@@ -36,6 +36,7 @@ from dreamcycle.pulses.ranking import (
     lexical_ranks,
     rank_columns,
 )
+from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store import keys as key_store
 from dreamcycle.store import read_paths
 from dreamcycle.store.database import Database, tier_stamp
@@ -43,8 +44,6 @@ from dreamcycle.store.filtered_search import nearest_in_filter
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
 from dreamcycle.zeitgeist.entries import AttributionEntry, encode_entry
-
-Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-Vectors = npt.NDArray[np.float32]
+from dreamcycle.pulses.vectors import Vectors
 
 
 class NeighbourIndex(Protocol):

@@ -21,6 +21,8 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from dreamcycle.pulses.vectors import Vector
+
 #: Keys kept per chunk; the weakest goes when a new one would exceed it.
 MAX_KEYS_PER_CHUNK: Final = 8
 #: A query at least this close to a key reinforces (or weakens) that key instead of adding one.
@@ -31,8 +33,6 @@ KEY_HALF_LIFE_S: Final = 60 * 86_400.0
 MIN_KEY_WEIGHT: Final = 0.05
 #: A key's weight never exceeds this.
 MAX_KEY_WEIGHT: Final = 1.0
-
-Vector = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True)

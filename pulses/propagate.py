@@ -32,9 +32,10 @@ from typing import Final
 import numpy as np
 
 from dreamcycle.pulses.constants import SALIENCE_MAX, SALIENCE_MIN
-from dreamcycle.pulses.graph import NeighbourIndex, SalienceState, Vectors
+from dreamcycle.pulses.graph import NeighbourIndex, SalienceState
 from dreamcycle.pulses.kernel import gaussian_kernel
 from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse
+from dreamcycle.pulses.vectors import Vectors
 
 #: Stands for the seed embedding as the parent of hop-1 chunks; real labels are >= 0.
 SEED_PARENT: Final = -1

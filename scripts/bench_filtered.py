@@ -39,6 +39,7 @@ if __package__ in (None, ""):
 
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.pulses.vectors import Vectors
 from dreamcycle.store.filtered_search import nearest_in_filter
 from scripts.bench_common import (
     BenchmarkError,
@@ -48,15 +49,7 @@ from scripts.bench_common import (
     print_table,
     write_json,
 )
-from scripts.bench_recall import (
-    SEED,
-    TOPICS,
-    Corpus,
-    Figure,
-    Vectors,
-    build_store,
-    measure_rounds,
-)
+from scripts.bench_recall import SEED, TOPICS, Corpus, Figure, build_store, measure_rounds
 
 DEFAULT_CHUNKS: Final = 100_000
 DEFAULT_QUERIES: Final = 200

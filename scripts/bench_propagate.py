@@ -40,7 +40,6 @@ from typing import Any, Final, cast
 
 import apsw
 import numpy as np
-import numpy.typing as npt
 
 if __package__ in (None, ""):
     # Run as a file (python scripts/bench_propagate.py): make `scripts` importable.
@@ -56,6 +55,7 @@ from dreamcycle.pulses.graph import SalienceState
 from dreamcycle.pulses.memory import InMemorySalience
 from dreamcycle.pulses.propagate import UpdateRule, propagate
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.pulses.vectors import Vectors
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M, HnswIndex
 from dreamcycle.store.salience import SalienceCache
@@ -101,8 +101,6 @@ INDEX_VERSION: Final = "bench/synthetic-384"
 ORIGIN_PEER: Final = "bench"
 PERCENTILES: Final = (50, 99)
 SECONDS_PER_MS: Final = 1e-3
-
-Vectors = npt.NDArray[np.float32]
 
 
 @dataclass(frozen=True)

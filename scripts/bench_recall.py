@@ -78,6 +78,7 @@ from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.service import share_the_interpreter
 from dreamcycle.daemon.statuses import CycleStatus
 from dreamcycle.pulses.ranking import best_labels
+from dreamcycle.pulses.vectors import Vectors
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.embedder import DEFAULT_DIM
@@ -130,8 +131,6 @@ BASELINE_MARK: Final = "(baseline)"
 FLOOR_FIGURE: Final = f"HTTP floor {BASELINE_MARK}"
 EMBED_AFTER_RECALL: Final = f"embed one text, after a recall {BASELINE_MARK}"
 FLOOR_PATH: Final = "Hypercorn, bare ASGI app"
-
-Vectors = npt.NDArray[np.float32]
 
 
 @dataclasses.dataclass(frozen=True)

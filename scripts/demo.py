@@ -47,10 +47,10 @@ from pydoc_data import topics as pydoc_topics
 from typing import Any, Final
 
 import numpy as np
-import numpy.typing as npt
 
 from dreamcycle.daemon.cli.common import print_table
 from dreamcycle.daemon.defaults import DATABASE_FILE, ENV_PREFIX
+from dreamcycle.pulses.vectors import Vectors
 from dreamcycle.store.database import Database
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
@@ -124,8 +124,6 @@ LEARNING_CYCLE_ORDER: Final = ("alpha", "beta", "gamma", "alpha")
 SUBPROCESS_TIMEOUT_S: Final = 600.0
 STDERR_TAIL_LINES: Final = 20
 OUTPUT_INDENT: Final = "    "
-
-Vectors = npt.NDArray[np.float32]
 
 
 class DemoError(Exception):

@@ -16,7 +16,8 @@ from importlib.resources import files
 from typing import Any, Final
 
 import numpy as np
-import numpy.typing as npt
+
+from dreamcycle.pulses.vectors import Vector, Vectors
 
 #: Name under which the bundled int8 all-MiniLM-L6-v2 is registered with fastembed.
 DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2-int8-offline"
@@ -30,7 +31,6 @@ DEFAULT_DIM: Final = 384
 _DEFAULT_MODEL_UPSTREAM: Final = "sentence-transformers/all-MiniLM-L6-v2"
 _TOKENIZER_FOLDER: Final = "tokenizer"
 
-Embeddings = npt.NDArray[np.float32]
 
 # huggingface_hub reads this once, at import: it must be set before fastembed (imported
 # lazily below) loads, so that an uncached model name fails at once, not after retries.
@@ -90,7 +90,7 @@ def _unavailable(model_name: str, cause: BaseException) -> EmbedderUnavailable:
     )
 
 
-def _normalise_rows(vectors: Embeddings) -> Embeddings:
+def _normalise_rows(vectors: Vectors) -> Vectors:
     """Scale each row to unit length; rows of zeros stay zeros rather than NaN."""
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     safe = np.where(norms > 0.0, norms, np.float32(1.0))
@@ -154,8 +154,8 @@ class Embedder:
         then (its CPU priority)."""
         self._loading_within = guard
 
-    def embed(self, texts: Sequence[str]) -> Embeddings:
-        """Embeddings of `texts`, shape (len(texts), dim), each row of unit length."""
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Vectors of `texts`, shape (len(texts), dim), each row of unit length."""
         if isinstance(texts, str):
             raise InvalidEmbedderInput("embed() takes a sequence of texts, got a single str")
         for position, text in enumerate(texts):
@@ -176,7 +176,7 @@ class Embedder:
             )
         return _normalise_rows(vectors)
 
-    def embed_one(self, text: str) -> Embeddings:
+    def embed_one(self, text: str) -> Vector:
         """Embedding of one text, shape (dim,)."""
         return self.embed([text]).reshape(self.dim)
 

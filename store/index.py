@@ -27,6 +27,7 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
+from dreamcycle.pulses.vectors import Vectors
 from dreamcycle.store.index_file import (
     IDENTITY_BYTES,
     META_FORMAT,
@@ -95,7 +96,6 @@ _MIN_DISTANCE: Final = np.float32(0.0)
 _MAX_DISTANCE: Final = np.float32(2.0)
 
 Labels = npt.NDArray[np.int64]
-Vectors = npt.NDArray[np.float32]
 Distances = npt.NDArray[np.float32]
 ProgressCallback = Callable[[int, int], None]
 LoadAll = Callable[[], tuple[Labels, Vectors, Labels]]

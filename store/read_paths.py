@@ -25,8 +25,6 @@ import numpy.typing as npt
 from dreamcycle.store.database import Database
 from dreamcycle.store.observations import COLD_ROWS
 
-Vector = npt.NDArray[np.float32]
-
 #: Rows per query when stored embeddings are read into memory.
 LOAD_BATCH: Final = 5_000
 #: Rowids from this one on are not held (SQLite assigns them one after another, so a

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.pulses.graph import Vectors
 from dreamcycle.pulses.kernel import COSINE_DISTANCE_MAX, COSINE_DISTANCE_MIN
+from dreamcycle.pulses.vectors import Vectors
 
 
 class UnknownLabel(KeyError):

@@ -12,9 +12,10 @@ from dataclasses import replace
 import numpy as np
 
 from dreamcycle.daemon.learning import fusion_weights
-from dreamcycle.daemon.recall import Hit, Vector, _best, _key_scores, _nearest
+from dreamcycle.daemon.recall import Hit, _best, _key_scores, _nearest
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import Candidate, lexical_ranks, rank_candidates
+from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store.embeddings import blob_to_vector
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical

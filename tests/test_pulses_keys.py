@@ -14,12 +14,12 @@ from dreamcycle.pulses.keys import (
     MIN_KEY_WEIGHT,
     SAME_KEY_SIMILARITY,
     LearnedKey,
-    Vector,
     alive,
     effective_weight,
     key_similarity,
     learn,
 )
+from dreamcycle.pulses.vectors import Vector
 
 T0 = 1_760_000_000_000
 HALF_LIFE_MS = int(KEY_HALF_LIFE_S * 1000)

@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dreamcycle.pulses.graph import Vectors
 from dreamcycle.pulses.memory import InMemorySalience
 from dreamcycle.pulses.propagate import (
     IndexContractViolation,
@@ -24,6 +23,7 @@ from dreamcycle.pulses.propagate import (
     total_delta_bound,
 )
 from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse, max_hops_allowed
+from dreamcycle.pulses.vectors import Vectors
 from tests.bruteforce import BruteForceIndex
 from tests.test_pulses_pulse import make_pulse
 

@@ -19,7 +19,7 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.requests_first import RequestsFirst
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.store.read_paths import Vector
+from dreamcycle.pulses.vectors import Vector
 
 START_MS = 1_700_000_000_000
 #: Long enough that a wait that ran its course is told apart from one that did not.

@@ -16,7 +16,6 @@ from types import MappingProxyType
 from typing import Any, Final, TypeAlias
 
 import numpy as np
-import numpy.typing as npt
 
 from dreamcycle.pulses.constants import (
     ATTRIBUTION_MAX_CHUNKS,
@@ -25,6 +24,7 @@ from dreamcycle.pulses.constants import (
     REASON_MAX_CHARS,
 )
 from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse
+from dreamcycle.pulses.vectors import Vector
 from dreamcycle.zeitgeist._entry_wire import (
     HASH_HEX_LEN,
     KEY_ID_HEX_LEN,
@@ -43,7 +43,7 @@ _HASH_RE: Final = re.compile(rf"[0-9a-f]{{{HASH_HEX_LEN}}}")
 _KEY_ID_RE: Final = re.compile(rf"[0-9a-f]{{{KEY_ID_HEX_LEN}}}")
 _SIG_RE: Final = re.compile(rf"[A-Za-z0-9+/]{{{SIGNATURE_B64_LEN - 2}}}==")
 
-Embedding = npt.NDArray[np.float32]
+Embedding = Vector
 ChangeValue: TypeAlias = str | float | None
 
 

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, Concatenate, Final, ParamSpec, TypeVar
+from typing import Concatenate, Final, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -59,7 +59,6 @@ from dreamcycle.daemon.emit import (
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall import (
     Hit,
-    Vector,
     WordMatches,
     cached_state,
     rank_query,
@@ -72,6 +71,7 @@ from dreamcycle.daemon.status import status_report
 from dreamcycle.pulses import constants
 from dreamcycle.pulses.context import Candidate, Tier, pack
 from dreamcycle.pulses.pulse import PulseKind
+from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store import tiers
 from dreamcycle.store.database import (
     EFFICACY_TYPE,
@@ -692,9 +692,7 @@ class Operations:
             **report, index_live=index.live_count, index_capacity=index.capacity
         )
 
-    def _embed_while_searching(
-        self, view: Runtime, text: str
-    ) -> tuple[np.ndarray[Any, np.dtype[np.float32]], WordMatches]:
+    def _embed_while_searching(self, view: Runtime, text: str) -> tuple[Vector, WordMatches]:
         """A text's vector and its full-text matches, in the caller's snapshot.
 
         The words are searched in a helper thread while the text is embedded here (the
@@ -711,7 +709,7 @@ class Operations:
         return vector, found
 
 
-def _given_vector(values: list[float] | None, dim: int) -> np.ndarray[Any, np.dtype[np.float32]]:
+def _given_vector(values: list[float] | None, dim: int) -> Vector:
     """A vector given to recall by, checked and scaled to unit length."""
     raw = np.asarray(values, dtype=np.float32)
     if raw.shape != (dim,):

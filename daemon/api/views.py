@@ -18,12 +18,11 @@ from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.config import DownscaleConfig
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.pulses.context import Candidate
+from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store import checkpoints
 from dreamcycle.store import keys as key_store
 from dreamcycle.store.database import EFFICACY_TYPE, Database
 from dreamcycle.store.timefmt import iso_from_ms, ms_from_iso
-
-Vector = np.ndarray[Any, np.dtype[np.float32]]
 
 #: Journal steps that name the chunk itself (pulses name it by their seed hash).
 _OWN_STEPS = (

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import numpy as np
 
@@ -19,13 +18,12 @@ from dreamcycle.daemon.cycle.state import CycleState, EntryOutcome, EntryStatus
 from dreamcycle.daemon.defaults import EMBEDDING_MATCH_MIN_COSINE
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.hashing import content_hash
 from dreamcycle.zeitgeist.entries import AssertEntry
 
 log = logging.getLogger("dreamcycle.cycle")
-
-Vector = np.ndarray[Any, Any]
 
 
 def adoption_problem(peer: Peer, entry: AssertEntry) -> EntryOutcome | None:
