@@ -48,7 +48,6 @@ __all__ = ["EXACT_CACHE", "ColdSearch", "GraphShape"]
 
 log = logging.getLogger(__name__)
 
-
 #: recall_cache's entry for the whole cold tier's embeddings (Runtime.cold_vectors).
 EXACT_CACHE = "cold"
 

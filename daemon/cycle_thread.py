@@ -116,9 +116,8 @@ class CycleThread:
         self._lowered = False
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=name, initializer=_name_native_thread,
-            initargs=(name,),
-        )  # fmt: skip
+            max_workers=1, thread_name_prefix=name, initializer=self._started, initargs=(name,)
+        )
 
     async def run(self, fn: Callable[[], T], *, behind_requests: bool = True) -> T:
         """`fn()` in the thread, with the caller's context variables, under SCHED_IDLE if
@@ -140,15 +139,21 @@ class CycleThread:
         """`fn(*args)` in the thread, from any thread, without waiting."""
         return self._pool.submit(self._call, behind_requests, fn, *args)
 
+    def _started(self, name: str) -> None:
+        """In the thread, once: its name for `ps -L`, and its id for the scheduler."""
+        _name_native_thread(name)
+        with self._lock:
+            self._native_id = threading.get_native_id()
+
     def _call(self, behind_requests: bool, fn: Callable[..., T], *args: object) -> T:
         if self.idle:
+            native_id = threading.get_native_id()
             with self._lock:
-                self._native_id = threading.get_native_id()
                 if behind_requests and not self._lowered:
-                    _set_policy(self._native_id, os.SCHED_IDLE)
+                    _set_policy(native_id, os.SCHED_IDLE)
                     self._lowered = True
                 elif not behind_requests and self._lowered:
-                    _set_policy(self._native_id, os.SCHED_OTHER)
+                    _set_policy(native_id, os.SCHED_OTHER)
                     self._lowered = False
         return fn(*args)
 

@@ -266,9 +266,10 @@ class Operations:
         tier (ColdSearch.quick), a read connection is free (one opened now could meet a
         phase's write lock), and the last recall or context bundle read at the database's
         state now, with no rollback since, so that what it read per state (tier sets, a
-        small cold tier's embeddings, learned keys) is cached. Such a recall waits on nothing (a read snapshot, the index's read lock,
-        the cold graph) and takes about a millisecond at 100,000 chunks, as long as the
-        trip to a worker thread and back adds (docs/benchmarks.md, run AG)."""
+        small cold tier's embeddings, learned keys) is cached. Such a recall waits on
+        nothing (a read snapshot, the index's read lock, the cold graph) and takes about a
+        millisecond at 100,000 chunks, as long as the trip to a worker thread and back adds
+        (docs/benchmarks.md, run AG)."""
         peer = self._peer
         return (
             request.query is None
@@ -343,9 +344,15 @@ class Operations:
         `recall_at_once` asks)."""
         emptied = self._cache.emptied  # before the read: an emptying meanwhile is not missed
         hits = rank_query(
-            view, text, vector, top_k, index=peer.index, allowed=allowed,
-            words=words, min_confidence=min_confidence,
-        )  # fmt: skip
+            view,
+            text,
+            vector,
+            top_k,
+            index=peer.index,
+            allowed=allowed,
+            words=words,
+            min_confidence=min_confidence,
+        )
         self._recalled_at = (cached_state(view.db), emptied)
         return hits
 
@@ -509,9 +516,14 @@ class Operations:
             vector, words = self._embed_while_searching(view, request.task)
             allowed = _allowed(view, request.filters) if request.filters.active() else None
             hits = self._ranked(
-                view, peer, request.task, vector, defaults.CONTEXT_RELEVANT_TOP_K, allowed=allowed,
+                view,
+                peer,
+                request.task,
+                vector,
+                defaults.CONTEXT_RELEVANT_TOP_K,
+                allowed=allowed,
                 words=words,
-            )  # fmt: skip
+            )
             pinned = views.pinned_tier(view.db, request.filters)
             credited = views.outcome_tier(view.db, self._rt.peer_id, vector, allowed, now)
         relevant = [
