@@ -1,5 +1,5 @@
-"""Python clients of a running daemon's local API: `MemoryClient` (blocking) and
-`AsyncMemoryClient` (trio or asyncio), both over httpx.
+"""Python clients of a running daemon's local API: `MemoryClient` (blocking, over
+urllib3) and `AsyncMemoryClient` (trio or asyncio, over httpx).
 
 One module of about 700 lines: the two clients mirror each other method for method, so
 each reads alone beside the other, over the routes and request builders both share.
@@ -11,6 +11,12 @@ token. Requests and answers are the models of daemon/api/models.py, so what a
 client sends is validated before it leaves. `ROUTES` lists every operation
 once: the clients, and the MCP tools through them, know no other.
 
+The blocking client is the one agents call around every step, and the CLIs with it:
+urllib3 takes about half a millisecond less than httpx's client per request (and its
+import a tenth of a second less at a command's start), which over the Unix socket is a
+quarter of a recall's whole time (docs/benchmarks.md, run AN). The asynchronous client
+needs httpx for trio and asyncio alike; it is imported when that client is made.
+
 The API's error answers become exceptions: `BadRequest` (422, 413, 401, with
 the daemon's reason), `NotFound` (404), `Conflict` (409), `Unavailable` (503,
 or no daemon answering), `ServerError` (anything else).
@@ -18,15 +24,23 @@ or no daemon answering), `ServerError` (anything else).
 
 from __future__ import annotations
 
+import json
+import socket
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Generic, Literal, Self, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Self, TypedDict, TypeVar, Unpack
+from urllib.parse import quote, urlencode
 
-import httpx
+import urllib3
 from pydantic import BaseModel, ValidationError
+from urllib3.connection import HTTPConnection
+from urllib3.exceptions import NewConnectionError
+
+if TYPE_CHECKING:
+    import httpx
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
@@ -159,11 +173,12 @@ def error_for(status: int) -> type[ApiError]:
     return _BY_STATUS.get(status, ServerError)
 
 
-def _reason(response: httpx.Response) -> str:
+def _reason(status: int, body: bytes) -> str:
     try:
-        detail = response.json().get("detail")
+        answer = json.loads(body)
     except ValueError:
-        detail = None
+        answer = None
+    detail = answer.get("detail") if isinstance(answer, dict) else None
     if isinstance(detail, str):
         return detail
     if isinstance(detail, list):  # FastAPI's validation errors: one per field
@@ -173,13 +188,13 @@ def _reason(response: httpx.Response) -> str:
             for error in detail
             if isinstance(error, dict)
         )
-    return f"HTTP {response.status_code}: {response.text[:200]}"
+    return f"HTTP {status}: {body[:200].decode(errors='replace')}"
 
 
-def _decode(route: Route[Any, Resp], response: httpx.Response) -> Resp:
-    if response.status_code == 200:
-        return route.response.model_validate_json(response.content)
-    raise error_for(response.status_code)(_reason(response), response.status_code)
+def _decode(route: Route[Any, Resp], status: int, body: bytes) -> Resp:
+    if status == 200:
+        return route.response.model_validate_json(body)
+    raise error_for(status)(_reason(status, body), status)
 
 
 # ---- where the daemon is -----------------------------------------------------------------
@@ -212,16 +227,18 @@ class Endpoint:
     def __str__(self) -> str:
         return f"unix:{self.socket_path}" if self.socket_path is not None else str(self.url)
 
-    def client_options(self, timeout_s: float) -> dict[str, Any]:
-        headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
-        return {
-            "base_url": self.url or f"http://{UNIX_HOST}",
-            "headers": headers,
-            "timeout": timeout_s,
-        }
+    @property
+    def base_url(self) -> str:
+        return self.url or f"http://{UNIX_HOST}"
 
-    def unreachable(self, exc: Exception) -> Unavailable:
-        if isinstance(exc, httpx.TimeoutException):
+    @property
+    def headers(self) -> dict[str, str]:
+        """What every request carries: bodies are JSON, and TCP needs the token."""
+        token = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        return {"content-type": "application/json", **token}
+
+    def unreachable(self, exc: Exception, *, timed_out: bool) -> Unavailable:
+        if timed_out:
             return Unavailable(f"the daemon at {self} did not answer in time ({exc!r})")
         return Unavailable(
             f"no dreamcycle daemon answers at {self} ({exc}): start `dreamcycle run` "
@@ -242,18 +259,71 @@ def _endpoint(
 @dataclass(frozen=True)
 class _Prepared:
     method: str
-    path: str
-    params: dict[str, Any] | None
-    body: dict[str, Any] | None
+    #: The path, and a GET's query.
+    target: str
+    body: bytes | None
 
 
 def _prepare(route: Route[Req, Any], request: Req) -> _Prepared:
-    fields = {} if request is None else request.model_dump(mode="json", exclude_none=True)
-    in_path = [name for _, name, _, _ in string.Formatter().parse(route.path) if name]
-    path = route.path.format(**{name: fields.pop(name) for name in in_path})
+    in_path = {name for _, name, _, _ in string.Formatter().parse(route.path) if name}
+    path = route.path.format(
+        **{name: quote(str(getattr(request, name)), safe="") for name in in_path}
+    )
+    if request is None:
+        return _Prepared(route.method, path, None)
     if route.method == "GET":
-        return _Prepared(route.method, path, fields, None)
-    return _Prepared(route.method, path, None, fields)
+        fields = request.model_dump(mode="json", exclude=in_path, exclude_none=True)
+        return _Prepared(route.method, f"{path}?{urlencode(fields)}" if fields else path, None)
+    # Serialised by pydantic in one step: a recall's vector is 384 floats.
+    body = request.model_dump_json(exclude=in_path, exclude_none=True).encode()
+    return _Prepared(route.method, path, body)
+
+
+# ---- the blocking client's connections -----------------------------------------------------
+
+
+class _UnixConnection(HTTPConnection):
+    """An HTTP connection to the daemon's Unix socket (the host name is only its Host
+    header)."""
+
+    def __init__(self, *args: Any, socket_path: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if isinstance(self.timeout, int | float):
+            sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError as exc:
+            sock.close()
+            raise NewConnectionError(self, f"cannot connect to {self.socket_path}: {exc}") from exc
+        self.sock = sock
+
+
+class _UnixConnectionPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _UnixConnection
+
+
+def _connection_pool(endpoint: Endpoint, timeout_s: float) -> urllib3.HTTPConnectionPool:
+    """Kept-alive connections to the daemon, shared by any number of threads (beyond
+    CLIENT_CONNECTIONS at once, a thread waits for one to be free: the daemon serves only
+    a few requests at a time anyway); never retried, so that a failure is the caller's
+    to see (a save is not safe to send twice). A connection the daemon closed, by
+    restarting say, is noticed and replaced before a request is sent on it."""
+    options: dict[str, Any] = {
+        "timeout": urllib3.Timeout(connect=timeout_s, read=timeout_s),
+        "maxsize": defaults.CLIENT_CONNECTIONS,
+        "block": True,
+        "retries": False,
+        "headers": endpoint.headers,
+    }
+    if endpoint.socket_path is not None:
+        return _UnixConnectionPool(UNIX_HOST, socket_path=str(endpoint.socket_path), **options)
+    pool = urllib3.connection_from_url(endpoint.base_url, **options)
+    assert isinstance(pool, urllib3.HTTPConnectionPool)
+    return pool
 
 
 # ---- requests from arguments (shared by both clients) -------------------------------------
@@ -428,28 +498,29 @@ class MemoryClient:
         timeout_s: float = defaults.CLIENT_TIMEOUT_S,
     ) -> None:
         self.endpoint = endpoint or _endpoint(config, socket_path, url, token)
-        uds = None if self.endpoint.socket_path is None else str(self.endpoint.socket_path)
-        self._http = httpx.Client(
-            transport=httpx.HTTPTransport(uds=uds), **self.endpoint.client_options(timeout_s)
-        )
+        self._pool = _connection_pool(self.endpoint, timeout_s)
+
+    def _exchange(self, method: str, target: str, body: bytes | None = None) -> tuple[int, bytes]:
+        try:
+            response = self._pool.urlopen(method, target, body=body)
+        except urllib3.exceptions.HTTPError as exc:
+            # urllib3 derives a refused connection from its connect timeout's class.
+            timed_out = isinstance(exc, urllib3.exceptions.TimeoutError) and not isinstance(
+                exc, NewConnectionError
+            )
+            raise self.endpoint.unreachable(exc, timed_out=timed_out) from None
+        return response.status, response.data
 
     def send(self, route: Route[Req, Resp], request: Req) -> Resp:
         """Any operation of `ROUTES`, with its request model."""
         prepared = _prepare(route, request)
-        try:
-            response = self._http.request(
-                prepared.method, prepared.path, params=prepared.params, json=prepared.body
-            )
-        except httpx.TransportError as exc:
-            raise self.endpoint.unreachable(exc) from None
-        return _decode(route, response)
+        return _decode(route, *self._exchange(prepared.method, prepared.target, prepared.body))
 
     def ping(self) -> None:
         """Returns when a daemon answers (maybe still loading its index); else Unavailable."""
-        try:
-            self._http.get("/healthz").raise_for_status()
-        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-            raise self.endpoint.unreachable(exc) from None
+        status, _ = self._exchange("GET", "/healthz")
+        if status != 200:
+            raise self.endpoint.unreachable(RuntimeError(f"HTTP {status}"), timed_out=False)
 
     def recall(
         self,
@@ -546,7 +617,7 @@ class MemoryClient:
         return self.send(TIMELINE, request_model(models.TimelineRequest, **fields))
 
     def close(self) -> None:
-        self._http.close()
+        self._pool.close()
 
     def __enter__(self) -> Self:
         return self
@@ -574,27 +645,37 @@ class AsyncMemoryClient:
         endpoint: Endpoint | None = None,
         timeout_s: float = defaults.CLIENT_TIMEOUT_S,
     ) -> None:
+        import httpx
+
         self.endpoint = endpoint or _endpoint(config, socket_path, url, token)
         uds = None if self.endpoint.socket_path is None else str(self.endpoint.socket_path)
-        self._http = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=uds), **self.endpoint.client_options(timeout_s)
+        self._http: httpx.AsyncClient = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=uds),
+            base_url=self.endpoint.base_url,
+            headers=self.endpoint.headers,
+            timeout=timeout_s,
         )
+        self._httpx = httpx
+
+    async def _exchange(
+        self, method: str, target: str, body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        try:
+            response = await self._http.request(method, target, content=body)
+        except self._httpx.TransportError as exc:
+            timed_out = isinstance(exc, self._httpx.TimeoutException)
+            raise self.endpoint.unreachable(exc, timed_out=timed_out) from None
+        return response.status_code, response.content
 
     async def send(self, route: Route[Req, Resp], request: Req) -> Resp:
         prepared = _prepare(route, request)
-        try:
-            response = await self._http.request(
-                prepared.method, prepared.path, params=prepared.params, json=prepared.body
-            )
-        except httpx.TransportError as exc:
-            raise self.endpoint.unreachable(exc) from None
-        return _decode(route, response)
+        answered = await self._exchange(prepared.method, prepared.target, prepared.body)
+        return _decode(route, *answered)
 
     async def ping(self) -> None:
-        try:
-            (await self._http.get("/healthz")).raise_for_status()
-        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-            raise self.endpoint.unreachable(exc) from None
+        status, _ = await self._exchange("GET", "/healthz")
+        if status != 200:
+            raise self.endpoint.unreachable(RuntimeError(f"HTTP {status}"), timed_out=False)
 
     async def recall(
         self,

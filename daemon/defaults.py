@@ -290,6 +290,8 @@ API_MAX_BODY_BYTES: Final = 1 << 20
 THREAD_SWITCH_INTERVAL_S: Final = 0.0002
 #: How long a client (daemon/client.py, `dreamcycle mcp`) waits for the daemon's answer.
 CLIENT_TIMEOUT_S: Final = 30.0
+#: Connections the blocking client keeps open to the daemon: as many threads call at once.
+CLIENT_CONNECTIONS: Final = 4
 
 #: Context bundles (POST /v1/context, mem_context): the token budget when none is given,
 #: and the largest one accepted (tokens estimated as in pulses/context.py).

@@ -13,10 +13,12 @@ Then, in one run:
 * in process (daemon.api.operations over the live index): recall by vector, by
   text, by text with filters, a context bundle (not recorded), and save-then-recall (a new chunk saved, then
   recalled by its text: the pair is timed, and the chunk must come first);
-* the same through a real `dreamcycle run` daemon over its Unix socket (httpx), beside
-  an HTTP floor: the daemon's server stack alone (scripts/http_floor.py: Hypercorn's
-  trio worker, a bare ASGI app, one worker-thread hop) answering a recorded recall by
-  vector through the same client, so the HTTP figures can be read as floor + the rest;
+* the same through a real `dreamcycle run` daemon over its Unix socket, with the blocking
+  client agents import (daemon/client.py, over urllib3), beside an HTTP floor: the
+  daemon's server stack alone (scripts/http_floor.py: Hypercorn's trio worker, a bare ASGI
+  app, one worker-thread hop) answering a recorded recall by vector through the same
+  client, so the HTTP figures can be read as floor + the rest; and the floor again
+  through httpx's client, which the blocking client used before (the client's own share);
 * both again while dream cycles run back to back beside them, with Reward pulses to
   propagate (one per cycle: in process before each cycle, to the daemon from a process
   of its own, each sent once the daemon's log shows a cycle ended since the last); by
@@ -61,13 +63,22 @@ from typing import Any, Final
 import httpx
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.operations import Operations
+from dreamcycle.daemon.client import (
+    CONTEXT,
+    PULSE,
+    RECALL,
+    REINFORCE,
+    SAVE,
+    ApiError,
+    MemoryClient,
+    Route,
+)
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.cycle_thread import CPU_PRIORITIES, CycleThread
@@ -108,6 +119,8 @@ INSERT_BATCH: Final = 5_000
 PROJECTS: Final = 20
 READY_TIMEOUT_S: Final = 600.0
 STOP_TIMEOUT_S: Final = 120.0
+#: A request to the daemon or the floor: long enough for a call queued behind a cycle's write.
+CLIENT_TIMEOUT_S: Final = 60.0
 PERCENTILES: Final = (50, 99)
 #: Pulse texts (or reinforced chunks) the cycles-running figures cycle through.
 PULSE_TEXTS: Final = 50
@@ -129,6 +142,7 @@ COLD_GRAPH_TIMEOUT_S: Final = 600.0
 #: How a baseline's figure name ends: the targets are ratios to these, measured alone.
 BASELINE_MARK: Final = "(baseline)"
 FLOOR_FIGURE: Final = f"HTTP floor {BASELINE_MARK}"
+FLOOR_HTTPX_FIGURE: Final = f"HTTP floor through httpx {BASELINE_MARK}"
 EMBED_AFTER_RECALL: Final = f"embed one text, after a recall {BASELINE_MARK}"
 FLOOR_PATH: Final = "Hypercorn, bare ASGI app"
 
@@ -146,24 +160,26 @@ class Pulses:
     hashes: list[str]
 
     def send(self, ops: Operations, i: int) -> None:
-        ref, body = self._request(i, f"bench {i}")
-        if ref is None:
-            ops.pulse(body)  # type: ignore[arg-type]
+        request = self._request(i, f"bench {i}")
+        if isinstance(request, models.PulseRequest):
+            ops.pulse(request)
         else:
-            ops.reinforce(models.FeedbackRequest(ref=ref, **body.model_dump()))
+            ops.reinforce(request)
 
-    def post(self, client: httpx.Client, i: int) -> None:
+    def post(self, client: MemoryClient, i: int) -> None:
         # Nonces of their own: a request repeating one sent in process would queue nothing.
-        ref, body = self._request(i, f"bench http {i}")
-        path = "/v1/pulses" if ref is None else f"/v1/memories/{ref}/reinforce"
-        client.post(path, content=body.model_dump_json()).raise_for_status()
+        request = self._request(i, f"bench http {i}")
+        if isinstance(request, models.PulseRequest):
+            client.send(PULSE, request)
+        else:
+            client.send(REINFORCE, request)
 
-    def _request(self, i: int, nonce: str) -> tuple[str | None, BaseModel]:
-        """The `i`th pulse: a text pulse's request (no chunk), or the chunk to reinforce and
-        the feedback's body."""
+    def _request(self, i: int, nonce: str) -> models.PulseRequest | models.FeedbackRequest:
+        """The `i`th pulse: a text pulse, or a reinforce of a stored chunk."""
         if self.source == "text":
-            return None, models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=nonce)
-        return self.hashes[i % len(self.hashes)], models.FeedbackBody(reason="bench", nonce=nonce)
+            return models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=nonce)
+        ref = self.hashes[i % len(self.hashes)]
+        return models.FeedbackRequest(ref=ref, reason="bench", nonce=nonce)
 
 
 def live_hashes(rt: Runtime, count: int) -> list[str]:
@@ -398,18 +414,19 @@ def in_process_call(ops: Operations) -> Callable[[str, Any], Any]:
     return lambda name, request: getattr(ops, name)(request)
 
 
-def http_call(client: httpx.Client) -> Callable[[str, Any], Any]:
-    routes: dict[str, tuple[str, type[BaseModel]]] = {
-        "recall": ("/v1/recall", models.RecallResponse),
-        "save": ("/v1/memories", models.SaveResponse),
-        "context": ("/v1/context", models.ContextResponse),
-    }
+def http_call(client: MemoryClient) -> Callable[[str, Any], Any]:
+    routes: dict[str, Route[Any, Any]] = {"recall": RECALL, "save": SAVE, "context": CONTEXT}
+    return lambda name, request: client.send(routes[name], request)
 
-    def call(name: str, request: Any) -> Any:
-        path, answer = routes[name]
-        response = client.post(path, content=request.model_dump_json(exclude_none=True))
+
+def httpx_recall_by_vector(client: httpx.Client, vectors: Vectors) -> Callable[[int], Any]:
+    """A recall by vector as the blocking client sent it over httpx (FLOOR_HTTPX_FIGURE)."""
+
+    def call(i: int) -> Any:
+        request = models.RecallRequest(vector=vectors[i].tolist(), record=False)
+        response = client.post("/v1/recall", content=request.model_dump_json(exclude_none=True))
         response.raise_for_status()
-        return answer.model_validate_json(response.content)
+        return models.RecallResponse.model_validate_json(response.content)
 
     return call
 
@@ -506,21 +523,22 @@ def send_pulses(
             cycles.value += ended
 
 
-def recorded_answer(client: httpx.Client, vector: npt.NDArray[np.float32]) -> bytes:
+def recorded_answer(client: MemoryClient, vector: npt.NDArray[np.float32]) -> bytes:
     """The daemon's answer to one recall by vector: what the HTTP floor answers with."""
     request = models.RecallRequest(vector=vector.tolist(), record=False)
-    response = client.post("/v1/recall", content=request.model_dump_json(exclude_none=True))
-    response.raise_for_status()
-    return response.content
+    return client.send(RECALL, request).model_dump_json().encode()
 
 
 @contextmanager
-def http_floor(socket_path: Path, answer: Path) -> Iterator[httpx.Client]:
+def http_floor(socket_path: Path, answer: Path) -> Iterator[MemoryClient]:
     """scripts/http_floor.py in its own process, as the daemon runs in its own."""
     command = [sys.executable, str(Path(__file__).with_name("http_floor.py")),
                str(socket_path), str(answer)]  # fmt: skip
     log_path = socket_path.with_suffix(".log")
-    with _served(command, None, log_path, socket_path, "/", "the HTTP floor server") as served:
+    # It answers any request, /healthz too, with the recorded answer.
+    with _served(
+        command, None, log_path, socket_path, MemoryClient.ping, "the HTTP floor server"
+    ) as served:
         yield served[0]
 
 
@@ -530,17 +548,21 @@ def _served(
     env: dict[str, str] | None,
     log_path: Path,
     socket_path: Path,
-    ready_path: str,
+    ready: Callable[[MemoryClient], object],
     what: str,
-) -> Iterator[tuple[httpx.Client, subprocess.Popen[bytes]]]:
-    """`command` running, and a client of its socket once `ready_path` answers 200 (its
+) -> Iterator[tuple[MemoryClient, subprocess.Popen[bytes]]]:
+    """`command` running, and a client of its socket once `ready(client)` succeeds (its
     socket file can exist before it listens); its log's tail printed if the run fails."""
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     client = _socket_client(socket_path)
 
     def answers() -> bool:
-        return client.get(ready_path).status_code == 200
+        try:
+            ready(client)
+        except ApiError:
+            return False
+        return True
 
     try:
         try:
@@ -548,7 +570,7 @@ def _served(
         except ServerStartError as exc:  # its log's tail is printed below
             raise BenchmarkError(str(exc).splitlines()[0]) from None
         yield client, process
-    except (BenchmarkError, httpx.HTTPError):
+    except (BenchmarkError, ApiError):
         print(log_path.read_text(encoding="utf-8", errors="replace")[-4000:], file=sys.stderr)
         raise
     finally:
@@ -556,12 +578,16 @@ def _served(
         stop_process(process, STOP_TIMEOUT_S)
 
 
-def _socket_client(socket_path: Path) -> httpx.Client:
+def _socket_client(socket_path: Path) -> MemoryClient:
+    return MemoryClient(socket_path, timeout_s=CLIENT_TIMEOUT_S)
+
+
+def _httpx_socket_client(socket_path: Path) -> httpx.Client:
     return httpx.Client(
         transport=httpx.HTTPTransport(uds=str(socket_path)),
         base_url="http://dreamcycle",
         headers={"content-type": "application/json"},
-        timeout=60.0,
+        timeout=CLIENT_TIMEOUT_S,
     )
 
 
@@ -582,7 +608,7 @@ def daemon(
     give_way_s: float,
     cpu_priority: str,
     ready_line: str | None = None,
-) -> Iterator[tuple[httpx.Client, int, Path]]:
+) -> Iterator[tuple[MemoryClient, int, Path]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
     env.update({"DREAMCYCLE_API_ENABLED": "1", "DREAMCYCLE_API_PORT": "0",
                 "DREAMCYCLE_METRICS_LISTEN": "", "DREAMCYCLE_SWEEP_ENABLED": "0",
@@ -592,7 +618,8 @@ def daemon(
                str(data_dir), "--peer-id", "bench", "--interval", str(interval_s)]  # fmt: skip
     log_path = data_dir.parent / f"daemon-{time.monotonic_ns()}.log"
     socket_path = data_dir / "api.sock"
-    with _served(command, env, log_path, socket_path, "/readyz", "the daemon") as served:
+    # Its status answers once the index is loaded.
+    with _served(command, env, log_path, socket_path, MemoryClient.status, "the daemon") as served:
         client, process = served
         if ready_line is not None:
             wait_for_line(log_path, ready_line, COLD_GRAPH_TIMEOUT_S)
@@ -768,11 +795,19 @@ def main(argv: list[str] | None = None) -> int:
                 http = Workload(corpus, query_vectors, http_call(client))
                 answer = Path(scratch) / "answer.json"
                 answer.write_bytes(recorded_answer(client, query_vectors[0]))
-                with http_floor(Path(scratch) / "floor.sock", answer) as floor_client:
+                floor_socket = Path(scratch) / "floor.sock"
+                with (
+                    http_floor(floor_socket, answer) as floor_client,
+                    _httpx_socket_client(floor_socket) as floor_httpx,
+                ):
                     floor = Workload(corpus, query_vectors, http_call(floor_client))
-                    floor_figure: Figure = (FLOOR_FIGURE, FLOOR_PATH, floor.by_vector)
+                    floors: list[Figure] = [
+                        (FLOOR_FIGURE, FLOOR_PATH, floor.by_vector),
+                        (FLOOR_HTTPX_FIGURE, FLOOR_PATH,
+                         httpx_recall_by_vector(floor_httpx, query_vectors)),
+                    ]  # fmt: skip
                     rows += measure_rounds(
-                        [floor_figure, *http.figures("HTTP, Unix socket")], args.calls, args.rounds
+                        [*floors, *http.figures("HTTP, Unix socket")], args.calls, args.rounds
                     )
                 daemon_rss = rss_mib(pid)
             with (

@@ -7,13 +7,19 @@ project), so the order tests run in does not matter.
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import trio
 
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.client import (
     AsyncMemoryClient,
@@ -198,3 +204,82 @@ def test_unavailable_when_no_daemon_answers(tmp_path: Path) -> None:
 
     with pytest.raises(Unavailable):
         trio.run(ping)
+
+
+def test_one_client_shared_by_threads(served: ApiDaemon, memory: MemoryClient) -> None:
+    # More threads than the client keeps connections: the rest wait for one.
+    project = _project()
+    saved = memory.save(
+        f"{project}: the nightly export lands in bucket exports-eu.", project=project
+    )
+
+    def recalled(_: int) -> list[str]:
+        found = memory.recall("where does the export land", filters={"project": project})
+        return [hit.content_hash for hit in found.hits]
+
+    with ThreadPoolExecutor(max_workers=3 * defaults.CLIENT_CONNECTIONS) as pool:
+        answers = list(pool.map(recalled, range(40)))
+    assert answers == [[saved.content_hash]] * 40
+
+
+def test_a_client_outlives_a_daemon_restart(tmp_path: Path) -> None:
+    peer = Peer(tmp_path / "data", "restarted_peer", tmp_path / "zeitgeist")
+    with running_api(peer) as served:
+        memory = MemoryClient(served.socket_path)
+        saved = memory.save("The build farm's cache is pruned every Sunday.")
+    # The connection it kept alive was closed with the daemon: it is not reused.
+    with running_api(peer), memory:
+        assert memory.memory(saved.content_hash).state == "live"
+
+
+@pytest.fixture
+def silent_socket(tmp_path: Path) -> Iterator[Path]:
+    """A Unix socket that accepts connections and never answers."""
+    path = tmp_path / "silent.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen()
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield path
+    stop.set()
+    thread.join()
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+def test_a_daemon_that_does_not_answer_times_out(silent_socket: Path) -> None:
+    with (
+        MemoryClient(silent_socket, timeout_s=0.2) as memory,
+        pytest.raises(Unavailable, match="did not answer in time"),
+    ):
+        memory.status()
+
+    async def status() -> None:
+        async with AsyncMemoryClient(silent_socket, timeout_s=0.2) as memory:
+            await memory.status()
+
+    with pytest.raises(Unavailable, match="did not answer in time"):
+        trio.run(status)
+
+
+def test_the_blocking_client_leaves_httpx_unimported() -> None:
+    # A command that reaches the daemon starts a tenth of a second sooner without it.
+    imported = subprocess.run(
+        [sys.executable, "-c",
+         "import sys, dreamcycle.daemon.client; print('httpx' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert imported.stdout.strip() == "False"

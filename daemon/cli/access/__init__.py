@@ -173,9 +173,6 @@ def memory_access(config: Config, *, direct: bool = False) -> Iterator[MemoryAcc
     from dreamcycle.daemon.cli.access.api import ApiAccess
     from dreamcycle.daemon.client import Endpoint, MemoryClient
 
-    if not logging.getLogger().isEnabledFor(logging.DEBUG):
-        # A line per request on a command's stderr is noise: its answer is its output.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
     with MemoryClient(endpoint=Endpoint(socket_path=socket_path)) as client:
         log.debug(
             "memory through the daemon's API, if it answers", extra={"socket": str(socket_path)}
