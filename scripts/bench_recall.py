@@ -9,7 +9,9 @@ Then, in one run:
 
 * baselines: raw hnswlib single-query k-NN (HnswIndex.knn_many, k = the recall
   candidate pool) and one text embedding, back to back and each after an untimed recall
-  by vector (as recall by text embeds its query: between other work, its caches colder);
+  by vector (as recall by text embeds its query: between other work, its caches colder),
+  and the k-NN again, and recall by vector in process, each after an untimed pause of
+  PAUSE_S (as a server meets each request: its core idle while it waited);
 * in process (daemon.api.operations over the live index): recall by vector, by
   text, by text with filters, a context bundle (not recorded), and save-then-recall (a new chunk saved, then
   recalled by its text: the pair is timed, and the chunk must come first);
@@ -144,6 +146,10 @@ BASELINE_MARK: Final = "(baseline)"
 FLOOR_FIGURE: Final = f"HTTP floor {BASELINE_MARK}"
 FLOOR_HTTPX_FIGURE: Final = f"HTTP floor through httpx {BASELINE_MARK}"
 EMBED_AFTER_RECALL: Final = f"embed one text, after a recall {BASELINE_MARK}"
+KNN_AFTER_PAUSE: Final = f"raw k-NN, after a pause {BASELINE_MARK}"
+#: The untimed pause before each call of the "after a pause" figures: about a recall's
+#: round trip over HTTP, for which a server's core waits idle between two requests.
+PAUSE_S: Final = 0.002
 FLOOR_PATH: Final = "Hypercorn, bare ASGI app"
 
 
@@ -289,6 +295,15 @@ class After:
 
     untimed: Callable[[int], Any]
     timed: Callable[[int], Any]
+
+
+def pause(_: int) -> None:
+    time.sleep(PAUSE_S)
+
+
+def knn_call(peer: Peer, vectors: Vectors, pool: int) -> Callable[[int], Any]:
+    """The raw k-NN baseline: one query of the recall candidate pool on the live index."""
+    return lambda i: peer.index.knn_many(vectors[i][None, :], pool)
 
 
 def measure(calls: int, action: Callable[[int], Any] | After) -> dict[str, float]:
@@ -749,15 +764,21 @@ def main(argv: list[str] | None = None) -> int:
         texts = [corpus.query() for _ in range(args.calls)]
         workload = Workload(corpus, query_vectors, in_process_call(ops))
         baselines: list[Figure] = [
-            (f"raw k-NN {BASELINE_MARK}", "hnswlib",
-             lambda i: peer.index.knn_many(query_vectors[i][None, :], pool)),
+            (f"raw k-NN {BASELINE_MARK}", "hnswlib", knn_call(peer, query_vectors, pool)),
             (f"embed one text {BASELINE_MARK}", "fastembed",
              lambda i: ops._embedder.embed_one(texts[i])),
             # As recall by text embeds its query: after a recall's work, not back to back.
             (EMBED_AFTER_RECALL, "fastembed",
              After(workload.by_vector, lambda i: ops._embedder.embed_one(texts[i]))),
+            # As a server meets each request: after waiting for it, its core idle.
+            (KNN_AFTER_PAUSE, "hnswlib", After(pause, knn_call(peer, query_vectors, pool))),
         ]  # fmt: skip
-        rows += measure_rounds(baselines + workload.figures("in process"), args.calls, args.rounds)
+        paused: list[Figure] = [
+            ("recall by vector, after a pause", "in process", After(pause, workload.by_vector))
+        ]
+        rows += measure_rounds(
+            baselines + workload.figures("in process") + paused, args.calls, args.rounds
+        )
         pulses = Pulses(
             args.pulses_from, [corpus.query() for _ in range(PULSE_TEXTS)],
             live_hashes(rt, PULSE_TEXTS),
@@ -836,6 +857,7 @@ def main(argv: list[str] | None = None) -> int:
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
     embed_after_p99 = next(r["p99_ms"] for r in rows if r["figure"] == EMBED_AFTER_RECALL)
+    knn_paused_p99 = next(r["p99_ms"] for r in rows if r["figure"] == KNN_AFTER_PAUSE)
     floor_p99 = next((r["p99_ms"] for r in rows if r["figure"] == FLOOR_FIGURE), None)
     idle = {
         (r["figure"], r["path"].replace(", cycles running", "")): r
@@ -848,6 +870,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = [r for r in rows if not r["figure"].endswith(BASELINE_MARK)]
     for row in measured:
         row["x_knn_p99"] = row["p99_ms"] / knn_p99
+        row["x_paused_knn_p99"] = row["p99_ms"] / knn_paused_p99
         row["minus_embed_p99_ms"] = row["p99_ms"] - embed_p99
         row["minus_embed_after_recall_p99_ms"] = row["p99_ms"] - embed_after_p99
         over_http = row["path"].startswith("HTTP")
@@ -872,6 +895,7 @@ def main(argv: list[str] | None = None) -> int:
             Column("p99_min_ms", "p99 low", ".2f"),
             Column("p99_max_ms", "p99 high", ".2f"),
             Column("x_knn_p99", "p99 / k-NN p99", ".1f"),
+            Column("x_paused_knn_p99", "p99 / paused k-NN p99", ".1f"),
             Column("minus_embed_p99_ms", "p99 - embed p99 (ms)", ".2f"),
             Column("minus_embed_after_recall_p99_ms", "p99 - embed after recall p99", ".2f"),
             Column("minus_floor_p99_ms", "p99 - HTTP floor p99 (ms)", ".2f"),
