@@ -856,9 +856,13 @@ def main(argv: list[str] | None = None) -> int:
             beside_counts |= {"daemon_cycles": cycles_ended.value, "daemon_pulses": sent.value}
     knn_p99 = rows[0]["p99_ms"]
     embed_p99 = rows[1]["p99_ms"]
-    embed_after_p99 = next(r["p99_ms"] for r in rows if r["figure"] == EMBED_AFTER_RECALL)
-    knn_paused_p99 = next(r["p99_ms"] for r in rows if r["figure"] == KNN_AFTER_PAUSE)
-    floor_p99 = next((r["p99_ms"] for r in rows if r["figure"] == FLOOR_FIGURE), None)
+    # Each figure's idle row is measured before the same figure beside cycles.
+    first_p99: dict[str, float] = {}
+    for row in rows:
+        first_p99.setdefault(row["figure"], row["p99_ms"])
+    embed_after_p99 = first_p99[EMBED_AFTER_RECALL]
+    knn_paused_p99 = first_p99[KNN_AFTER_PAUSE]
+    floor_p99 = first_p99.get(FLOOR_FIGURE)
     idle = {
         (r["figure"], r["path"].replace(", cycles running", "")): r
         for r in rows
