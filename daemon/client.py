@@ -12,10 +12,11 @@ client sends is validated before it leaves. `ROUTES` lists every operation
 once: the clients, and the MCP tools through them, know no other.
 
 The blocking client is the one agents call around every step, and the CLIs with it:
-urllib3 takes about half a millisecond less than httpx's client per request (and its
-import a tenth of a second less at a command's start), which over the Unix socket is a
-quarter of a recall's whole time (docs/benchmarks.md, run AN). The asynchronous client
-needs httpx for trio and asyncio alike; it is imported when that client is made.
+through urllib3 the bare server's floor took 0.3-0.4 ms less per request at the median
+than through httpx's client, and 0.6-0.8 ms less at p99, beside a recall by vector over
+the Unix socket of 3.4-3.8 ms at the median (docs/benchmarks.md, runs AN and AO). The
+asynchronous client needs httpx for trio and asyncio alike; it is imported when that
+client is made.
 
 The API's error answers become exceptions: `BadRequest` (422, 413, 401, with
 the daemon's reason), `NotFound` (404), `Conflict` (409), `Unavailable` (503,
