@@ -76,8 +76,10 @@ class ColdSearch:
     """The cold tier's nearest chunks to a query. Safe to share between threads.
 
     `graph_from` 0 searches exactly at every size (a one-shot command, which would spend
-    more on building a graph than on its few queries). `background` runs builds; None
-    builds in the caller's thread, when first needed (tests, the efficacy benchmark).
+    more on building a graph than on its few queries). `background` hands a build to
+    another thread without waiting for it (the API's runs it behind the requests, under
+    SCHED_IDLE); None builds in the caller's thread, when first needed (tests, the
+    efficacy benchmark).
     `open_db` gives a background build its own connection. `helpers` search the graph
     beside the caller's search of the live index (see `begin`) whenever `core_to_spare`
     says a helper would have a core of its own then; None searches it in the caller's
@@ -91,7 +93,7 @@ class ColdSearch:
         shape: GraphShape | None = None,
         pending_max: int = defaults.COLD_GRAPH_PENDING_MAX,
         skip_max: int = defaults.COLD_GRAPH_SKIP_MAX,
-        background: Executor | None = None,
+        background: Callable[[Callable[[], None]], object] | None = None,
         open_db: Callable[[], Database] | None = None,
         helpers: Executor | None = None,
         core_to_spare: Callable[[], bool] = lambda: True,
@@ -114,6 +116,8 @@ class ColdSearch:
         self._graph: ColdGraph | None = None
         self._remainder: _Remainder | None = None
         self._building = False
+        #: When the build under way started (time.monotonic), None between builds.
+        self._build_started: float | None = None
         #: A build failed: search exactly from then on (always right, only slower).
         self._broken = False
         self._closed = False
@@ -160,6 +164,11 @@ class ColdSearch:
         """Ends a build in progress at its next step; the owner of `background` waits for it."""
         self._closed = True
 
+    def build_seconds(self) -> float | None:
+        """How long the build under way has run, None when none is."""
+        started = self._build_started
+        return None if started is None else time.monotonic() - started
+
     def candidates(
         self, rt: Runtime, stamp: str, cold: frozenset[int], vector: Vector, n: int
     ) -> list[int]:
@@ -181,7 +190,7 @@ class ColdSearch:
             return _answered(_exact(rt, stamp, vector, n))
         graph = self._graph
         if graph is None:
-            self._start_build(rt)
+            self.start_build(rt)
             graph = self._graph  # built in this thread when there is no background
             if graph is None:
                 return _answered(_exact(rt, stamp, vector, n))
@@ -189,7 +198,7 @@ class ColdSearch:
         if len(remainder.pending_labels) > self._pending_max or (
             len(remainder.skip) > self._skip_max
         ):
-            self._start_build(rt)
+            self.start_build(rt)
         search = functools.partial(graph.nearest, vector, n, remainder.skip)
         # A helper without a core of its own would only wait for the caller's: searched
         # here then.
@@ -226,7 +235,10 @@ class ColdSearch:
             self._remainder = remainder
         return remainder
 
-    def _start_build(self, rt: Runtime) -> None:
+    def start_build(self, rt: Runtime) -> None:
+        """Build a new graph of the cold tier as it stands (in the background when there is
+        one), unless one is being built: what a search does once the graph misses too
+        much of the tier."""
         with self._lock:
             if self._building or self._closed or self._broken:
                 return
@@ -237,7 +249,7 @@ class ColdSearch:
             return
         open_db = self._open_db
         assert open_db is not None, "checked in __init__"
-        self._background.submit(self._build_apart, open_db, rt.stored_vectors, version)
+        self._background(functools.partial(self._build_apart, open_db, rt.stored_vectors, version))
 
     def _build_apart(
         self, open_db: Callable[[], Database], vectors: StoredVectors, version: str
@@ -249,7 +261,7 @@ class ColdSearch:
             db.close()
 
     def _build(self, db: Database, vectors: StoredVectors, version: str) -> None:
-        started = time.monotonic()
+        started = self._build_started = time.monotonic()
         graph: ColdGraph | None = None
         try:
             with db.snapshot():
@@ -273,6 +285,7 @@ class ColdSearch:
                     self._remainder = None
                     self.builds += 1
                 self._building = False
+                self._build_started = None
         if graph is not None:
             log.info(
                 "cold tier graph built",

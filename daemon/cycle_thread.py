@@ -11,7 +11,8 @@ quicker at p99 than at normal priority, left recall by vector and filtered recal
 their spread, and ran 27 % fewer cycles (docs/benchmarks.md, runs AK and AL). Ten nice
 steps had not helped (run AI): under EEVDF a woken thread preempts one of lower weight
 only when its own deadline comes first, while any normal thread that wakes preempts a
-SCHED_IDLE one at once.
+SCHED_IDLE one at once. The API builds the cold tier's graph in a second such thread
+(daemon/api/operations.py), a core's work for tens of seconds that no request waits for.
 
 Threads a call starts and keeps (onnxruntime's, with the embedding model) would stay
 under SCHED_IDLE for good, so whatever starts them runs `at_normal_priority`: the service
@@ -176,18 +177,22 @@ class CycleThread:
                     self._lowered = True
 
     def raise_if_holding_up(
-        self, *, step_seconds: float, waiting_to_write: bool, stopping: bool
+        self,
+        *,
+        step_seconds: float,
+        waiting_to_write: bool,
+        stopping: bool,
+        step_limit_s: float = defaults.CYCLE_IDLE_STEP_LIMIT_S,
     ) -> str | None:
         """Raise the call under way, `step_seconds` into a step of the cycle, to normal
         priority if it holds something up: a stop, a request waiting for the write lock,
-        or the watchdog once the step has run CYCLE_IDLE_STEP_LIMIT_S. Why, if it was
-        raised now."""
+        or the watchdog once the step has run `step_limit_s`. Why, if it was raised now."""
         if stopping:
             reason = "the daemon is stopping"
         elif waiting_to_write:
             reason = "a request waits for the write lock"
-        elif step_seconds >= defaults.CYCLE_IDLE_STEP_LIMIT_S:
-            reason = f"the step has run {defaults.CYCLE_IDLE_STEP_LIMIT_S:g} s"
+        elif step_seconds >= step_limit_s:
+            reason = f"the step has run {step_limit_s:g} s"
         else:
             return None
         return reason if self._raise_to_normal() else None

@@ -4,6 +4,9 @@ Protocol constants (epsilon, outcome pulse parameters) live in pulses/constants.
 default that a library module uses itself (the sweep's percentile, ranking weights, the
 index's graph, the embedder's batch) is a named constant there, with its reason, and is
 imported here rather than written twice.
+
+One module of about 400 lines on purpose: a reader looking for why a default has its
+value finds every one, with the figure that chose it, in this file.
 """
 
 from __future__ import annotations
@@ -217,6 +220,12 @@ RECALL_COLD_GRAPH_FROM: Final = 8_192
 COLD_GRAPH_PENDING_MAX: Final = 2_048
 #: ... or this many of its chunks left the cold tier (each widens every search by one).
 COLD_GRAPH_SKIP_MAX: Final = 256
+#: A cold graph is built behind the requests (`cycle.cpu_priority`), and raised to normal
+#: priority once it has run this long: other processes then keep every core busy, and
+#: while no graph is ready the whole cold tier is searched exactly. A build of 60,000 cold
+#: chunks took 24-27 s under SCHED_IDLE beside requests back to back on two cores, 16-20 s
+#: at normal priority (docs/benchmarks.md, runs AP and AQ): this is over four times that.
+COLD_GRAPH_IDLE_LIMIT_S: Final = 120.0
 RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
 RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND
 #: Confidence multiplies relevance by at most 1 +- this; 0 (off) by the efficacy

@@ -32,10 +32,18 @@ from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
+from dreamcycle.daemon.cycle_thread import idle_is_reversible
 from dreamcycle.zeitgeist.signing import Signer
 
 T = TypeVar("T")
+
+#: For tests of what runs under SCHED_IDLE: where it cannot be left again, nothing does.
+needs_reversible_idle = pytest.mark.skipif(
+    idle_is_reversible() is not None,
+    reason=f"SCHED_IDLE cannot be left here: {idle_is_reversible()}",
+)
 
 #: The console scripts installed beside the interpreter running the tests.
 BIN_DIR: Final = Path(sys.executable).parent

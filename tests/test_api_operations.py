@@ -8,6 +8,7 @@ in does not matter.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +18,16 @@ import pytest
 
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.client import BadRequest, Conflict, MemoryClient, NotFound
+from dreamcycle.daemon.cycle_thread import idle_is_reversible
 from dreamcycle.store.timefmt import ms_from_iso
 from tests.api_helpers import ApiDaemon, running_api, wait_applied
-from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
+from tests.daemon_helpers import (
+    Peer,
+    documentation_chunks,
+    thread_policies,
+    wait_until,
+    write_jsonl,
+)
 
 
 @pytest.fixture(scope="module")
@@ -328,8 +336,9 @@ def test_a_swept_memory_revived_through_the_api_is_live_after_the_next_cycle(
 def test_the_daemon_searches_a_large_cold_tier_through_its_graph_and_still_finds_it(
     tmp_path: Path,
 ) -> None:
-    """With `recall.cold_graph_from` at 1 the daemon builds the cold tier's graph at start;
-        every swept chunk is then still recalled by its own embedding, marked cold (some have a
+    """With `recall.cold_graph_from` at 1 the daemon builds the cold tier's graph at start,
+    in a thread of its own behind the requests (where SCHED_IDLE can be left again); every
+    swept chunk is then still recalled by its own embedding, marked cold (some have a
     live twin of the same text, which ranks above them)."""
     peer = Peer(tmp_path / "data", "cold_graph_peer", tmp_path / "zeitgeist")
     rows = documentation_chunks(("assert", "for", "while", "try", "raise"), 20)
@@ -348,6 +357,9 @@ def test_the_daemon_searches_a_large_cold_tier_through_its_graph_and_still_finds
             what="the cold tier's graph",
             context=served.daemon.log_tail,
         )
+        if idle_is_reversible() is None:
+            policies = thread_policies(served.daemon.process.pid)
+            assert ("cold-graph", os.SCHED_IDLE) in policies, policies
         for digest, embedding in swept:
             # By its own embedding: the live index does not hold it, only the cold search.
             vector = np.frombuffer(embedding, dtype=np.float32).tolist()

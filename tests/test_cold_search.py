@@ -5,25 +5,29 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
-from dreamcycle.daemon import cold_search
+from dreamcycle.daemon import cold_search, defaults
+from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cold_search import ColdSearch
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import read_paths, tiers
-from dreamcycle.store.cold_graph import build_cold_graph
+from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
 from dreamcycle.store.database import Database, NewObservation
+from tests.daemon_helpers import needs_reversible_idle, wait_until
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -32,6 +36,9 @@ NOW_MS = 1_700_000_000_000
 CHUNKS = 400
 COLD = 300
 POOL = 20
+#: Long beside a step that only waits for an event.
+WAIT_S = 10.0
+POLL_S = 0.01
 
 
 def _unit(rng: np.random.Generator, rows: int, dim: int) -> npt.NDArray[np.float32]:
@@ -40,12 +47,13 @@ def _unit(rng: np.random.Generator, rows: int, dim: int) -> npt.NDArray[np.float
     return unit
 
 
-@pytest.fixture
-def rt(tmp_path: Path) -> Iterator[Runtime]:
+def _runtime(tmp_path: Path, **overrides: object) -> Runtime:
+    """A store of CHUNKS chunks with random embeddings, the first COLD of them cold."""
     config = load_config(
         None,
         environ={},
-        overrides={"peer.data_dir": str(tmp_path / "data"), "peer.id": "p1", "metrics.listen": ""},
+        overrides={"peer.data_dir": str(tmp_path / "data"), "peer.id": "p1", "metrics.listen": ""}
+        | overrides,
     )
     runtime = Runtime.open(config, clock=ManualClock(NOW_MS))
     vectors = _unit(np.random.default_rng(7), CHUNKS, runtime.embedder.dim)
@@ -62,6 +70,12 @@ def rt(tmp_path: Path) -> Iterator[Runtime]:
         tiers.move_to_cold(
             runtime.db, [a.rowid for a in added[:COLD]], reason="test", now_ms=NOW_MS
         )
+    return runtime
+
+
+@pytest.fixture
+def rt(tmp_path: Path) -> Iterator[Runtime]:
+    runtime = _runtime(tmp_path)
     try:
         yield runtime
     finally:
@@ -192,7 +206,7 @@ def test_a_background_build_leaves_the_query_exact_until_the_graph_is_ready(
     path = rt.config.database_path
     with ThreadPoolExecutor(max_workers=1) as pool:
         search = ColdSearch(
-            graph_from=1, background=pool, open_db=lambda: Database(path, prepare=False)
+            graph_from=1, background=pool.submit, open_db=lambda: Database(path, prepare=False)
         )
         query = _queries(rt, 1)[0]
         assert _search(rt, search, query) == _exact(rt, query)
@@ -236,3 +250,108 @@ def test_a_graph_is_the_same_for_the_same_tier_and_a_stopped_build_gives_none() 
         skipped, _ = first.nearest(query, 10, frozenset(found[:3].tolist()))
         assert set(skipped.tolist()).isdisjoint(found[:3].tolist())
     assert shape(labels, vectors, stop=lambda: True) is None
+
+
+def test_how_long_a_build_has_run_is_known_while_it_runs_only(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed_over: list[Callable[[], None]] = []
+    path = rt.config.database_path
+    search = ColdSearch(
+        graph_from=1, background=handed_over.append, open_db=lambda: Database(path, prepare=False)
+    )
+    inside, release = threading.Event(), threading.Event()
+    real_build = build_cold_graph
+
+    def held(*args: Any, **kwargs: Any) -> ColdGraph | None:
+        inside.set()
+        release.wait(WAIT_S)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(cold_search, "build_cold_graph", held)
+    search.start_build(rt)
+    search.start_build(rt)  # one at a time
+    assert len(handed_over) == 1
+    assert search.build_seconds() is None  # handed over, not started
+    build = threading.Thread(target=handed_over[0])
+    build.start()
+    try:
+        assert inside.wait(WAIT_S)
+        seconds = search.build_seconds()
+        assert seconds is not None and seconds >= 0
+    finally:
+        release.set()
+        build.join(WAIT_S)
+    assert search.builds == 1 and search.ready
+    assert search.build_seconds() is None
+
+
+def _policy_watching_build(
+    monkeypatch: pytest.MonkeyPatch, until_raised: bool
+) -> tuple[threading.Event, threading.Event, list[int]]:
+    """Builds that note their thread's scheduling policy as they start and as they end;
+    each waits for the event returned (or, `until_raised`, for normal priority) first."""
+    inside, release = threading.Event(), threading.Event()
+    policies: list[int] = []
+    real_build = build_cold_graph
+
+    def watched(*args: Any, **kwargs: Any) -> ColdGraph | None:
+        policies.append(os.sched_getscheduler(0))
+        inside.set()
+        if until_raised:
+            deadline = time.monotonic() + WAIT_S
+            while os.sched_getscheduler(0) != os.SCHED_OTHER and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        else:
+            release.wait(WAIT_S)
+        policies.append(os.sched_getscheduler(0))
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(cold_search, "build_cold_graph", watched)
+    return inside, release, policies
+
+
+@needs_reversible_idle
+def test_the_apis_build_runs_behind_the_requests_until_it_starves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = _runtime(tmp_path, **{"recall.cold_graph_from": 1, "cycle.cpu_priority": "idle"})
+    inside, release, policies = _policy_watching_build(monkeypatch, until_raised=False)
+    peer = rt.open_peer()
+    ops = Operations(rt, embedder=rt.embedder)
+    try:
+        ops.attach(peer)  # builds the first graph
+        assert inside.wait(WAIT_S)
+        assert ops.raise_cold_build_if_starved() is None
+        monkeypatch.setattr(defaults, "COLD_GRAPH_IDLE_LIMIT_S", 0.0)
+        assert ops.raise_cold_build_if_starved() is not None
+        release.set()
+        wait_until(lambda: ops.cold_search.ready, what="the cold graph", timeout_s=WAIT_S)
+        assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
+        assert ops.raise_cold_build_if_starved() is None  # none under way
+    finally:
+        release.set()
+        ops.close()
+        peer.close()
+        rt.close()
+
+
+@needs_reversible_idle
+def test_a_stop_raises_the_apis_build_so_it_can_see_the_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under SCHED_IDLE on a machine kept busy, a build would reach its next step, where it
+    sees a stop, only once the machine had time for it."""
+    rt = _runtime(tmp_path, **{"recall.cold_graph_from": 1, "cycle.cpu_priority": "idle"})
+    inside, _, policies = _policy_watching_build(monkeypatch, until_raised=True)
+    peer = rt.open_peer()
+    ops = Operations(rt, embedder=rt.embedder)
+    try:
+        ops.attach(peer)
+        assert inside.wait(WAIT_S)
+    finally:
+        ops.close()
+        peer.close()
+        rt.close()
+    assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
+    assert not ops.cold_search.ready  # stopped at its first step

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dreamcycle.daemon.cycle_thread import idle_is_reversible
 from tests.daemon_helpers import (
     DREAMCYCLE,
     Peer,
     documentation_chunks,
+    needs_reversible_idle,
     thread_policies,
     wait_until,
     write_jsonl,
@@ -127,9 +127,7 @@ def test_logs_are_json_lines_with_fields(peer: Peer) -> None:
     }  # fmt: skip
 
 
-@pytest.mark.skipif(
-    idle_is_reversible() is not None, reason="SCHED_IDLE cannot be left on this machine"
-)
+@needs_reversible_idle
 @pytest.mark.parametrize("priority", ["idle", "normal"])
 def test_the_cycle_runs_at_its_configured_cpu_priority_and_the_rest_at_normal(
     peer: Peer, tmp_path: Path, priority: str

@@ -46,6 +46,7 @@ from dreamcycle.daemon.api.answers import context_hit, context_response, memory_
 from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
 from dreamcycle.daemon.cold_search import ColdSearch, GraphShape
 from dreamcycle.daemon.confidence import Cause, change_confidence, corroborate
+from dreamcycle.daemon.cycle_thread import CycleThread
 from dreamcycle.daemon.emit import (
     ConflictingOutcome,
     PulseRequest,
@@ -148,13 +149,14 @@ class Operations:
         self._helper_pool = ThreadPoolExecutor(
             max_workers=config.api.workers, thread_name_prefix="api-helper"
         )
-        #: The cold tier's graph is built on a thread of its own: a build takes seconds,
-        #: and the helpers' work is on the requests' path.
-        self._cold_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-cold-graph")
+        #: The cold tier's graph is built on a thread of its own, behind the requests as
+        #: the cycle is (`cycle.cpu_priority`): a build takes a core for tens of seconds, and
+        #: the requests beside it are what it would slow.
+        self._cold_thread = CycleThread("cold-graph", config.cycle.cpu_priority)
         self.cold_search = ColdSearch(
             config.recall.cold_graph_from,
             shape=GraphShape(config.index.m, config.index.ef_construction, config.index.ef),
-            background=self._cold_pool,
+            background=self._cold_thread.submit,
             open_db=lambda: Database(config.database_path, prepare=False),
             helpers=self._helper_pool,
             core_to_spare=self._core_to_spare,
@@ -180,11 +182,25 @@ class Operations:
         # recall reads no embedding from the database. Read in the background meanwhile
         # (recall reads what it misses); the pool's shutdown waits for it.
         self._helper_pool.submit(self._load_stored_vectors)
-        self._cold_pool.submit(self._prepare_cold_search)
+        self._cold_thread.submit(self._prepare_cold_search)
 
     def _prepare_cold_search(self) -> None:
         # A connection of its own: a build holds it for seconds.
         self.cold_search.prepare(self._view(Database(self._rt.config.database_path, prepare=False)))
+
+    def raise_cold_build_if_starved(self) -> str | None:
+        """Raise the cold tier's graph build to normal priority once it has run
+        COLD_GRAPH_IDLE_LIMIT_S under SCHED_IDLE (other processes keep every core busy,
+        and the tier is searched exactly meanwhile); why, if it was raised now."""
+        seconds = self.cold_search.build_seconds()
+        if seconds is None:
+            return None
+        return self._cold_thread.raise_if_holding_up(
+            step_seconds=seconds,
+            waiting_to_write=False,
+            stopping=False,
+            step_limit_s=defaults.COLD_GRAPH_IDLE_LIMIT_S,
+        )
 
     def _core_to_spare(self) -> bool:
         """Whether a helper thread would have a core of its own beside the caller's: a
@@ -211,7 +227,11 @@ class Operations:
     def close(self) -> None:
         self.detach()
         self.cold_search.close()
-        self._cold_pool.shutdown(wait=True)
+        # A build ends at its next step, which under SCHED_IDLE may be long in coming.
+        self._cold_thread.raise_if_holding_up(
+            step_seconds=0.0, waiting_to_write=False, stopping=True
+        )
+        self._cold_thread.close()
         self._helper_pool.shutdown(wait=True)
         for db in self._opened:
             db.close()
