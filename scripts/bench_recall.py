@@ -21,6 +21,9 @@ Then, in one run:
   app, one worker-thread hop) answering a recorded recall by vector through the same
   client, so the HTTP figures can be read as floor + the rest; and the floor again
   through httpx's client, which the blocking client used before (the client's own share);
+* with a cold tier of at least `recall.cold_graph_from` chunks, the in-process figures
+  and the baselines again while the API's thread builds the cold tier's graph back to back
+  (at `cycle.cpu_priority`, as after a sweep that moved many chunks to the cold tier);
 * both again while dream cycles run back to back beside them, with Reward pulses to
   propagate (one per cycle: in process before each cycle, to the daemon from a process
   of its own, each sent once the daemon's log shows a cycle ended since the last); by
@@ -86,6 +89,7 @@ from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.cycle_thread import CPU_PRIORITIES, CycleThread
 from dreamcycle.daemon.defaults import CYCLE_MAX_GIVE_WAY_S
 from dreamcycle.daemon.keys import init_key
+from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.service import share_the_interpreter
@@ -141,6 +145,10 @@ PULSE_POLL_S: Final = 0.01
 #: What the daemon logs once its cold tier's graph is built, and how long that may take.
 COLD_GRAPH_LINE: Final = "cold tier graph built"
 COLD_GRAPH_TIMEOUT_S: Final = 600.0
+BUILD_POLL_S: Final = 0.01
+#: How the paths measured beside background work end; without it, the idle path.
+CYCLES_RUNNING: Final = ", cycles running"
+COLD_GRAPH_BUILDING: Final = ", cold graph building"
 #: How a baseline's figure name ends: the targets are ratios to these, measured alone.
 BASELINE_MARK: Final = "(baseline)"
 FLOOR_FIGURE: Final = f"HTTP floor {BASELINE_MARK}"
@@ -283,6 +291,11 @@ def build_store(
         rt.close()
 
 
+def idle_path(path: str) -> str:
+    """The path measured with nothing beside it that `path` is compared with."""
+    return path.removesuffix(CYCLES_RUNNING).removesuffix(COLD_GRAPH_BUILDING)
+
+
 def percentiles(samples: list[float]) -> dict[str, float]:
     values = np.array(samples) * 1000.0
     return {f"p{p}_ms": float(np.percentile(values, p)) for p in PERCENTILES}
@@ -401,7 +414,11 @@ def graph_agreement(
     live index comes to the live tier's: the share of each exact search's `pool` nearest
     that the approximate one finds, and the share of queries whose top hits are the same
     both ways (exact cold search against the graph, the live index as it is)."""
-    through_graph = dataclasses.replace(rt, cold_search=ops.cold_search)
+    # A cache of its own: a search through the graph drops the whole cold tier's embeddings
+    # from its cache, which the exact search would then read again for every query.
+    through_graph = dataclasses.replace(
+        rt, cold_search=ops.cold_search, recall_cache=StampedCache()
+    )
     stamp = rt.db.change_stamp()
     cold = read_paths.tier_sets(rt.db).cold
     live, live_vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
@@ -447,31 +464,74 @@ def httpx_recall_by_vector(client: httpx.Client, vectors: Vectors) -> Callable[[
 
 
 @contextmanager
+def repeated_beside(step: Callable[[], None]) -> Iterator[None]:
+    """`step()` again and again in a thread of its own while the block runs; on leaving,
+    the step under way ends first, and what a step raised is raised here."""
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            while not stop.is_set():
+                step()
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
+@contextmanager
 def cycles_beside(
     peer: Peer, ops: Operations, pulses: Pulses, cpu_priority: str
 ) -> Iterator[list[int]]:
     """Dream cycles back to back in the daemon's cycle thread, at `cpu_priority`, each
     with a Reward pulse of its own to propagate (a store where nothing happens has
     cycles that cost almost nothing), sent from another thread as a request would be."""
-    stop = threading.Event()
     done = [0]
     cycle_thread = CycleThread("cycle", cpu_priority)
     peer.embedder.load_within(cycle_thread.at_normal_priority)  # as the daemon does
 
-    def loop() -> None:
-        while not stop.is_set():
-            pulses.send(ops, done[0])
-            cycle_thread.submit(run_cycle_blocking, peer).result()
-            done[0] += 1
+    def cycle() -> None:
+        pulses.send(ops, done[0])
+        cycle_thread.submit(run_cycle_blocking, peer).result()
+        done[0] += 1
 
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
     try:
-        yield done
+        with repeated_beside(cycle):
+            yield done
     finally:
-        stop.set()
-        thread.join()
         cycle_thread.close()
+
+
+@contextmanager
+def cold_builds_beside(ops: Operations, rt: Runtime) -> Iterator[list[float]]:
+    """The cold tier's graph built again and again, back to back, in the API's own build
+    thread (at `cycle.cpu_priority`), as a sweep that moved more than
+    COLD_GRAPH_PENDING_MAX chunks to the cold tier starts one; yields each build's
+    seconds, from its start to the new graph in use."""
+    seconds: list[float] = []
+    search = ops.cold_search
+
+    def build() -> None:
+        before = search.builds
+        started = time.perf_counter()
+        search.start_build(rt)
+        while search.builds == before:
+            if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
+                raise BenchmarkError("a build of the cold tier's graph did not end in time")
+            time.sleep(BUILD_POLL_S)
+        seconds.append(time.perf_counter() - started)
+
+    with repeated_beside(build):
+        yield seconds
 
 
 @contextmanager
@@ -739,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
         ops.attach(peer)
         # As the daemon does at start, before the figures: the cold tier's graph.
         graph_wanted = 0 < config.recall.cold_graph_from <= int(args.chunks * args.cold_share)
+        first_build_s: float | None = None
         ready_line = COLD_GRAPH_LINE if graph_wanted else None
         if graph_wanted:
             started = time.perf_counter()
@@ -746,7 +807,8 @@ def main(argv: list[str] | None = None) -> int:
                 if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
                     raise BenchmarkError("the cold tier's graph was not built in time")
                 time.sleep(0.05)
-            print(f"cold tier graph built in {time.perf_counter() - started:.1f} s")
+            first_build_s = time.perf_counter() - started
+            print(f"cold tier graph built in {first_build_s:.1f} s")
         agreement = (
             graph_agreement(rt, peer, ops, query_vectors, config.recall.candidates)
             if graph_wanted
@@ -786,14 +848,28 @@ def main(argv: list[str] | None = None) -> int:
         with cycles_beside(peer, ops, pulses, cpu_priority) as cycles:
             # The baselines again beside the cycles: what the machine's two cores leave
             # to any caller while a cycle takes one, before the API adds its part.
-            beside = [(name, f"{path}, cycles running", call) for name, path, call in baselines]
+            beside = [(name, path + CYCLES_RUNNING, call) for name, path, call in baselines]
             rows += measure_rounds(
-                beside + workload.figures("in process, cycles running"), args.calls, args.rounds
+                beside + workload.figures("in process" + CYCLES_RUNNING), args.calls, args.rounds
             )
         print(f"{cycles[0]} cycles, each with a pulse, ran beside the in-process figures")
         beside_counts: dict[str, int | None] = {
             "in_process_cycles": cycles[0], "daemon_cycles": None, "daemon_pulses": None
         }  # fmt: skip
+        build_seconds: list[float] = []
+        if graph_wanted:
+            with cold_builds_beside(ops, rt) as build_seconds:
+                beside = [(name, path + COLD_GRAPH_BUILDING, call)
+                          for name, path, call in baselines]  # fmt: skip
+                rows += measure_rounds(
+                    beside + workload.figures("in process" + COLD_GRAPH_BUILDING),
+                    args.calls,
+                    args.rounds,
+                )
+            print(
+                f"{len(build_seconds)} builds of the cold tier's graph ran beside the in-process "
+                f"figures, {float(np.median(build_seconds)):.1f} s each at the median"
+            )
         in_process_rss = rss_mib(os.getpid())
         ops.close()
         peer.save_index()
@@ -847,7 +923,7 @@ def main(argv: list[str] | None = None) -> int:
             ):
                 http = Workload(corpus, query_vectors, http_call(client))
                 rows += measure_rounds(
-                    http.figures("HTTP, Unix socket, cycles running"), args.calls, args.rounds
+                    http.figures("HTTP, Unix socket" + CYCLES_RUNNING), args.calls, args.rounds
                 )
             print(
                 f"{sent.value} pulses sent to the daemon while {cycles_ended.value} of its "
@@ -863,13 +939,9 @@ def main(argv: list[str] | None = None) -> int:
     embed_after_p99 = first_p99[EMBED_AFTER_RECALL]
     knn_paused_p99 = first_p99[KNN_AFTER_PAUSE]
     floor_p99 = first_p99.get(FLOOR_FIGURE)
-    idle = {
-        (r["figure"], r["path"].replace(", cycles running", "")): r
-        for r in rows
-        if "cycles" not in r["path"]
-    }
+    idle = {(r["figure"], r["path"]): r for r in rows if idle_path(r["path"]) == r["path"]}
     for row in rows:
-        base = idle.get((row["figure"], row["path"].replace(", cycles running", "")))
+        base = idle.get((row["figure"], idle_path(row["path"])))
         row["x_idle_p99"] = row["p99_ms"] / base["p99_ms"] if base else None
     measured = [r for r in rows if not r["figure"].endswith(BASELINE_MARK)]
     for row in measured:
@@ -913,7 +985,8 @@ def main(argv: list[str] | None = None) -> int:
          "switch_interval_s": sys.getswitchinterval(), "give_way_s": give_way_s,
          "cpu_priority": cpu_priority,
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss},
-         "cycles_beside": beside_counts, "pulse_every_s": args.pulse_every,
+         "cycles_beside": beside_counts, "cold_graph_build_s": {"at_start": first_build_s, "beside_figures": build_seconds},
+         "pulse_every_s": args.pulse_every,
          "pulses_from": args.pulses_from, "rows": rows},
     )  # fmt: skip
     return 0
