@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from os import SCHED_IDLE, SCHED_OTHER
@@ -12,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.client import MemoryClient
+from tests.api_helpers import running_api
 from tests.daemon_helpers import (
     DREAMCYCLE,
     Peer,
@@ -26,6 +31,10 @@ pytestmark = pytest.mark.slow
 
 #: Half of this is the ping interval the daemon derives from WATCHDOG_USEC.
 WATCHDOG_USEC = "1000000"
+#: What the daemon logs when it raises a cycle's step, and how long a cycle may take to
+#: need it on a machine kept busy (a step is raised at the latest after 5 s).
+CYCLE_RAISED = "cycle raised to normal CPU priority for the rest of its step"
+BUSY_MACHINE_WAIT_S = 60.0
 
 
 def free_port() -> int:
@@ -152,3 +161,43 @@ def test_the_cycle_runs_at_its_configured_cpu_priority_and_the_rest_at_normal(
     assert idle == (["cycle"] if priority == "idle" else [])
     assert {policy for _, policy in policies} <= {SCHED_IDLE, SCHED_OTHER}
     assert len([name for name, _ in policies if name == "cycle"]) > 1
+
+
+def raise_reasons(log: str) -> list[str]:
+    """Why the daemon raised a cycle's step, each time its `log` says it did."""
+    return [
+        line.split("reason=", 1)[1].strip()
+        for line in log.splitlines()
+        if CYCLE_RAISED in line and "reason=" in line
+    ]
+
+
+@needs_reversible_idle
+def test_on_a_machine_other_processes_keep_busy_the_idle_cycle_is_raised_and_requests_answered(
+    peer: Peer,
+) -> None:
+    """Under SCHED_IDLE a cycle hardly runs while every core is busy: a step holding the
+    write lock a save waits for, or one running 5 s, must be raised to normal priority,
+    and every save is answered meanwhile."""
+    hogs: list[subprocess.Popen[bytes]] = []
+    saved: list[str] = []
+    raises: list[str] = []
+    with running_api(peer) as served, MemoryClient(served.socket_path) as memory:
+        try:
+            for _ in os.sched_getaffinity(0):
+                hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+            deadline = time.monotonic() + BUSY_MACHINE_WAIT_S
+            while not raises and time.monotonic() < deadline:
+                saved.append(memory.save(f"busy machine note {len(saved)}").content_hash)
+                raises = raise_reasons(served.daemon.log())
+        finally:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+        assert raises, served.daemon.log_tail()
+        assert set(raises) <= {
+            "a request waits for the write lock",
+            f"the step has run {defaults.CYCLE_IDLE_STEP_LIMIT_S:g} s",
+        }
+        found = memory.recall(f"busy machine note {len(saved) - 1}", record=False).hits
+        assert saved[-1] in [hit.content_hash for hit in found]
