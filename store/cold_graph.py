@@ -76,8 +76,11 @@ def build_cold_graph(
     between two steps."""
     if len(labels) != len(vectors):
         raise ValueError(f"{len(labels)} labels for {len(vectors)} vectors")
-    order = np.argsort(labels, kind="stable")
-    labels, vectors = labels[order], vectors[order]
+    if np.any(labels[1:] < labels[:-1]):
+        # The tier's labels come sorted: a second copy of every vector (92 MB more
+        # memory at 60,000 cold chunks, for the whole build) only when they do not.
+        order = np.argsort(labels, kind="stable")
+        labels, vectors = labels[order], vectors[order]
     engine = hnswlib.Index(space=_SPACE, dim=int(vectors.shape[1]) if len(vectors) else 1)
     engine.init_index(
         max_elements=max(len(labels), 1),

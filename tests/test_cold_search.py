@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -250,6 +251,25 @@ def test_a_graph_is_the_same_for_the_same_tier_and_a_stopped_build_gives_none() 
         skipped, _ = first.nearest(query, 10, frozenset(found[:3].tolist()))
         assert set(skipped.tolist()).isdisjoint(found[:3].tolist())
     assert shape(labels, vectors, stop=lambda: True) is None
+
+
+def test_a_build_copies_the_vectors_only_when_their_labels_are_out_of_order() -> None:
+    # numpy's allocations are traced (hnswlib's own are not): a sorted tier, as the
+    # database gives it, is built from the caller's array, an unsorted one from a copy.
+    rng = np.random.default_rng(4)
+    vectors = _unit(rng, 2_000, 64)
+    labels = np.arange(2_000, dtype=np.int64) * 3
+
+    def peak_while_built(labels: npt.NDArray[np.int64]) -> int:
+        tracemalloc.start()
+        try:
+            build_cold_graph(labels, vectors, m=8, ef_construction=20, ef=16)
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    assert peak_while_built(labels) < vectors.nbytes / 2
+    assert peak_while_built(labels[::-1].copy()) >= vectors.nbytes
 
 
 def test_how_long_a_build_has_run_is_known_while_it_runs_only(
