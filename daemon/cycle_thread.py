@@ -115,6 +115,9 @@ class CycleThread:
                 )
         self._native_id: int | None = None
         self._lowered = False
+        #: Once a stop was asked for, no call goes behind the requests again: a call still
+        #: queued then would otherwise wait under SCHED_IDLE for a core the stop needs.
+        self._stopping = False
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=name, initializer=self._started, initargs=(name,)
@@ -150,7 +153,7 @@ class CycleThread:
         if self.idle:
             native_id = threading.get_native_id()
             with self._lock:
-                if behind_requests and not self._lowered:
+                if behind_requests and not self._lowered and not self._stopping:
                     _set_policy(native_id, os.SCHED_IDLE)
                     self._lowered = True
                 elif not behind_requests and self._lowered:
@@ -185,9 +188,12 @@ class CycleThread:
         step_limit_s: float = defaults.CYCLE_IDLE_STEP_LIMIT_S,
     ) -> str | None:
         """Raise the call under way, `step_seconds` into a step of the cycle, to normal
-        priority if it holds something up: a stop, a request waiting for the write lock,
-        or the watchdog once the step has run `step_limit_s`. Why, if it was raised now."""
+        priority if it holds something up: a stop (and every call after it), a request
+        waiting for the write lock, or the watchdog once the step has run `step_limit_s`.
+        Why, if it was raised now."""
         if stopping:
+            with self._lock:
+                self._stopping = True
             reason = "the daemon is stopping"
         elif waiting_to_write:
             reason = "a request waits for the write lock"

@@ -60,7 +60,9 @@ def test_calls_run_under_sched_idle_and_start_and_stop_at_normal_priority() -> N
 
 
 @needs_reversible_idle
-def test_a_step_holding_up_a_stop_a_write_or_running_long_is_raised_for_its_rest_only() -> None:
+def test_a_step_holding_up_a_write_or_running_long_is_raised_for_its_rest_only_a_stop_for_good() -> (
+    None
+):
     thread = CycleThread("test-cycle", IDLE)
     try:
         release, policy = under_way(thread)
@@ -103,9 +105,13 @@ def test_a_step_holding_up_a_stop_a_write_or_running_long_is_raised_for_its_rest
         release.set()
         assert policy() == os.SCHED_OTHER
         release, policy = under_way(thread)
+        queued = thread.submit(own_policy)
         assert thread.raise_if_holding_up(step_seconds=0.1, waiting_to_write=False, stopping=True)
         release.set()
         assert policy() == os.SCHED_OTHER
+        # After a stop, what was queued and what comes later runs at normal priority.
+        assert queued.result(WAIT_S) == os.SCHED_OTHER
+        assert thread.submit(own_policy).result(WAIT_S) == os.SCHED_OTHER
     finally:
         thread.close()
 
