@@ -149,7 +149,7 @@ class ColdSearch:
     def prepare(self, rt: Runtime) -> None:
         """Build the first graph now, in this thread, if the cold tier is large enough (the
         API does at start, on its own thread, so that the first queries find it ready)."""
-        if self.graph_from == 0 or self._graph is not None:
+        if self.graph_from == 0 or self._graph is not None or self._closed:
             return
         with rt.db.snapshot():
             if len(read_paths.tier_sets(rt.db).cold) < self.graph_from:
@@ -254,14 +254,27 @@ class ColdSearch:
     def _build_apart(
         self, open_db: Callable[[], Database], vectors: StoredVectors, version: str
     ) -> None:
-        db = open_db()
+        # Timed from here: a build starved while it opens its connection is raised too.
+        self._build_started = time.monotonic()
+        try:
+            db = open_db()
+        except Exception:
+            # Nobody reads the background's result: said here, or no build would run again.
+            log.exception(
+                "opening a connection for the cold tier's graph failed; it is searched exactly"
+            )
+            with self._lock:
+                self._broken = True
+                self._building = False
+                self._build_started = None
+            return
         try:
             self._build(db, vectors, version)
         finally:
             db.close()
 
     def _build(self, db: Database, vectors: StoredVectors, version: str) -> None:
-        started = self._build_started = time.monotonic()
+        started = self._build_started = self._build_started or time.monotonic()
         graph: ColdGraph | None = None
         try:
             with db.snapshot():

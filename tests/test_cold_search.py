@@ -235,6 +235,30 @@ def test_a_failed_build_leaves_the_tier_searched_exactly(
     assert sum("cold tier's graph failed" in r.message for r in caplog.records) == 1
 
 
+def test_a_background_build_that_cannot_open_its_connection_says_so_and_leaves_it_exact(
+    rt: Runtime, caplog: pytest.LogCaptureFixture
+) -> None:
+    handed_over: list[Callable[[], None]] = []
+    opening: list[float | None] = []
+
+    def no_connection() -> Database:
+        opening.append(search.build_seconds())
+        raise OSError(24, "Too many open files")
+
+    search = ColdSearch(graph_from=1, background=handed_over.append, open_db=no_connection)
+    with caplog.at_level(logging.ERROR, logger=cold_search.__name__):
+        search.start_build(rt)
+        handed_over.pop()()  # as the background thread runs it; it raises nothing
+    assert opening != [None]  # timed from the start: a starved opening is raised too
+    assert search.build_seconds() is None
+    assert sum("opening a connection" in r.message for r in caplog.records) == 1
+    search.start_build(rt)
+    assert handed_over == []  # no build tried again and again
+    for query in _queries(rt, 3):
+        assert _search(rt, search, query) == _exact(rt, query)
+    assert search.builds == 0
+
+
 def test_a_graph_is_the_same_for_the_same_tier_and_a_stopped_build_gives_none() -> None:
     rng = np.random.default_rng(3)
     vectors = _unit(rng, 500, 32)
@@ -257,7 +281,7 @@ def test_a_build_copies_the_vectors_only_when_their_labels_are_out_of_order() ->
     # numpy's allocations are traced (hnswlib's own are not): a sorted tier, as the
     # database gives it, is built from the caller's array, an unsorted one from a copy.
     rng = np.random.default_rng(4)
-    vectors = _unit(rng, 2_000, 64)
+    vectors = _unit(rng, 2_000, 256)  # 2 MB: far above what a build allocates besides
     labels = np.arange(2_000, dtype=np.int64) * 3
 
     def peak_while_built(labels: npt.NDArray[np.int64]) -> int:
