@@ -2,11 +2,12 @@
 
 `scripts/bench_recall.py` measures its paths (idle, cycles running, cold graph building)
 in batches of minutes of their own, so a ratio between paths also compares two stretches
-of a shared machine. Here each build is paired with the minute before it: a segment of
-calls with nothing beside them, then the API's own thread starts a build of the cold
+of a shared machine. Here each build is paired with the seconds just before it: a segment
+of calls with nothing beside them, then the API's own thread starts a build of the cold
 tier's graph (`ColdSearch.start_build`, at `cycle.cpu_priority`, as after a sweep that
-moved many chunks to the cold tier) and the same calls run again while it does. Each pair
-gives a ratio beside / alone for every figure, and the figures are:
+moved many chunks to the cold tier) and the same calls run again while it does (the
+script fails if no build is running when they end). Each pair gives a ratio beside /
+alone for every figure, and the figures are:
 
 * raw k-NN (the baseline): `HnswIndex.knn_many(1 query, k=the recall candidate pool)` on
   the live index;
@@ -161,10 +162,11 @@ def main(argv: list[str] | None = None) -> int:
                 ops.cold_search.start_build(rt)
                 for results, (_, action) in zip(beside, figures, strict=True):
                     results.append(measure(args.calls, action))
-                if ops.cold_search.builds != builds_before:
+                if ops.cold_search.build_seconds() is None:
+                    # Ended early, failed, or never started (the daemon's log says which).
                     raise BenchmarkError(
-                        f"pair {pair + 1}: the build ended before the calls beside it did; "
-                        "give fewer --calls"
+                        f"pair {pair + 1}: no build was running when the calls beside it "
+                        "ended; if builds ran, give fewer --calls"
                     )
                 wait_for_build(ops, builds_before)
                 build_seconds.append(time.perf_counter() - started)
