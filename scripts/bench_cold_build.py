@@ -39,7 +39,6 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dreamcycle.daemon.api.models import RecallRequest
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Runtime
@@ -54,17 +53,17 @@ from scripts.bench_common import (
 )
 from scripts.bench_recall import (
     BASELINE_MARK,
-    BUILD_POLL_S,
-    COLD_GRAPH_TIMEOUT_S,
     MAX_COLD_SHARE,
     SEED,
     TOPICS,
     Corpus,
+    Workload,
     build_store,
     in_process_call,
     knn_call,
     measure,
     rss_mib,
+    wait_for_build,
 )
 
 DEFAULT_CHUNKS: Final = 100_000
@@ -75,17 +74,6 @@ DEFAULT_OUT: Final = Path("bench-results/cold_build.json")
 #: Before the first pair: the stored embeddings are read into memory in the background
 #: after start, and the calls beside that read would count as "alone".
 SETTLE_S: Final = 15.0
-
-
-def wait_for_build(ops: Operations, builds_before: int) -> float:
-    """Seconds until the build under way (or the first, at start) is in use."""
-    started = time.perf_counter()
-    search = ops.cold_search
-    while search.builds == builds_before:
-        if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
-            raise BenchmarkError("a build of the cold tier's graph did not end in time")
-        time.sleep(BUILD_POLL_S)
-    return time.perf_counter() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(SEED)
     corpus = Corpus(rng)
     vectors = corpus.vectors(rng.integers(0, TOPICS, size=args.calls).astype(np.int64))
-    texts = [corpus.query() for _ in range(args.calls)]
     with tempfile.TemporaryDirectory(prefix="bench-cold-build-") as scratch:
         config = load_config(
             None,
@@ -134,22 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         ops = Operations(rt)
         ops.attach(peer)
         try:
-            first_build_s = wait_for_build(ops, 0)
+            first_build_s = wait_for_build(ops.cold_search, 0)
             print(f"store of {args.chunks} chunks; cold tier graph built in {first_build_s:.1f} s")
             time.sleep(SETTLE_S)
-            call = in_process_call(ops)
+            workload = Workload(corpus, vectors, in_process_call(ops))
             figures: list[tuple[str, Callable[[int], Any]]] = [
                 (f"raw k-NN {BASELINE_MARK}", knn_call(peer, vectors, config.recall.candidates)),
-                (
-                    "recall by vector",
-                    lambda i: call(
-                        "recall", RecallRequest(vector=vectors[i].tolist(), record=False)
-                    ),
-                ),
-                (
-                    "recall by text",
-                    lambda i: call("recall", RecallRequest(query=texts[i], record=False)),
-                ),
+                ("recall by vector", workload.by_vector),
+                ("recall by text", workload.by_text),
             ]
             alone: list[list[dict[str, float]]] = [[] for _ in figures]
             beside: list[list[dict[str, float]]] = [[] for _ in figures]
@@ -168,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"pair {pair + 1}: no build was running when the calls beside it "
                         "ended; if builds ran, give fewer --calls"
                     )
-                wait_for_build(ops, builds_before)
+                wait_for_build(ops.cold_search, builds_before)
                 build_seconds.append(time.perf_counter() - started)
             in_process_rss = rss_mib(os.getpid())
         finally:

@@ -84,6 +84,7 @@ from dreamcycle.daemon.client import (
     MemoryClient,
     Route,
 )
+from dreamcycle.daemon.cold_search import ColdSearch
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.cycle_thread import CPU_PRIORITIES, CycleThread
@@ -511,6 +512,16 @@ def cycles_beside(
         cycle_thread.close()
 
 
+def wait_for_build(search: ColdSearch, builds_before: int) -> float:
+    """Seconds until a build after the first `builds_before` is in use."""
+    started = time.perf_counter()
+    while search.builds == builds_before:
+        if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
+            raise BenchmarkError("a build of the cold tier's graph did not end in time")
+        time.sleep(BUILD_POLL_S)
+    return time.perf_counter() - started
+
+
 @contextmanager
 def cold_builds_beside(ops: Operations, rt: Runtime) -> Iterator[list[float]]:
     """The cold tier's graph built again and again, back to back, in the API's own build
@@ -522,13 +533,8 @@ def cold_builds_beside(ops: Operations, rt: Runtime) -> Iterator[list[float]]:
 
     def build() -> None:
         before = search.builds
-        started = time.perf_counter()
         search.start_build(rt)
-        while search.builds == before:
-            if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
-                raise BenchmarkError("a build of the cold tier's graph did not end in time")
-            time.sleep(BUILD_POLL_S)
-        seconds.append(time.perf_counter() - started)
+        seconds.append(wait_for_build(search, before))
 
     with repeated_beside(build):
         yield seconds

@@ -60,9 +60,7 @@ def test_calls_run_under_sched_idle_and_start_and_stop_at_normal_priority() -> N
 
 
 @needs_reversible_idle
-def test_a_step_holding_up_a_write_or_running_long_is_raised_for_its_rest_only_a_stop_for_good() -> (
-    None
-):
+def test_a_held_up_step_is_raised_for_its_rest_only_and_a_stop_for_good() -> None:
     thread = CycleThread("test-cycle", IDLE)
     try:
         release, policy = under_way(thread)
