@@ -249,7 +249,17 @@ class ColdSearch:
             return
         open_db = self._open_db
         assert open_db is not None, "checked in __init__"
-        self._background(functools.partial(self._build_apart, open_db, rt.stored_vectors, version))
+        try:
+            self._background(
+                functools.partial(self._build_apart, open_db, rt.stored_vectors, version)
+            )
+        except Exception:
+            # Not handed over: left set, no build would ever run again.
+            with self._lock:
+                self._building = False
+            if self._closed:
+                return  # closed meanwhile (the background refuses work then): none is due
+            raise
 
     def _build_apart(
         self, open_db: Callable[[], Database], vectors: StoredVectors, version: str

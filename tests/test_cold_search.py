@@ -17,6 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 import pytest
+import trio
 
 from dreamcycle.daemon import cold_search, defaults
 from dreamcycle.daemon.api.operations import Operations
@@ -24,6 +25,7 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cold_search import ColdSearch
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.daemon.service import Service
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
@@ -259,6 +261,36 @@ def test_a_background_build_that_cannot_open_its_connection_says_so_and_leaves_i
     assert search.builds == 0
 
 
+def test_a_build_the_background_refuses_is_tried_again_and_one_refused_after_close_is_not(
+    rt: Runtime,
+) -> None:
+    refusals: list[str] = []
+    handed_over: list[Callable[[], None]] = []
+
+    def background(build: Callable[[], None]) -> None:
+        if refusals:
+            reason = refusals.pop()
+            if reason == "closed":
+                search.close()  # as when the owner closes between the check and the hand-over
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        handed_over.append(build)
+
+    path = rt.config.database_path
+    search = ColdSearch(
+        graph_from=1, background=background, open_db=lambda: Database(path, prepare=False)
+    )
+    refusals.append("full")
+    with pytest.raises(RuntimeError):
+        search.start_build(rt)  # the caller hears of it
+    search.start_build(rt)
+    assert len(handed_over) == 1  # and the next search's build is handed over
+    handed_over.pop()()
+    assert search.builds == 1
+    refusals.append("closed")
+    search.start_build(rt)  # nothing to build after close: no error for the caller
+    assert handed_over == [] and search.builds == 1
+
+
 def test_a_graph_is_the_same_for_the_same_tier_and_a_stopped_build_gives_none() -> None:
     rng = np.random.default_rng(3)
     vectors = _unit(rng, 500, 32)
@@ -399,3 +431,41 @@ def test_a_stop_raises_the_apis_build_so_it_can_see_the_stop(
         rt.close()
     assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
     assert not ops.cold_search.ready  # stopped at its first step
+
+
+@needs_reversible_idle
+def test_the_running_service_raises_the_apis_build_once_it_starves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The service's own check raises it (not only a direct call): a build that waits for
+    normal priority ends only if the service gave it."""
+    rt = _runtime(
+        tmp_path,
+        **{
+            "recall.cold_graph_from": 1,
+            "cycle.cpu_priority": "idle",
+            "api.enabled": True,
+            "api.port": 0,
+        },
+    )
+    inside, _, policies = _policy_watching_build(monkeypatch, until_raised=True)
+    monkeypatch.setattr(defaults, "COLD_GRAPH_IDLE_LIMIT_S", 0.0)
+    service = Service(rt)
+
+    async def until_the_build_ends() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.run)
+            await trio.to_thread.run_sync(
+                lambda: wait_until(lambda: len(policies) == 2, what="the build", timeout_s=WAIT_S)
+            )
+            service.stop_requested.set()
+            service.stop.set()
+
+    try:
+        with caplog.at_level(logging.INFO, logger="dreamcycle.service"):
+            trio.run(until_the_build_ends)
+    finally:
+        rt.close()
+    assert inside.is_set()
+    assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
+    assert any("cold tier graph build raised" in r.message for r in caplog.records)
