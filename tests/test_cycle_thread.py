@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +15,13 @@ import pytest
 import trio
 
 from dreamcycle.daemon import cycle_thread, defaults
+from dreamcycle.daemon import service as service_module
+from dreamcycle.daemon.api.models import SaveRequest, SaveResponse
 from dreamcycle.daemon.config import ConfigError, load_config
+from dreamcycle.daemon.cycle import PhaseRunner
 from dreamcycle.daemon.cycle_thread import IDLE, NORMAL, CycleThread
+from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.service import Service
 from dreamcycle.store.embedder import Embedder
 from tests.daemon_helpers import needs_reversible_idle, thread_policies
 
@@ -240,3 +246,67 @@ def test_an_unknown_cpu_priority_is_refused_naming_the_key(tmp_path: Path) -> No
             environ={"DREAMCYCLE_CYCLE_CPU_PRIORITY": "realtime"},
             overrides={"peer.data_dir": str(tmp_path), "peer.id": "p"},
         )
+
+
+@needs_reversible_idle
+def test_the_running_service_raises_a_step_that_holds_the_write_lock_a_save_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write lock is the reason, not the step's time limit (far off here): a step that
+    waits for normal priority lets the save through only if the service gave it."""
+    config = load_config(
+        None,
+        environ={},
+        overrides={
+            "peer.data_dir": str(tmp_path / "data"),
+            "peer.id": "p1",
+            "metrics.listen": "",
+            "cycle.cpu_priority": IDLE,
+            "cycle.interval_s": 3600.0,
+            "api.enabled": True,
+            "api.port": 0,
+        },
+    )
+    monkeypatch.setattr(defaults, "CYCLE_IDLE_STEP_LIMIT_S", 3600.0)
+    holding, policies = threading.Event(), []
+
+    async def one_phase_holding_the_write_lock(
+        peer: Peer, st: object, run_phase: PhaseRunner, stop: object
+    ) -> bool:
+        def phase() -> dict[str, object]:
+            with peer.db.transaction():
+                holding.set()
+                deadline = time.monotonic() + WAIT_S
+                while own_policy() != os.SCHED_OTHER and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                policies.append(own_policy())
+            return {}
+
+        await run_phase("holding the write lock", phase)
+        return True
+
+    monkeypatch.setattr(service_module, "run_phases", one_phase_holding_the_write_lock)
+    rt = Runtime.open(config)
+    service = Service(rt)
+    saved: list[SaveResponse] = []
+
+    async def save_beside_the_step() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.run)
+            await trio.to_thread.run_sync(holding.wait, WAIT_S)
+            api = service.api
+            assert api is not None
+            request = SaveRequest(content="saved while a cycle holds the write lock")
+            saved.append(await trio.to_thread.run_sync(api.save, request))
+            service.stop_requested.set()
+            service.stop.set()
+
+    try:
+        with caplog.at_level(logging.INFO, logger="dreamcycle.service"):
+            trio.run(save_beside_the_step)
+    finally:
+        rt.close()
+    assert policies == [os.SCHED_OTHER]
+    assert len(saved) == 1
+    reasons = [getattr(r, "reason", None) for r in caplog.records if "raised" in r.message]
+    assert reasons == ["a request waits for the write lock"]
