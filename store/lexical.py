@@ -77,12 +77,16 @@ _WORD: Final = re.compile(r"\w+", re.UNICODE)
 
 def match_expression(query: str) -> str:
     """An FTS5 OR query of the query's distinct words, each quoted (no FTS syntax leaks in)."""
-    seen: list[str] = []
-    for word in _WORD.findall(query.lower()):
-        if word in STOPWORDS or word in seen:
-            continue
-        seen.append(word)
-    return " OR ".join(f'"{w}"' for w in seen[:MAX_QUERY_TERMS])
+    # A dict keeps the words' order; the scan ends at the last term kept, so a query of
+    # many distinct words costs no more than its length.
+    seen: dict[str, None] = {}
+    for word in _WORD.finditer(query.lower()):
+        term = word.group()
+        if term not in STOPWORDS:
+            seen[term] = None
+            if len(seen) == MAX_QUERY_TERMS:
+                break
+    return " OR ".join(f'"{w}"' for w in seen)
 
 
 def search_lexical(
