@@ -31,6 +31,10 @@ _QUEUE: Final = (
 )
 _ENTRY_OF_REQUEST: Final = "SELECT entry_id FROM outbox WHERE request_key = ?"
 _UNAPPLIED: Final = "SELECT entry_id, body FROM outbox WHERE applied = 0 ORDER BY hlc, entry_id"
+_UNAPPLIED_OF_KINDS: Final = (
+    "SELECT entry_id, body FROM outbox "
+    "WHERE applied = 0 AND kind IN (SELECT value FROM json_each(?)) ORDER BY hlc, entry_id"
+)
 _MARK_APPLIED: Final = "UPDATE outbox SET applied = 1 WHERE entry_id = ?"
 _UNPUBLISHED: Final = (
     "SELECT entry_id, body FROM outbox WHERE segment_seq IS NULL AND applied = 1 "
@@ -90,6 +94,10 @@ class OutboxQueries(TableQueries):
 
     def outbox_unapplied(self) -> list[tuple[str, dict[str, Any]]]:
         return _entries(self._all(_UNAPPLIED))
+
+    def outbox_unapplied_of_kinds(self, kinds: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+        """The entries of these kinds queued here and not applied yet, oldest first."""
+        return _entries(self._all(_UNAPPLIED_OF_KINDS, (json.dumps(list(kinds)),)))
 
     def outbox_mark_applied(self, entry_ids: Sequence[str]) -> None:
         self.conn.executemany(_MARK_APPLIED, [(e,) for e in entry_ids])

@@ -83,6 +83,7 @@ from dreamcycle.store.database import (
 )
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
+from dreamcycle.zeitgeist.entries import SupersedeEntry, TombstoneEntry
 
 log = logging.getLogger("dreamcycle.api")
 
@@ -506,15 +507,20 @@ class Operations:
         """Save the new chunk now; the supersede itself applies at the next cycle."""
         self._require_peer()
         check_reason(request.reason)  # before the new chunk is saved: a refusal stores nothing
-        if content_hash(request.memory.content) == request.old_hash:
+        new_hash = content_hash(request.memory.content)
+        if new_hash == request.old_hash:
             raise ValueError("the new content is the old content: nothing to supersede")
         with self._reading() as view:
             if view.db.observation_by_hash(request.old_hash) is None:
                 raise NotFound(f"chunk {request.old_hash} is not stored here")
             if view.db.is_tombstoned_hash(request.old_hash):
                 raise Conflict(f"chunk {request.old_hash} was retracted (tombstoned) already")
+            # Before the new chunk is saved, so that a refusal stores nothing; checked again
+            # under the write lock, where a concurrent edit is seen.
+            _refuse_contradicting_supersede(view.db, request.old_hash, new_hash)
         saved = self.save(request.memory)
-        with self._writing() as writer:
+        with self._writing() as writer, writer.db.transaction():
+            _refuse_contradicting_supersede(writer.db, request.old_hash, saved.content_hash)
             emitted = emit_supersede(
                 writer,
                 old_hash=request.old_hash,
@@ -743,13 +749,47 @@ class Operations:
 
 def _given_vector(values: list[float] | None, dim: int) -> Vector:
     """A vector given to recall by, checked and scaled to unit length."""
-    raw = np.asarray(values, dtype=np.float32)
+    # Scaled in float64: in float32 the norm of components near 1e20 overflows and of
+    # components near 1e-23 underflows, and a finite vector would become zeros or be refused.
+    raw = np.asarray(values, dtype=np.float64)
     if raw.shape != (dim,):
         raise ValueError(f"vector has {raw.size} components; this model's have {dim}")
-    norm = float(np.linalg.norm(raw))
-    if not np.isfinite(raw).all() or norm == 0.0:
+    if not np.isfinite(raw).all():
         raise ValueError("vector must be finite and not all zeros")
-    return raw / np.float32(norm)
+    largest = float(np.abs(raw).max())
+    if largest == 0.0:
+        raise ValueError("vector must be finite and not all zeros")
+    scaled = raw / largest  # no overflow in the norm below, whatever the magnitudes
+    unit: Vector = (scaled / np.linalg.norm(scaled)).astype(np.float32)
+    return unit
+
+
+def _refuse_contradicting_supersede(db: Database, old_hash: str, new_hash: str) -> None:
+    """Conflict if superseding `old_hash` by `new_hash` contradicts a retraction queued here
+    and not applied yet: the old chunk already superseded by another or tombstoned, or the
+    new one itself on its way out. Applied in order at the next cycle, either would retract
+    both versions (an edit and its undo), or leave two successors of one memory."""
+    superseded: dict[str, str] = {}
+    tombstoned: set[str] = set()
+    for _, body in db.outbox_unapplied_of_kinds((SupersedeEntry.KIND, TombstoneEntry.KIND)):
+        if body.get("kind") == SupersedeEntry.KIND:
+            superseded[str(body["old_hash"])] = str(body["new_hash"])
+        else:
+            tombstoned.add(str(body["content_hash"]))
+    due = "at the next dream cycle"
+    if old_hash in tombstoned:
+        raise Conflict(f"chunk {old_hash} is queued to be retracted (tombstoned) {due}")
+    successor = superseded.get(old_hash)
+    if successor is not None and successor != new_hash:
+        raise Conflict(
+            f"chunk {old_hash} is queued to be superseded by {successor} {due}: change that "
+            "one instead"
+        )
+    if new_hash in tombstoned or new_hash in superseded:
+        raise Conflict(
+            f"the new content is chunk {new_hash}, which is queued to be retracted {due}; "
+            "a retracted chunk's content cannot be saved again"
+        )
 
 
 def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
