@@ -53,12 +53,23 @@ _UNKNOWN_HINT: Final = {
 }
 
 
+def check_text(name: str, value: str) -> None:
+    """ValueError naming `name` if `value` cannot be written as UTF-8: a command-line
+    argument that was not UTF-8 arrives with lone surrogates, and an entry holding one
+    would be queued here and then refused by every peer, this one included."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid UTF-8 text (at character {exc.start + 1})") from None
+
+
 def check_reason(reason: str, *, optional: bool = False) -> None:
     """A reason is the audit trail's only account of why: blank says nothing. An `optional`
     one (a pulse's, through the API) may be left out, as "", but not given blank."""
     if not reason.strip() and not (optional and reason == ""):
-        raise ValueError("--reason is empty: say why")
+        raise ValueError("the reason is empty: say why")
     check_length("reason", reason, REASON_MAX_CHARS)
+    check_text("the reason", reason)
 
 
 class ConflictingOutcome(ValueError):
@@ -292,8 +303,9 @@ def emit_pulse(rt: Runtime, request: PulseRequest, *, embedded: Vector | None = 
             )
         seed, seed_hash = stored, request.seed_chunk
     elif not request.text.strip():
-        raise ValueError("--text is empty: a pulse needs text to seed its embedding")
+        raise ValueError("the pulse's text is empty: a pulse needs text to seed its embedding")
     else:
+        check_text("the pulse's text", request.text)
         seed = rt.embedder.embed_one(request.text) if embedded is None else embedded
         seed_hash = content_hash(request.text)
 

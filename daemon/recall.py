@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dreamcycle.daemon.emit import check_text
 from dreamcycle.daemon.learning import fusion_weights
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.keys import alive
@@ -94,6 +95,9 @@ def recall(
     top_k = top_k or cfg.top_k
     if not query.strip():
         raise ValueError("the recall query is empty")
+    check_text("the recall query", query)
+    if decision_text is not None:
+        check_text("the decision's text", decision_text)
     vector = rt.embedder.embed_one(query)
     hits = rank_query(rt, query, vector, top_k, index=index, min_confidence=min_confidence)
     if not record or not hits:

@@ -273,6 +273,24 @@ def test_blank_reasons_are_refused(peer: Peer) -> None:
     unchanged(peer, before)
 
 
+def test_text_arguments_that_are_not_utf8_are_refused_and_nothing_is_queued(peer: Peer) -> None:
+    # Python hands a command line's undecodable bytes over as lone surrogates: such an
+    # entry was queued, then refused by every peer, and a corrected retry found it queued.
+    decision, recalled = decision_of(peer)
+    not_utf8 = os.fsdecode(b"it worked \xff")
+    before = peer.dump()
+    for command, what in (
+        (("outcome", "--decision", decision, "--reward", "1", "--reason", not_utf8), "reason"),
+        (("pulse", "--text", not_utf8, "--kind", "reward", "--reason", "r"), "pulse's text"),
+        (("tombstone", recalled[0], "--reason", not_utf8), "reason"),
+    ):
+        refused(pulse_emit(peer, *command), f"the {what} is not valid UTF-8 text")
+    refused(dreamcycle(peer, "recall", not_utf8), "the recall query is not valid UTF-8")
+    unchanged(peer, before)
+    ok(pulse_emit(peer, "tombstone", recalled[0], "--reason", "it worked"))
+    assert [body["content_hash"] for body in queued(peer, "tombstone")] == [recalled[0]]
+
+
 def test_blank_reasons_are_refused_below_the_command_line(peer: Peer) -> None:
     from dreamcycle.daemon.config import load_config
     from dreamcycle.daemon.emit import PulseRequest, emit_outcome, emit_pulse, emit_supersede
@@ -289,7 +307,7 @@ def test_blank_reasons_are_refused_below_the_command_line(peer: Peer) -> None:
             lambda: emit_pulse(rt, pulse),
             lambda: emit_supersede(rt, old_hash=recalled[0], new_hash=recalled[1], reason=" "),
         ):
-            with pytest.raises(ValueError, match="--reason is empty"):
+            with pytest.raises(ValueError, match="reason is empty"):
                 emit()
     finally:
         rt.close()

@@ -149,7 +149,7 @@ INVALID_EMITS = [
     ("pulse", (*PULSE, "--k", "4", "--decay-per-hop", "0.25"), "decay_per_hop * k must be < 1"),
     ("pulse", (*PULSE, "--sigma", "0.5", "--max-hops", "14"), "max_hops 14 exceeds"),
     ("pulse", (*PULSE, "--strength", "-0.5"), "argument --strength: must be >= 0"),
-    ("pulse", ("--text", "   ", "--kind", "reward"), "--text is empty"),
+    ("pulse", ("--text", "   ", "--kind", "reward"), "text is empty"),
     ("pulse", ("--text", "anything", "--kind", "forget"), "pulse-emit tombstone"),
     ("outcome", ("--decision", "xyz", "--reward", "0.5", "--reason", "r"), "decision_hash"),
     ("outcome", ("--decision", "AB" * 32, "--reward", "0.5", "--reason", "r"), "decision_hash"),
