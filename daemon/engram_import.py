@@ -2,9 +2,11 @@
 
 The source is opened read-only and nothing in it is ever written, checkpointed or
 recovered: engram may be running. Its schema is read with `PRAGMA table_info`, so
-every engram version with an `observations(content)` table can be imported.
+every engram version with an `observations(content)` table can be imported, and text
+that is not valid in the database's encoding is imported with replacement characters
+rather than refusing the whole file.
 
-One module of about 500 lines: reading engram's schema, keying its memories and
+One module of about 600 lines: reading engram's schema, keying its memories and
 deciding what changed are one pass over the source, read in the order it runs.
 
 Each engram memory has an identity (its `sync_id`, else its normalised content
@@ -21,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import string
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +68,12 @@ TOMBSTONE_REASON: Final = "deleted in engram"
 REVISED_FIELDS: Final = ("title", "topic_key")
 #: The header bytes (18, 19) of an SQLite file in WAL mode: file format versions 2 and 2.
 _WAL_FORMAT: Final = b"\x02\x02"
+#: `PRAGMA encoding` -> the codec of the bytes `CAST(text AS BLOB)` returns.
+_CODECS: Final = {"UTF-8": "utf-8", "UTF-16le": "utf-16-le", "UTF-16be": "utf-16-be"}
+#: SQLite folds only ASCII letters when it compares identifiers.
+_IDENTIFIER_CASE: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+#: Rows with undecodable text named in the import's note; the rest are counted.
+_NAMED_LOSSY_ROWS: Final = 5
 
 
 class EngramSourceError(ValueError):
@@ -161,26 +170,31 @@ def open_engram(path: Path) -> Iterator[apsw.Connection]:
     """A read-only connection to an engram database that cannot change any of its files."""
     if not path.is_file():
         raise EngramSourceError(f"{path}: no such file")
-    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    # SQLite looks for -wal and -shm beside the file it opens: beside a symlink they
+    # would be missed, and rows only in the WAL read as never written.
+    database = path.resolve()
+    wal, shm = Path(f"{database}-wal"), Path(f"{database}-shm")
     with tempfile.TemporaryDirectory(prefix="dreamcycle-engram-") as scratch:
-        if shm.exists():
+        if shm.exists() and wal.exists():
             # A plain read-only connection still writes its read marks into the -shm file
             # (and recovers a stale one); readonly_shm reads the WAL without touching it.
-            target, options = path, "mode=ro&readonly_shm=1"
+            # Without the -wal it would create an empty one.
+            target, options = database, "mode=ro&readonly_shm=1"
         elif wal.exists() and wal.stat().st_size > 0:
             # A WAL without its index: no process has the database open, and reading it in
             # place would create the index beside it. Read a copy.
-            target = Path(scratch) / path.name
-            shutil.copyfile(path, target)
+            target = Path(scratch) / database.name
+            shutil.copyfile(database, target)
             shutil.copyfile(wal, Path(f"{target}-wal"))
             options = "mode=ro"
-        elif _header_bytes(path)[18:20] == _WAL_FORMAT:
-            # WAL mode, nothing pending and nobody attached: a read-only open would still
-            # create -wal and -shm files beside it.
-            target, options = path, "mode=ro&immutable=1"
+        elif _header_bytes(database)[18:20] == _WAL_FORMAT:
+            # WAL mode, nothing pending and nobody attached (an attached connection keeps
+            # the -wal; an -shm alone is left over from a crash): a read-only open would
+            # still create -wal and -shm files beside it.
+            target, options = database, "mode=ro&immutable=1"
         else:
-            target, options = path, "mode=ro"
-        uri = f"file:{quote(str(target.resolve()))}?{options}"
+            target, options = database, "mode=ro"
+        uri = f"file:{quote(str(target))}?{options}"
         try:
             conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
             conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
@@ -197,8 +211,50 @@ def _header_bytes(path: Path) -> bytes:
         return handle.read(100)
 
 
-def _columns(conn: apsw.Connection, table: str) -> list[str]:
-    return [str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")]
+def _columns(conn: apsw.Connection, table: str) -> dict[str, str]:
+    """`table`'s columns by the name SQL matches them under, to their declared name."""
+    return {
+        str(row[1]).translate(_IDENTIFIER_CASE): str(row[1])
+        for row in conn.execute(f"PRAGMA table_info({table})")
+    }
+
+
+class _TextDecoder:
+    """Decodes text columns read as blobs: SQLite does not check that text is valid in its
+    encoding, and one such value must not keep every other memory from being imported."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        ((encoding,),) = conn.execute("PRAGMA encoding").fetchall()
+        self.codec = _CODECS.get(str(encoding), "utf-8")
+        self.lossy_rows: list[str] = []
+
+    def row(self, table: str, row_id: object, values: Sequence[Any]) -> list[str | None]:
+        decoded = [self._decode(value) for value in values]
+        if any(text is not None and text[1] for text in decoded):
+            self.lossy_rows.append(f"{table} {row_id}")
+        return [None if text is None else text[0] for text in decoded]
+
+    def _decode(self, value: Any) -> tuple[str, bool] | None:
+        """The text and whether some of it was replaced."""
+        if value is None:
+            return None
+        if not isinstance(value, bytes):
+            return str(value), False
+        try:
+            return value.decode(self.codec), False
+        except UnicodeDecodeError:
+            return value.decode(self.codec, errors="replace"), True
+
+    def note(self) -> str | None:
+        if not self.lossy_rows:
+            return None
+        named = ", ".join(self.lossy_rows[:_NAMED_LOSSY_ROWS])
+        more = len(self.lossy_rows) - _NAMED_LOSSY_ROWS
+        rows = named + (f" and {more} more" if more > 0 else "")
+        return (
+            f"text that is not valid {self.codec} imported with replacement characters "
+            f"(U+FFFD) from {len(self.lossy_rows)} row(s): {rows}"
+        )
 
 
 @dataclass(frozen=True)
@@ -214,31 +270,58 @@ class EngramSource:
 def read_engram(path: Path) -> EngramSource:
     """Every observation and non-empty session summary, oldest first."""
     with open_engram(path) as conn:
-        columns = set(_columns(conn, "observations"))
+        columns = _columns(conn, "observations")
         if not columns:
             raise EngramSourceError(f"{path}: no 'observations' table: not an engram database")
         if "content" not in columns:
             raise EngramSourceError(
                 f"{path}: table 'observations' has no 'content' column "
-                f"(it has {', '.join(sorted(columns))})"
+                f"(it has {', '.join(sorted(columns.values()))})"
             )
         source = path.resolve()
         notes: list[str] = []
         try:
-            memories = list(_observations(conn, str(source), columns))
+            decoder = _TextDecoder(conn)
+            memories = list(_observations(conn, str(source), set(columns), decoder))
             session_columns = set(_columns(conn, "sessions"))
             if {"id", "summary"} <= session_columns:
-                memories.extend(_session_summaries(conn, str(source), session_columns))
+                memories.extend(_session_summaries(conn, str(source), session_columns, decoder))
             elif session_columns:
                 notes.append("table 'sessions' has no 'summary' column: no summaries imported")
         except apsw.Error as exc:
             raise EngramSourceError(f"{path}: cannot be read: {exc}") from None
+        lossy = decoder.note()
+        if lossy is not None:
+            notes.append(lossy)
     return EngramSource(source, memories, notes)
 
 
-def _select(columns: set[str], wanted: Sequence[str]) -> str:
+def _select(columns: set[str], wanted: Sequence[str], *, numeric: Sequence[str] = ()) -> str:
     """`wanted` columns in order, NULL for those this engram version lacks."""
-    return ", ".join(name if name in columns else f"NULL AS {name}" for name in wanted)
+    return ", ".join(_selected(name, columns, numeric) for name in wanted)
+
+
+def _selected(name: str, columns: set[str], numeric: Sequence[str]) -> str:
+    if name not in columns:
+        return f"NULL AS {name}"
+    if name in numeric:
+        return name
+    # apsw raises on text that is not valid in the database's encoding before any row
+    # can be looked at; as a blob it reaches _TextDecoder whole.
+    return f"CAST({name} AS BLOB) AS {name}"
+
+
+def _deletion_time(deleted_at: str | None) -> str | None:
+    """engram's `deleted_at` if it records a deletion. engram writes a timestamp there;
+    an empty or blank value, or a zero one (another tool's "unset"), is not one."""
+    if deleted_at is None or not deleted_at.strip():
+        return None
+    try:
+        if float(deleted_at) == 0:
+            return None
+    except ValueError:
+        pass
+    return deleted_at
 
 
 _OBSERVATION_FIELDS: Final = (
@@ -247,19 +330,28 @@ _OBSERVATION_FIELDS: Final = (
 )  # fmt: skip
 
 
-def _observations(conn: apsw.Connection, source: str, columns: set[str]) -> Iterator[SourceMemory]:
-    sql = f"SELECT rowid, {_select(columns, _OBSERVATION_FIELDS)} FROM observations ORDER BY rowid"
+_OBSERVATION_NUMBERS: Final = ("revision_count",)
+_OBSERVATION_TEXTS: Final = tuple(f for f in _OBSERVATION_FIELDS if f not in _OBSERVATION_NUMBERS)
+
+
+def _observations(
+    conn: apsw.Connection, source: str, columns: set[str], decoder: _TextDecoder
+) -> Iterator[SourceMemory]:
+    fields = _select(columns, _OBSERVATION_FIELDS, numeric=_OBSERVATION_NUMBERS)
+    sql = f"SELECT rowid, {fields} FROM observations ORDER BY rowid"
     for rowid, *values in conn.execute(sql):
-        row: dict[str, Any] = dict(zip(_OBSERVATION_FIELDS, values, strict=True))
-        content = _text(row["content"]) or ""
-        obs_type = _text(row["type"]) or "manual"
-        title = _text(row["title"]) or ""
-        scope = _text(row["scope"]) or "project"
-        project = _text(row["project"])
+        raw = dict(zip(_OBSERVATION_FIELDS, values, strict=True))
+        texts = decoder.row("observations", rowid, [raw[name] for name in _OBSERVATION_TEXTS])
+        row = dict(zip(_OBSERVATION_TEXTS, texts, strict=True))
+        content = row["content"] or ""
+        obs_type = row["type"] or "manual"
+        title = row["title"] or ""
+        scope = row["scope"] or "project"
+        project = row["project"]
         if row["sync_id"]:
             key = f"sync:{row['sync_id']}"
         else:
-            digest = _text(row["normalized_hash"]) or normalized_hash(content)
+            digest = row["normalized_hash"] or normalized_hash(content)
             parts = json.dumps([digest, project, scope, obs_type, title])
             key = "fields:" + blake3.blake3(parts.encode()).hexdigest()[:32]
         yield SourceMemory(
@@ -272,17 +364,17 @@ def _observations(conn: apsw.Connection, source: str, columns: set[str]) -> Iter
                 kind=KIND_BY_TYPE.get(obs_type.lower(), DEFAULT_KIND),
                 project=project,
                 scope=scope,
-                topic_key=_text(row["topic_key"]),
-                session_id=_text(row["session_id"]),
-                tool_name=_text(row["tool_name"]),
+                topic_key=row["topic_key"],
+                session_id=row["session_id"],
+                tool_name=row["tool_name"],
                 source_ref=f"engram:{source}#{rowid}",
             ),
-            created_at=_text(row["created_at"]),
-            updated_at=_text(row["updated_at"]),
-            revision_count=row["revision_count"]
-            if isinstance(row["revision_count"], int)
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            revision_count=raw["revision_count"]
+            if isinstance(raw["revision_count"], int)
             else None,
-            deleted_at=_text(row["deleted_at"]),
+            deleted_at=_deletion_time(row["deleted_at"]),
         )
 
 
@@ -290,11 +382,11 @@ _SESSION_FIELDS: Final = ("id", "project", "started_at", "ended_at", "summary")
 
 
 def _session_summaries(
-    conn: apsw.Connection, source: str, columns: set[str]
+    conn: apsw.Connection, source: str, columns: set[str], decoder: _TextDecoder
 ) -> Iterator[SourceMemory]:
-    sql = f"SELECT {_select(columns, _SESSION_FIELDS)} FROM sessions ORDER BY rowid"
-    for session_id, project, started_at, ended_at, summary in conn.execute(sql):
-        text = _text(summary)
+    sql = f"SELECT rowid, {_select(columns, _SESSION_FIELDS)} FROM sessions ORDER BY rowid"
+    for rowid, *values in conn.execute(sql):
+        session_id, project, started_at, ended_at, text = decoder.row("sessions", rowid, values)
         if not text or not text.strip():
             continue  # a session without a summary is not a memory
         yield SourceMemory(
@@ -304,25 +396,16 @@ def _session_summaries(
                 content=text,
                 type=SESSION_SUMMARY_TYPE,
                 kind=SESSION_SUMMARY_KIND,
-                project=_text(project),
+                project=project,
                 topic_key=f"session/{session_id}",
                 session_id=str(session_id),
                 source_ref=f"engram:{source}#session/{session_id}",
             ),
-            created_at=_text(started_at),
-            updated_at=_text(ended_at),
+            created_at=started_at,
+            updated_at=ended_at,
             revision_count=None,
             deleted_at=None,
         )
-
-
-def _text(value: Any) -> str | None:
-    """engram's TEXT columns; a value of another type (SQLite does not enforce) as text."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
 
 
 def normalized_hash(content: str) -> str:
