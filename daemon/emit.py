@@ -5,6 +5,9 @@ and idempotently.
 the shared database (WAL, synchronous=FULL), so the entry is on disk when the
 command returns. Each request has a key derived from its arguments; repeating
 the same command finds the key and queues nothing new.
+
+One module for every kind of entry: they share the queue, its request keys, and the
+checks of reasons, hashes and prefixes, and read best beside each other.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ import blake3
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.constants import REASON_MAX_CHARS
 from dreamcycle.pulses.outcome import Outcome
-from dreamcycle.pulses.pulse import PulseKind, SalientPulse, check_length, validate_parameters
+from dreamcycle.pulses.pulse import (
+    PulseKind,
+    SalientPulse,
+    check_length,
+    check_text,
+    validate_parameters,
+)
 from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store.database import hashes_with_prefix, outcomes_of_decision
 from dreamcycle.store.hashing import content_hash
@@ -51,16 +60,6 @@ _UNKNOWN_HINT: Final = {
     "or, when its attribution is yet to arrive from that peer, give its whole hash with "
     "--decided-elsewhere",
 }
-
-
-def check_text(name: str, value: str) -> None:
-    """ValueError naming `name` if `value` cannot be written as UTF-8: a command-line
-    argument that was not UTF-8 arrives with lone surrogates, and an entry holding one
-    would be queued here and then refused by every peer, this one included."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{name} is not valid UTF-8 text (at character {exc.start + 1})") from None
 
 
 def check_reason(reason: str, *, optional: bool = False) -> None:

@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.emit import check_text
 from dreamcycle.daemon.learning import fusion_weights
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.keys import alive
 from dreamcycle.pulses.outcome import decision_hash
+from dreamcycle.pulses.pulse import check_text
 from dreamcycle.pulses.ranking import (
     NEUTRAL_CONFIDENCE,
     NEUTRAL_SALIENCE,

@@ -326,6 +326,16 @@ def check_length(name: str, value: str, limit: int, error: type[ValueError] = In
         raise error(f"{name} has {len(value)} characters, more than the limit of {limit}")
 
 
+def check_text(name: str, value: str) -> None:
+    """ValueError naming `name` if `value` cannot be written as UTF-8: a command-line
+    argument that was not UTF-8 arrives with lone surrogates, and an entry holding one
+    would be queued here and then refused by every peer, this one included."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{name} is not valid UTF-8 text (at character {exc.start + 1})") from None
+
+
 def preview(value: object, chars: int = 80) -> str:
     """repr of `value`, a string cut so that an oversized field does not flood a message."""
     if isinstance(value, str) and len(value) > chars:
