@@ -38,6 +38,7 @@ from dreamcycle.zeitgeist.backend import (
     LogBackend,
     ObjectTooLarge,
     PreconditionFailed,
+    UnreadableObject,
     Versioned,
 )
 from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX
@@ -101,7 +102,7 @@ class ObservedBackend:
             result = operation()
         # The store answered: a lost race, an existing key or a refused object is not an
         # outage.
-        except (KeyExists, PreconditionFailed, ObjectTooLarge):
+        except (KeyExists, PreconditionFailed, ObjectTooLarge, UnreadableObject):
             self.health.succeeded()
             raise
         except BackendError as exc:

@@ -28,6 +28,13 @@ class BackendError(Exception):
     """A backend failure that retrying did not cure; the message names the operation."""
 
 
+class UnreadableObject(BackendError):
+    """One listed object this peer may not read, while the store answers for the rest (a
+    file's mode or owner, a link loop). A segment is waited for, never refused: the usual
+    cause, peers that may not read each other's files, is fixed by an operator, and a
+    refusal would skip the segment for good. The log reads on past it meanwhile."""
+
+
 class KeyExists(BackendError):
     """A create-only write found the key already present (S3 412 on If-None-Match)."""
 

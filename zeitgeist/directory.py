@@ -5,11 +5,16 @@ link(2) fails if the name exists, so a key is never overwritten, and a reader
 never sees a partly written file. Compare-and-swap writes of mutable objects
 (lease, heartbeats) hold an exclusive flock on a lock file, so several processes
 on one machine can share a root safely.
+
+A segment file that this process may not read (its mode or owner, a link loop) in a
+folder it can search is one unreadable object (UnreadableObject), which the log reads on
+past; a folder that cannot be searched or listed is an outage.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -24,11 +29,12 @@ from dreamcycle.zeitgeist.backend import (
     KeyExists,
     ObjectTooLarge,
     PreconditionFailed,
+    UnreadableObject,
     UnsupportedStore,
     Versioned,
     check_read_bound,
 )
-from dreamcycle.zeitgeist.keys import PROBE_PREFIX
+from dreamcycle.zeitgeist.keys import PROBE_PREFIX, SEGMENT_PREFIX
 
 #: Lock file for compare-and-swap writes; its leading dot keeps it out of listings.
 LOCK_FILE_NAME: Final = ".versioned.lock"
@@ -38,6 +44,24 @@ TEMP_SUFFIX: Final = ".tmp"
 HASH_CHUNK_BYTES: Final = 1024 * 1024
 #: Times a write makes its folder again when another process removed it meanwhile.
 FOLDER_VANISHED_ATTEMPTS: Final = 8
+
+
+#: Errors opening a file that are about that file alone (its mode, owner or ACL, a link
+#: loop) once its name is found in a folder this process can search.
+FILE_ERRNOS: Final = frozenset({errno.EACCES, errno.EPERM, errno.ELOOP})
+
+
+def _about_the_file(path: Path, error: OSError) -> bool:
+    """Whether `error`, met opening `path`, is about that file rather than a folder above
+    it: finding the name needs search permission on every folder above it, and lstat does
+    not follow a link at the end."""
+    if error.errno not in FILE_ERRNOS:
+        return False
+    try:
+        os.lstat(path)
+    except OSError:
+        return False
+    return True
 
 
 class InvalidBackendKey(BackendError, ValueError):
@@ -181,6 +205,13 @@ class DirectoryBackend:
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise KeyError(key) from None
         except OSError as exc:
+            if key.startswith(SEGMENT_PREFIX) and _about_the_file(path, exc):
+                # Not chained: a permission error among the causes reads as this peer's
+                # own data directory made read-only (daemon/health.py).
+                raise UnreadableObject(
+                    f"dir: cannot read {key!r} under {self.root}: {exc}; peers sharing a "
+                    "directory must be able to read each other's files"
+                ) from None
             raise self._fail("read", key, exc) from exc
         if size > max_bytes or len(data) > max_bytes:
             raise ObjectTooLarge(

@@ -81,6 +81,10 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
             position = max(position, peer.zeitgeist.cursor_for(key_hlc(segment.key)))
         for key in st.own_keys:
             position = max(position, peer.zeitgeist.cursor_for(key_hlc(key)))
+        if st.unread_keys:
+            # Never past a segment still to be read: the next listings hold it again.
+            held = peer.zeitgeist.cursor_for(key_hlc(st.unread_keys[0]))
+            position = max(cursor(peer), min(position, held))
         db.set_meta(CURSOR_META_KEY, str(position))
         persist_clock(peer)
         budget.forget_windows_before(db, budget_window(st.now_ms - BUDGET_LOOKBACK_MS, st.now_ms))

@@ -17,7 +17,7 @@ from dreamcycle.daemon.cycle.state import CycleState, FetchedSegment
 from dreamcycle.daemon.hlc_recovery import recover_hlc
 from dreamcycle.daemon.keys import count_rejection
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.zeitgeist.backend import BackendError
+from dreamcycle.zeitgeist.backend import BackendError, UnreadableObject
 from dreamcycle.zeitgeist.entries import CorruptSegment, decode_entry
 from dreamcycle.zeitgeist.keys import parse_segment_key
 from dreamcycle.zeitgeist.signing import Rejection
@@ -66,6 +66,13 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
             # Compacted away between LIST and GET: its entries are in the newest snapshot.
             peer.snapshot_check_due = True
             continue
+        except UnreadableObject as exc:
+            # Read again by every cycle until it can be, and the ones after it meanwhile.
+            log.warning(
+                "segment cannot be read; waiting for it", extra={"key": key, "error": str(exc)}
+            )
+            st.unread_keys.append(key)
+            continue
         except BackendError as exc:
             log.warning("zeitgeist unreachable mid-scan", extra={"key": key, "error": str(exc)})
             peer.snapshot_check_due = True
@@ -94,6 +101,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
         "rejected_lines": rejected_lines,
         # Entries of unknown versions or kinds: skipped, counted, never fatal.
         "skipped_entries": sum(segment.skipped for segment in st.segments),
+        "unreadable": len(st.unread_keys),
         "local": len(st.local),
         "new_chunks": new_chunks,
     }

@@ -48,6 +48,8 @@ class CycleState:
     ordered: list[Entry] = field(default_factory=list)
     rejected: dict[str, str] = field(default_factory=dict)  # entry id -> reason
     own_keys: list[str] = field(default_factory=list)  # this peer's segments, listed
+    #: Foreign segments listed that could not be read: the cursor stays before the first.
+    unread_keys: list[str] = field(default_factory=list)
     seal_problems: dict[str, Verdict] = field(default_factory=dict)  # segment key -> why
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: True once SIGTERM / SIGINT asked the daemon to stop (read from the phase's thread):
