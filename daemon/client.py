@@ -8,8 +8,11 @@ By default they reach the daemon over the Unix socket in the configured data
 directory (`api.unix_socket`), whose file mode is its access control; with
 `url=` (or `from_config(..., tcp=True)`) over loopback TCP with the bearer
 token. Requests and answers are the models of daemon/api/models.py, so what a
-client sends is validated before it leaves. `ROUTES` lists every operation
-once: the clients, and the MCP tools through them, know no other.
+client sends is validated before it leaves: arguments the models refuse (a misspelt
+field, a number out of range, infinite or NaN, a recall's query that is neither a
+text nor a sequence of numbers) raise `BadRequest` naming the field, and nothing is
+sent. `ROUTES` lists every operation once: the clients, and the MCP tools through
+them, know no other.
 
 The blocking client is the one agents call around every step, and the CLIs with it:
 through urllib3 the bare server's floor took 0.3-0.4 ms less per request at the median
@@ -18,8 +21,8 @@ the Unix socket of 3.4-3.8 ms at the median (docs/benchmarks.md, runs AN and AO)
 asynchronous client needs httpx for trio and asyncio alike; it is imported when that
 client is made.
 
-The API's error answers become exceptions: `BadRequest` (422, 413, 401, with
-the daemon's reason), `NotFound` (404), `Conflict` (409), `Unavailable` (503,
+The API's error answers become exceptions: `BadRequest` (422, 413, 401, 421, 400,
+with the daemon's reason), `NotFound` (404), `Conflict` (409), `Unavailable` (503,
 or no daemon answering), `ServerError` (anything else).
 """
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 import json
 import socket
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -139,7 +142,8 @@ class ApiError(Exception):
 
 
 class BadRequest(ApiError):
-    """The request is malformed, too large, or lacks the token TCP requires."""
+    """The request is malformed, too large, lacks the token TCP requires or, over TCP,
+    names a host the daemon does not answer for."""
 
 
 class NotFound(ApiError):
@@ -164,6 +168,7 @@ _BY_STATUS: Final[dict[int, type[ApiError]]] = {
     404: NotFound,
     409: Conflict,
     413: BadRequest,
+    421: BadRequest,
     422: BadRequest,
     503: Unavailable,
 }
@@ -412,7 +417,7 @@ def _recall_request(
     return request_model(
         models.RecallRequest,
         query=query if by_text else None,
-        vector=None if by_text else [float(x) for x in query],
+        vector=None if by_text else _vector(query),
         filters=filters or models.RecallFilters(),
         top_k=top_k,
         record=record,
@@ -420,6 +425,19 @@ def _recall_request(
         min_relevance=min_relevance,
         min_confidence=min_confidence,
         explain=explain,
+    )
+
+
+def _vector(query: object) -> list[Any]:
+    """A recall's query that is not a text, as the embedding it must be; its items are
+    the request model's to check (numbers, finite), which names the bad one."""
+    if isinstance(query, Iterable) and not isinstance(query, bytes | bytearray | Mapping):
+        try:
+            return list(query)
+        except TypeError:  # iterable in type only, as a 0-d numpy array is
+            pass
+    raise BadRequest(
+        f"query: give a text, or an embedding as a sequence of numbers; not {type(query).__name__}"
     )
 
 
@@ -535,7 +553,9 @@ class MemoryClient:
         explain: bool = False,
         min_confidence: float = 0.0,
     ) -> models.RecallResponse:
-        """Chunks for a text (or an embedding); `record` returns a decision hash for outcomes."""
+        """Chunks for a text (or an embedding, a sequence of finite numbers); `record` returns
+        a decision hash for outcomes. Any other query, like any argument the request model
+        refuses, raises BadRequest naming it, before anything is sent."""
         return self.send(
             RECALL,
             _recall_request(

@@ -243,7 +243,7 @@ def test_the_server_runs_the_guard_then_the_hot_path_then_fastapi(
         # The transport names a server address, as Hypercorn does for TCP connections.
         transport = httpx.ASGITransport(app=app)
         statuses = []
-        async with httpx.AsyncClient(transport=transport, base_url="http://dc") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             for token in ("", "Bearer t"):
                 recall = await client.post(
                     "/v1/recall",
@@ -257,6 +257,39 @@ def test_the_server_runs_the_guard_then_the_hot_path_then_fastapi(
 
     assert trio.run(exchanges) == [401, 200, 200]
     assert reaching_fastapi[0].requests == 1  # the status alone
+
+
+def test_without_a_token_tcp_answers_only_requests_naming_this_server(
+    rt: Runtime, ops: Operations
+) -> None:
+    """No token is set by default: the Host header alone keeps a page that reached the
+    loopback port through a name of its own (DNS rebinding) from reading or saving."""
+    assert rt.config.api.bearer_token() == ""
+    config = dataclasses.replace(rt.config, api=dataclasses.replace(rt.config.api, host="10.1.2.3"))
+
+    async def exchanges() -> list[tuple[str, int]]:
+        transport = httpx.ASGITransport(app=http.served_app(ops, config))
+        statuses = []
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+            for host in ("attacker.example:9465", "attacker.example", "10.1.2.4", "::1", ""):
+                for method, path, body in (
+                    ("GET", "/v1/timeline", None),
+                    ("POST", "/v1/memories", {"content": "planted by a web page"}),
+                    ("POST", "/v1/recall", {"query": "deployments", "record": False}),
+                ):
+                    answer = await client.request(method, path, json=body, headers={"host": host})
+                    assert "Host" in models.Problem.model_validate_json(answer.content).detail
+                    statuses.append((host, answer.status_code))
+            for host in ("localhost:9465", "127.0.0.1", "127.0.0.1:9465", "[::1]:9465", "10.1.2.3"):
+                answer = await client.get("/v1/status", headers={"host": host})
+                statuses.append((host, answer.status_code))
+        return statuses
+
+    answered = trio.run(exchanges)
+    assert {status for _, status in answered[:15]} == {421}
+    assert {status for _, status in answered[15:]} == {200}, answered
+    planted = ops.timeline(models.TimelineRequest()).memories
+    assert "planted by a web page" not in [memory.preview for memory in planted]
 
 
 def test_every_hot_route_is_declared_with_its_body_model(ops: Operations) -> None:

@@ -7,6 +7,7 @@ does not matter.
 
 from __future__ import annotations
 
+import json
 import socket
 import stat
 import uuid
@@ -15,11 +16,13 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
+import pydantic
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Ok
 
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.operations import Operations
 from tests.daemon_helpers import Daemon, Peer, wait_until
@@ -374,3 +377,184 @@ def test_a_chunk_saved_after_the_cycle_loaded_salience_is_decayed_not_missed(
         ops.close()
         peer.close()
         rt.close()
+
+
+# ---- bad requests: refused with a reason, in valid JSON, harming nothing stored ----------
+
+FOREIGN_HOST: Final = "attacker.example"
+
+
+def _strict_json(text: str) -> Any:
+    """`text` read as JSON proper: Infinity and NaN are not JSON."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_tcp_refuses_a_host_header_naming_another_server(api: Api) -> None:
+    """A web page whose name its owner points at 127.0.0.1 (DNS rebinding) reaches the
+    port naming its own host: every route refuses it, the token notwithstanding."""
+    project = _project()
+    token = {"Authorization": f"Bearer {TOKEN}"}
+    port = api.tcp_url.rsplit(":", 1)[1]
+    with httpx.Client(base_url=api.tcp_url, timeout=30.0) as tcp:
+        for host in (f"{FOREIGN_HOST}:{port}", FOREIGN_HOST, f"localhost.{FOREIGN_HOST}"):
+            foreign = {**token, "Host": host}
+            for method, path, body in (
+                ("GET", "/v1/timeline", None),
+                ("POST", "/v1/memories", {"content": f"{project}: planted", "project": project}),
+                ("POST", "/v1/recall", {"query": "planted", "record": False}),
+                ("GET", "/healthz", None),
+                ("GET", "/openapi.json", None),
+                ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            ):
+                refused = tcp.request(method, path, json=body, headers=foreign)
+                assert refused.status_code == 421, (host, path, refused.text)
+                assert "Host" in models.Problem.model_validate_json(refused.content).detail
+        for host in (f"localhost:{port}", "LOCALHOST", "127.0.0.1", f"[::1]:{port}"):
+            assert tcp.get("/v1/status", headers={**token, "Host": host}).status_code == 200
+    assert api.peer.query("SELECT 1 FROM observations WHERE project = ?", (project,)) == []
+    # The Unix socket's requests name whatever host their client likes.
+    assert api.unix.get("/v1/status", headers={"Host": FOREIGN_HOST}).status_code == 200
+
+
+def test_the_bearer_scheme_is_case_insensitive(api: Api) -> None:
+    with httpx.Client(base_url=api.tcp_url, timeout=30.0) as tcp:
+        for scheme in ("bearer", "BEARER", "Bearer "):
+            answer = tcp.get("/v1/status", headers={"Authorization": f"{scheme} {TOKEN}"})
+            assert answer.status_code == 200, (scheme, answer.text)
+        for given in (f"Basic {TOKEN}", TOKEN, f"Bearer{TOKEN}", f"bearer {TOKEN}x"):
+            assert tcp.get("/v1/status", headers={"Authorization": given}).status_code == 401
+
+
+NON_FINITE: Final = ("Infinity", "-Infinity", "NaN", "1e400")
+#: Where a test's body holds the number it sends (JSON writes no non-finite number).
+NUMBER: Final = "<number>"
+DECISION: Final = "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/recall", {"query": "a", "min_relevance": NUMBER}, "min_relevance"),
+        ("/v1/recall", {"query": "a", "min_confidence": NUMBER}, "min_confidence"),
+        ("/v1/recall", {"vector": [0.5, NUMBER], "record": False}, "vector"),
+        ("/v1/memories", {"content": "x", "confidence": NUMBER}, "confidence"),
+        ("/v1/memories", {"content": "x", "stability": NUMBER}, "stability"),
+        ("/v1/memories", {"content": "x", "pin_floor": NUMBER}, "pin_floor"),
+        ("/v1/outcomes", {"decision_hash": DECISION, "reward": NUMBER, "reason": "r"}, "reward"),
+        ("/v1/pulses", {"text": "t", "strength": NUMBER}, "strength"),
+        ("/v1/pulses", {"text": "t", "sigma": NUMBER}, "sigma"),
+        ("/v1/pulses", {"text": "t", "decay_per_hop": NUMBER}, "decay_per_hop"),
+        ("/v1/pulses", {"text": "t", "ttl_s": NUMBER}, "ttl_s"),
+        ("/v1/tombstones", {"content_hash": DECISION, "reason": "r", "ttl_s": NUMBER}, "ttl_s"),
+    ],
+)
+def test_non_finite_numbers_are_refused_naming_the_field_in_json(
+    api: Api, path: str, body: dict[str, Any], field: str
+) -> None:
+    """JSON has no infinity or NaN, but parsers read them (and 1e400 as infinity): no bound
+    holds against one, and a reason quoting it must still be JSON."""
+    for number in NON_FINITE:
+        sent = json.dumps(body).replace(f'"{NUMBER}"', number)
+        answer = api.unix.post(path, content=sent, headers={"content-type": "application/json"})
+        assert answer.status_code == 422, (sent, answer.text)
+        detail = _strict_json(answer.text)["detail"]
+        finite = [error for error in detail if error["type"] == "finite_number"]
+        assert [error["loc"][1] for error in finite] == [field], (sent, detail)
+
+
+def test_a_non_finite_number_in_a_query_is_refused_too(api: Api) -> None:
+    for number in ("inf", "-inf", "nan"):
+        answer = api.unix.get("/v1/timeline", params={"span_s": number})
+        assert answer.status_code == 422
+        [error] = _strict_json(answer.text)["detail"]
+        assert (error["loc"], error["type"]) == (["query", "span_s"], "finite_number")
+
+
+def test_a_refusal_quoting_a_non_finite_number_is_json(api: Api) -> None:
+    """The reasons quote the request: its infinity is quoted as a string."""
+    body = b'{"query": "x", "min_confidence": Infinity, "colour": [NaN, -Infinity]}'
+    answer = api.unix.post("/v1/recall", content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 422
+    quoted = {tuple(e["loc"][1:]): e["input"] for e in _strict_json(answer.text)["detail"]}
+    assert quoted == {("min_confidence",): "Infinity", ("colour",): ["NaN", "-Infinity"]}
+
+
+def test_the_timeline_preview_holds_what_follows_a_nul(api: Api) -> None:
+    project = _project()
+    nul = api.save("nul \u0000 inside, and after it", project=project, topic_key="nul/\u0000/x")
+    wide = api.save("\U0001f600" * 400, project=project)  # 4 bytes each in UTF-8
+    listed = api.unix.get("/v1/timeline", params={"project": project}).json()["memories"]
+    previews = {memory["content_hash"]: memory["preview"] for memory in listed}
+    assert previews == {
+        nul: "nul \u0000 inside, and after it",
+        wide: "\U0001f600" * defaults.TIMELINE_PREVIEW_CHARS,
+    }
+    by_prefix = api.unix.get(
+        "/v1/timeline", params={"project": project, "topic_key_prefix": "nul/\u0000"}
+    ).json()
+    assert [memory["content_hash"] for memory in by_prefix["memories"]] == [nul]
+    recalled = api.recall(
+        "inside", filters={"project": project, "topic_key_prefix": "nul/\u0000/"}, record=False
+    )
+    assert _hashes(recalled) == [nul]
+
+
+#: The statuses every operation's route may answer: the guard's, and the index loading.
+GUARDED: Final = {"401", "413", "421", "503"}
+
+
+def test_the_openapi_document_lists_the_errors_each_route_answers(api: Api) -> None:
+    document = api.unix.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+    responses = {
+        (method.upper(), path): {status for status in operation["responses"] if status != "200"}
+        for path, methods in document["paths"].items()
+        for method, operation in methods.items()
+    }
+    assert responses[("GET", "/v1/status")] == GUARDED
+    assert responses[("GET", "/v1/timeline")] == GUARDED | {"422"}
+    assert responses[("GET", "/v1/memories/{ref}")] == GUARDED | {"404", "422"}
+    assert responses[("POST", "/v1/recall")] == GUARDED | {"400", "422"}
+    assert responses[("POST", "/v1/memories")] == GUARDED | {"400", "409", "422"}
+    assert responses[("POST", "/v1/outcomes")] == GUARDED | {"400", "404", "409", "422"}
+    assert responses[("GET", "/healthz")] == {"413", "421"}
+    assert responses[("GET", "/readyz")] == {"413", "421", "503"}
+    for (method, path), statuses in responses.items():
+        if path.startswith("/v1/"):
+            assert statuses >= GUARDED, (method, path)
+    # A 422 is FastAPI's reasons, one per field, or the operation's own, one string.
+    recall = document["paths"]["/v1/recall"]["post"]["responses"]
+    shapes = recall["422"]["content"]["application/json"]["schema"]["anyOf"]
+    assert {shape["$ref"].rsplit("/", 1)[1] for shape in shapes} == {
+        "ValidationProblem",
+        "Problem",
+    }
+    assert "HTTPValidationError" not in schemas
+    answers = pydantic.TypeAdapter(models.ValidationProblem | models.Problem)
+    # Refused by FastAPI's validation, then by the operation (no model is 3 wide).
+    for body in ({"query": "a", "top_k": 0}, {"vector": [1.0, 2.0, 3.0], "record": False}):
+        refused = api.unix.post("/v1/recall", json=body)
+        assert refused.status_code == 422
+        answers.validate_json(refused.content)
+    token = {"Authorization": f"Bearer {TOKEN}"}
+    with httpx.Client(base_url=api.tcp_url, timeout=30.0) as tcp:
+        for expected, refused in (
+            (401, tcp.get("/v1/status")),
+            (421, tcp.get("/v1/status", headers={**token, "Host": FOREIGN_HOST})),
+            (413, tcp.post("/v1/memories", content=b"x" * (defaults.API_MAX_BODY_BYTES + 1))),
+            (
+                400,
+                tcp.post(
+                    "/v1/memories",
+                    content=b'{"content": "\xff"}',
+                    headers={**token, "content-type": "application/json"},
+                ),
+            ),
+        ):
+            assert refused.status_code == expected, refused.text
+            assert str(expected) in responses[("POST", "/v1/memories")]
+            models.Problem.model_validate_json(refused.content)

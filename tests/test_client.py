@@ -7,6 +7,8 @@ project), so the order tests run in does not matter.
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import socket
 import subprocess
 import sys
@@ -15,7 +17,9 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Final
 
+import httpx
 import pytest
 import trio
 
@@ -28,6 +32,7 @@ from dreamcycle.daemon.client import (
     MemoryClient,
     NotFound,
     Unavailable,
+    error_for,
 )
 from tests.api_helpers import TOKEN, ApiDaemon, free_port, running_api
 from tests.daemon_helpers import Peer, wait_until
@@ -283,3 +288,49 @@ def test_the_blocking_client_leaves_httpx_unimported() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert imported.stdout.strip() == "False"
+
+
+#: Arguments the request models refuse, and the reason's start: BadRequest before sending.
+REFUSED_LOCALLY: Final = (
+    (lambda m: m.recall(None), "query: give a text, or an embedding"),
+    (lambda m: m.recall(5), "query: give a text, or an embedding"),
+    (lambda m: m.recall(b"bytes"), "query: give a text, or an embedding"),
+    (lambda m: m.recall(["a"]), "vector.0: Input should be a valid number"),
+    (lambda m: m.recall([0.5, math.inf]), "vector.1: Input should be a finite number"),
+    (lambda m: m.recall("x", min_relevance=math.inf), "min_relevance: Input should be a finite"),
+    (lambda m: m.recall("x", min_confidence=math.nan), "min_confidence: Input should be a finite"),
+    (lambda m: m.save("x", confidence=math.nan), "confidence: Input should be a finite"),
+    (lambda m: m.outcome("a" * 64, -math.inf, "r"), "reward: Input should be a finite"),
+    (lambda m: m.pulse("t", ttl_s=math.inf), "ttl_s: Input should be a finite"),
+    (lambda m: m.pin("a" * 64, math.nan), "pin_floor: Input should be a finite"),
+    (lambda m: m.timeline(span_s=math.inf), "span_s: Input should be a finite"),
+)
+
+
+def test_what_the_models_refuse_raises_bad_request_and_nothing_is_sent(tmp_path: Path) -> None:
+    """No daemon answers at the socket: a request sent would raise Unavailable."""
+    with MemoryClient(tmp_path / "absent.sock") as memory:
+        for call, reason in REFUSED_LOCALLY:
+            with pytest.raises(BadRequest, match=re.escape(reason)):
+                call(memory)
+        with pytest.raises(Unavailable):
+            memory.status()
+
+    async def refused() -> None:
+        async with AsyncMemoryClient(tmp_path / "absent.sock") as memory:
+            for query in (None, 5, ["a"], [math.nan]):
+                with pytest.raises(BadRequest, match=r"^(query|vector)"):
+                    await memory.recall(query)  # type: ignore[arg-type]
+            with pytest.raises(BadRequest, match="min_relevance"):
+                await memory.recall("x", min_relevance=math.inf)
+
+    trio.run(refused)
+
+
+def test_a_host_the_daemon_does_not_answer_for_is_a_bad_request(served: ApiDaemon) -> None:
+    """The daemon answers 421 to a request naming a host other than its own over TCP: the
+    caller's URL is wrong, not the daemon."""
+    port = served.url.rsplit(":", 1)[1]
+    answer = httpx.get(f"{served.url}/v1/status", headers={"Host": f"elsewhere.example:{port}"})
+    assert answer.status_code == 421
+    assert error_for(answer.status_code) is BadRequest

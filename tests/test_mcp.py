@@ -242,3 +242,43 @@ def test_streamable_http_over_tcp_needs_the_token(served: ApiDaemon) -> None:
         headers={"accept": "application/json, text/event-stream"},
     )
     assert response.status_code == 401
+
+
+def test_unknown_arguments_are_refused_naming_them(served: ApiDaemon, tmp_path: Path) -> None:
+    """As the HTTP API refuses unknown fields: a misspelt filter must not match everything,
+    a misspelt reason must not be dropped. Over stdio and the daemon's /mcp alike."""
+    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=served.socket_path))
+
+    async def refused_in(session: ClientSession, over: str) -> None:
+        project = f"misspelt-{over}"
+        listed = (await session.list_tools()).tools
+        assert all(tool.input_schema.get("additionalProperties") is False for tool in listed)
+        content = f"Over {over}, a misspelt argument is refused, not ignored."
+        digest = (await call(session, "mem_save", content=content, project=project))["content_hash"]
+        for tool, arguments, unknown in (
+            ("mem_search", {"query": "misspelt argument", "projet": project}, "projet"),
+            ("mem_delete", {"id": digest, "reasn": "wrong"}, "reasn"),
+            ("mem_save", {"content": f"{content} Again.", "colour": "red"}, "colour"),
+            ("mem_stats", {"verbose": True}, "verbose"),
+        ):
+            reason = refusal(await session.call_tool(tool, arguments))
+            assert unknown in reason and "Extra inputs are not permitted" in reason, reason
+        assert (await call(session, "mem_get_observation", id=digest))["state"] == "live"
+        found = await call(session, "mem_search", query="misspelt argument", project=project)
+        assert [hit["content_hash"] for hit in found["hits"]] == [digest]
+
+    async def conversation() -> None:
+        async with stdio_session(served.peer, tmp_path / "mcp.log") as session:
+            await refused_in(session, "stdio")
+        async with (
+            http,
+            streamable_http_client(f"http://localhost{MCP_PATH}", http_client=http) as (
+                read,
+                write,
+            ),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            await refused_in(session, "http")
+
+    trio.run(within_timeout, conversation)

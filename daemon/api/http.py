@@ -11,19 +11,24 @@ every request passes through, is left the HTTP protocol. The calls agents make e
 (recall, context, save, outcome) go around FastAPI's request machinery when well formed
 (daemon/api/hot_path.py), with the same answers. The Unix socket's file mode
 (0600) is its access control; TCP requests (/mcp too) carry the configured bearer
-token. A bad request gets a 4xx with the reason; anything unexpected a 500 with a short
-message, logged, and the server goes on.
+token, and name this server in their Host header (localhost, a loopback address or
+api.host), so that a web page cannot reach the port through a name of its own that
+resolves to loopback (DNS rebinding). A bad request gets a 4xx with the reason; anything
+unexpected a 500 with a short message, logged, and the server goes on.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
+import math
 import os
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import trio
 from fastapi import FastAPI, HTTPException, Query, Request
@@ -52,11 +57,38 @@ Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Response]])
 
 #: Paths a TCP client may reach without the token: liveness probes carry no secrets.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": models.Problem, "description": "unknown decision or chunk"},
-    409: {"model": models.Problem, "description": "contradicts what is stored"},
-    503: {"model": models.Problem, "description": "the index is still loading"},
+#: The host name every loopback interface answers to, besides its addresses.
+LOOPBACK_NAME: Final = "localhost"
+#: A Host header: a name or IPv4 address, or an IPv6 address in brackets; maybe a port.
+_HOST_HEADER = re.compile(r"(?:\[(?P<v6>[^\]]+)\]|(?P<name>[^:\[\]]+))(?::[0-9]*)?")
+
+#: Each error status a route may answer, as the OpenAPI document describes it.
+_ERROR_REASONS: Final[dict[int, str]] = {
+    400: "the body is not text JSON can be read from (not UTF-8, say)",
+    401: "over TCP without the bearer token, when api.token is set",
+    404: "unknown decision or chunk",
+    409: "contradicts what is stored",
+    413: f"a body over {defaults.API_MAX_BODY_BYTES} bytes",
+    421: "over TCP, a Host header naming neither localhost, a loopback address nor api.host",
+    422: "a bad request: each field's reason (ValidationProblem), or the operation's (Problem)",
+    503: "the index is still loading",
 }
+#: Answered by the guard, before any route: a foreign Host, a body too large, no token.
+_GUARDED: Final = (401, 413, 421)
+#: What any route with a body may answer besides its operation's own refusals.
+_BODY: Final = (400, 422)
+
+
+def _responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The error answers of a route, for the OpenAPI document: a 422 comes from FastAPI's
+    validation or from the operation, shaped differently."""
+    return {
+        status: {
+            "model": models.ValidationProblem | models.Problem if status == 422 else models.Problem,
+            "description": _ERROR_REASONS[status],
+        }
+        for status in sorted(set(statuses))
+    }
 
 
 #: A chunk named in the path: its hash, or a prefix only it has.
@@ -90,9 +122,11 @@ def create_app(
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> Response:
         """FastAPI's 422, its non-ASCII characters escaped: the reasons quote the request,
-        and a lone surrogate in it (which JSON allows) has no UTF-8 form."""
-        reasons = json.dumps({"detail": jsonable_encoder(exc.errors())}, ensure_ascii=True)
-        return Response(reasons, status_code=422, media_type="application/json")
+        and a lone surrogate in it (which JSON allows) has no UTF-8 form. A non-finite
+        number quoted is spelt as a string: JSON has no such numbers."""
+        reasons = _finite_numbers({"detail": jsonable_encoder(exc.errors())})
+        body = json.dumps(reasons, ensure_ascii=True, allow_nan=False)
+        return Response(body, status_code=422, media_type="application/json")
 
     async def run(operation: Callable[[], BaseModel]) -> Response:
         """The operation's answer, serialized in the worker thread too: the event loop,
@@ -108,15 +142,22 @@ def create_app(
             raise HTTPException(status, detail) from None
 
     def operation(
-        method: str, path: str, answer: type[BaseModel], summary: str
+        method: str, path: str, answer: type[BaseModel], summary: str, *errors: int
     ) -> Callable[[Handler], Handler]:
         """An operation's route; `answer` describes, in the OpenAPI document, what `run`
-        returns already serialized."""
+        returns already serialized, and `errors` the refusals the route has besides the
+        guard's and a 503 while the index loads."""
         return app.api_route(
-            path, methods=[method], responses=_ERRORS, response_model=answer, summary=summary
+            path,
+            methods=[method],
+            responses=_responses(*_GUARDED, 503, *errors),
+            response_model=answer,
+            summary=summary,
         )
 
-    @operation("POST", "/v1/recall", models.RecallResponse, "chunks for a query or a vector")
+    @operation(
+        "POST", "/v1/recall", models.RecallResponse, "chunks for a query or a vector", *_BODY
+    )
     async def recall(request: models.RecallRequest) -> Response:
         return await run(lambda: ops.recall(request))
 
@@ -125,19 +166,29 @@ def create_app(
         "/v1/memories",
         models.SaveResponse,
         "store a chunk; recall finds it when this returns",
+        *_BODY,
+        409,
     )
     async def save(request: models.SaveRequest) -> Response:
         return await run(lambda: ops.save(request))
 
-    @operation("POST", "/v1/outcomes", models.Queued, "how a recalled decision turned out")
+    @operation(
+        "POST",
+        "/v1/outcomes",
+        models.Queued,
+        "how a recalled decision turned out",
+        *_BODY,
+        404,
+        409,
+    )
     async def outcome(request: models.OutcomeRequest) -> Response:
         return await run(lambda: ops.outcome(request))
 
-    @operation("POST", "/v1/pulses", models.Queued, "reward or decay memory near a text")
+    @operation("POST", "/v1/pulses", models.Queued, "reward or decay memory near a text", *_BODY)
     async def pulse(request: models.PulseRequest) -> Response:
         return await run(lambda: ops.pulse(request))
 
-    @operation("POST", "/v1/tombstones", models.Queued, "retract a chunk for good")
+    @operation("POST", "/v1/tombstones", models.Queued, "retract a chunk for good", *_BODY, 404)
     async def tombstone(request: models.TombstoneRequest) -> Response:
         return await run(lambda: ops.tombstone(request))
 
@@ -145,14 +196,20 @@ def create_app(
     async def status() -> Response:
         return await run(ops.status)
 
-    @operation("GET", "/v1/memories/{ref}", models.Memory, "one chunk, by hash or unique prefix")
+    @operation(
+        "GET", "/v1/memories/{ref}", models.Memory, "one chunk, by hash or unique prefix", 404, 422
+    )
     async def memory(
         ref: Annotated[str, PathParameter(pattern=models.HASH_OR_UNIQUE_PREFIX)],
     ) -> Response:
         return await run(lambda: ops.memory(models.MemoryRequest(ref=ref)))
 
     @operation(
-        "GET", "/v1/forgotten", models.ForgottenResponse, "what the sweep moved to the cold tier"
+        "GET",
+        "/v1/forgotten",
+        models.ForgottenResponse,
+        "what the sweep moved to the cold tier",
+        422,
     )
     async def forgotten(
         request: Annotated[models.ForgottenRequest, Query()],
@@ -164,6 +221,9 @@ def create_app(
         "/v1/supersessions",
         models.SupersedeResponse,
         "save a chunk that replaces another (applied at the next cycle)",
+        *_BODY,
+        404,
+        409,
     )
     async def supersede(request: models.SupersedeRequest) -> Response:
         return await run(lambda: ops.supersede(request))
@@ -173,6 +233,7 @@ def create_app(
         "/v1/context",
         models.ContextResponse,
         "pinned, previously successful and relevant memories for a task, in a budget",
+        *_BODY,
     )
     async def context(request: models.ContextRequest) -> Response:
         return await run(lambda: ops.context(request))
@@ -182,6 +243,8 @@ def create_app(
         "/v1/memories/{ref}/explain",
         models.ExplainResponse,
         "a memory's salience history, decisions, outcomes and learned keys",
+        404,
+        422,
     )
     async def explain(ref: Ref) -> Response:
         return await run(lambda: ops.explain(models.RefRequest(ref=ref)))
@@ -191,12 +254,17 @@ def create_app(
         "/v1/memories/{ref}/pin",
         models.ChunkQueued,
         "set a pin floor (applied and shared at the next cycle)",
+        *_BODY,
+        404,
+        409,
     )
     async def pin(ref: Ref, body: models.PinBody | None = None) -> Response:
         floor = {} if body is None else body.model_dump()
         return await run(lambda: ops.pin(models.PinRequest(ref=ref, **floor)))
 
-    @operation("POST", "/v1/memories/{ref}/unpin", models.ChunkQueued, "clear the pin floor")
+    @operation(
+        "POST", "/v1/memories/{ref}/unpin", models.ChunkQueued, "clear the pin floor", 404, 409, 422
+    )
     async def unpin(ref: Ref) -> Response:
         return await run(lambda: ops.unpin(models.RefRequest(ref=ref)))
 
@@ -205,6 +273,9 @@ def create_app(
         "/v1/memories/{ref}/reinforce",
         models.ChunkQueued,
         "a Reward pulse at this memory, with a reason",
+        *_BODY,
+        404,
+        409,
     )
     async def reinforce(ref: Ref, body: models.FeedbackBody) -> Response:
         return await run(
@@ -216,6 +287,9 @@ def create_app(
         "/v1/memories/{ref}/penalize",
         models.ChunkQueued,
         "a Decay pulse at this memory, with a reason",
+        *_BODY,
+        404,
+        409,
     )
     async def penalize(ref: Ref, body: models.FeedbackBody) -> Response:
         return await run(lambda: ops.penalize(models.FeedbackRequest(ref=ref, **body.model_dump())))
@@ -225,6 +299,9 @@ def create_app(
         "/v1/memories/{ref}/revive",
         models.Revival,
         "bring a cold memory back to the live tier (at the next cycle)",
+        404,
+        409,
+        422,
     )
     async def revive(ref: Ref) -> Response:
         return await run(lambda: ops.revive(models.RefRequest(ref=ref)))
@@ -234,11 +311,16 @@ def create_app(
         "/v1/memories/{ref}/update",
         models.UpdateResponse,
         "new content supersedes the memory; a new title, topic or importance revises it",
+        *_BODY,
+        404,
+        409,
     )
     async def update(ref: Ref, body: models.UpdateBody) -> Response:
         return await run(lambda: ops.update(models.UpdateRequest(ref=ref, **body.model_dump())))
 
-    @operation("GET", "/v1/timeline", models.TimelineResponse, "memories by time, newest first")
+    @operation(
+        "GET", "/v1/timeline", models.TimelineResponse, "memories by time, newest first", 422
+    )
     async def timeline(
         request: Annotated[models.TimelineRequest, Query()],
     ) -> Response:
@@ -247,14 +329,17 @@ def create_app(
     # MCP's streamable HTTP transport: the same operations as tools, for agents.
     app.router.routes.append(Route(MCP_PATH, mcp.asgi))
 
-    @app.get("/healthz", summary="the process is alive")
+    @app.get("/healthz", summary="the process is alive", responses=_responses(413, 421))
     async def healthz() -> dict[str, str]:
         return {"status": "alive"}
 
     @app.get(
         "/readyz",
         summary="index loaded; in the daemon also database, backend and a recent cycle",
-        responses={503: {"description": "not ready: the failing checks are named"}},
+        responses={
+            **_responses(413, 421),
+            503: {"description": "not ready: the failing checks are named"},
+        },
     )
     async def readyz() -> JSONResponse:
         if not ops.ready:
@@ -271,37 +356,91 @@ def create_app(
     return app
 
 
-def guard(app: Asgi, token: str, max_body_bytes: int) -> Asgi:
-    """Refuse oversized bodies, and TCP requests without the bearer token (when one is set).
+def guard(app: Asgi, token: str, max_body_bytes: int, *, hosts: Collection[str] = ()) -> Asgi:
+    """Refuse oversized bodies; and on TCP, requests whose Host header names neither
+    localhost, a loopback address nor one of `hosts`, and those without the bearer token
+    (when one is set).
 
-    Hypercorn gives a Unix socket connection no server address: that is how TCP is told
-    apart.
+    A browser sends a page's requests to the address its host name resolves to, naming
+    that host: a page served from a name its owner then points at 127.0.0.1 (DNS
+    rebinding) would otherwise read and write memory over loopback as same-origin, with
+    no token set (the default). Hypercorn gives a Unix socket connection no server
+    address: that is how TCP is told apart.
     """
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
+    served = frozenset(_host_name(host) for host in hosts)
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
+        over_tcp = scope.get("server") is not None
+        if over_tcp and not _names_this_server(headers.get(b"host"), served):
+            await send_problem(
+                send,
+                421,
+                f"this server answers requests for {LOOPBACK_NAME}, its loopback addresses "
+                "and api.host only (the Host header names another)",
+            )
+            return
         length = headers.get(b"content-length", b"0")
         if not length.isdigit() or int(length) > max_body_bytes:
             await send_problem(send, 413, f"request body larger than {max_body_bytes} bytes")
             return
-        over_tcp = scope.get("server") is not None
-        if token and over_tcp and scope.get("path") not in OPEN_PATHS:
-            given = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(given, expected):
-                await send_problem(
-                    send,
-                    401,
-                    "a bearer token is required on TCP",
-                    ((b"www-authenticate", b"Bearer"),),
-                )
-                return
+        needs_token = token and over_tcp and scope.get("path") not in OPEN_PATHS
+        if needs_token and not _carries_token(headers.get(b"authorization", b""), expected):
+            await send_problem(
+                send,
+                401,
+                "a bearer token is required on TCP",
+                ((b"www-authenticate", b"Bearer"),),
+            )
+            return
         await app(scope, receive, send)
 
     return guarded
+
+
+def _host_name(host: str) -> str:
+    """`host` (api.host) as a Host header names it: lower case, an IPv6 address bare."""
+    return host.strip("[]").lower()
+
+
+def _names_this_server(header: bytes | None, served: frozenset[str]) -> bool:
+    """Whether a Host header names localhost, a loopback address or one of `served`, with
+    or without a port."""
+    found = _HOST_HEADER.fullmatch((header or b"").decode("latin-1"))
+    if found is None:
+        return False
+    name = (found["v6"] or found["name"]).lower()
+    if name == LOOPBACK_NAME or name in served:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:  # a name, not an address
+        return False
+
+
+def _carries_token(authorization: bytes, token: bytes) -> bool:
+    """Whether an Authorization header is the bearer `token`: the scheme's case does not
+    matter (RFC 9110, 11.1); the token is compared in a time that does not tell how much
+    of it matched."""
+    scheme, _, credentials = authorization.partition(b" ")
+    matches = hmac.compare_digest(credentials.lstrip(b" "), token)
+    return scheme.lower() == b"bearer" and matches
+
+
+def _finite_numbers(value: Any) -> Any:
+    """`value` (JSON's types), with each infinity or NaN spelt as the string that JSON's
+    extensions spell it with."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _finite_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite_numbers(item) for item in value]
+    return value
 
 
 def served_app(ops: Operations, config: Config, *, health: Health | None = None) -> Asgi:
@@ -318,6 +457,7 @@ def served_app(ops: Operations, config: Config, *, health: Health | None = None)
         ),
         api.bearer_token(),
         defaults.API_MAX_BODY_BYTES,
+        hosts=(api.host,),
     )
 
 

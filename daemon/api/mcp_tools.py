@@ -10,7 +10,9 @@ The tools reach the operations through a `Transport`: over the API
 (`AsyncMemoryClient`, what `dreamcycle mcp` serves on stdio) or, inside the
 daemon, by calling `Operations` in the API's worker threads (`InProcess`, what
 `/mcp` serves as streamable HTTP). Either way a refused operation becomes a
-tool error carrying the daemon's reason.
+tool error carrying the daemon's reason. An argument a tool does not take is refused,
+naming it, as the HTTP API refuses unknown fields: a misspelt filter must not silently
+match everything.
 
 One module of about 500 lines: each tool's signature is its MCP schema (the SDK reads
 parameters, types and descriptions from it), so every tool is written out in full.
@@ -28,9 +30,11 @@ from typing import Annotated, Any, Final, Protocol, TypeVar, cast
 import trio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from dreamcycle.daemon import client, defaults
 from dreamcycle.daemon.api import models
@@ -475,13 +479,37 @@ def _reporting(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[A
     return reported
 
 
+def _strict(tool: Tool) -> Tool:
+    """`tool`, refusing arguments it does not take (the SDK's argument model ignores them)
+    and numbers no float bound holds against, as models.Strict does; its input schema says
+    so (additionalProperties false)."""
+    taken = tool.fn_metadata.arg_model
+    strict = cast(
+        type[ArgModelBase],
+        type(
+            taken.__name__,
+            (taken,),
+            {
+                "model_config": ConfigDict(extra="forbid", allow_inf_nan=False),
+                "__module__": taken.__module__,
+            },
+        ),
+    )
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
+    return tool
+
+
 def build_server(transport: Transport) -> MCPServer[Any]:
-    server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS)
     tools = MemoryTools(transport)
+    served = []
     for name in TOOLS:
-        tool = getattr(tools, name)
-        server.add_tool(_reporting(tool), name=name, description=inspect.cleandoc(tool.__doc__))
-    return server
+        method = getattr(tools, name)
+        description = inspect.cleandoc(method.__doc__)
+        served.append(
+            _strict(Tool.from_function(_reporting(method), name, description=description))
+        )
+    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, tools=served)
 
 
 class StreamableHttp:
@@ -491,12 +519,11 @@ class StreamableHttp:
     def __init__(self, transport: Transport, *, host: str) -> None:
         server = build_server(transport)
         # Browsers may reach a loopback port: only these Host headers are answered (the Unix
-        # socket's requests name localhost).
+        # socket's requests name localhost), as the API's guard answers them.
+        names = ("localhost", "127.0.0.1", "[::1]", f"[{host}]" if ":" in host else host)
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
-            allowed_hosts=sorted(
-                {"localhost", "localhost:*", "127.0.0.1:*", "[::1]:*", f"{host}:*"}
-            ),
+            allowed_hosts=sorted({*names, *(f"{name}:*" for name in names)}),
             allowed_origins=["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"],
         )
         server.streamable_http_app(

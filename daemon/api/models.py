@@ -53,9 +53,11 @@ assert DeletionPolicy.__args__ == DELETION_POLICIES  # type: ignore[attr-defined
 
 
 class Strict(BaseModel):
-    """Unknown fields are refused: a misspelt filter must not silently match everything."""
+    """Unknown fields are refused: a misspelt filter must not silently match everything.
+    So are non-finite numbers (JSON has none, but parsers read Infinity, NaN and 1e400):
+    no bound holds against them, and an answer quoting one would not be JSON."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # ---- recall ------------------------------------------------------------------------------
@@ -620,6 +622,24 @@ class StatusResponse(BaseModel):
 
 
 class Problem(BaseModel):
-    """The body of every error answer."""
+    """The body of every error answer but a refused request's validation."""
 
     detail: str
+
+
+class ValidationIssue(BaseModel):
+    """One reason a request failed validation."""
+
+    loc: list[str | int] = Field(description='where: "body", "query" or "path", then the field')
+    msg: str
+    type: str
+    input: Any = Field(
+        default=None, description="what was given (a number JSON cannot hold, as a string)"
+    )
+    ctx: dict[str, Any] | None = None
+
+
+class ValidationProblem(BaseModel):
+    """The body of a 422 for a request that does not validate: one reason per field."""
+
+    detail: list[ValidationIssue]

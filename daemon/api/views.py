@@ -34,6 +34,10 @@ _OWN_STEPS = (
     JournalKind.REVIVE,
     JournalKind.CONFIDENCE,
 )
+#: The longest UTF-8 encoding of a character, in bytes.
+_UTF8_MAX_BYTES = 4
+#: Bytes of a content read for its timeline preview: enough for its characters whole.
+_PREVIEW_BYTES = defaults.TIMELINE_PREVIEW_CHARS * _UTF8_MAX_BYTES
 #: The cause shown for a step that carries nothing more to say.
 _PLAIN_CAUSES = {
     JournalKind.TOMBSTONE: "tombstoned",
@@ -53,9 +57,11 @@ def filter_clauses(filters: models.RecallFilters) -> tuple[list[str], list[Any]]
             where.append(f"{column} = ?")
             params.append(value)
     if filters.topic_key_prefix is not None:
-        # substr, not LIKE: a prefix holding % or _ means itself.
-        where.append("substr(topic_key, 1, ?) = ?")
-        params += [len(filters.topic_key_prefix), filters.topic_key_prefix]
+        # substr, not LIKE: a prefix holding % or _ means itself. Of the bytes: SQLite's
+        # substr of a text ends at a NUL character.
+        prefix = filters.topic_key_prefix
+        where.append("substr(CAST(topic_key AS BLOB), 1, ?) = CAST(? AS BLOB)")
+        params += [len(prefix.encode()), prefix]
     if filters.created_after_ms is not None:
         where.append("created_at >= ?")
         params.append(iso_from_ms(filters.created_after_ms))
@@ -295,11 +301,14 @@ def timeline(db: Database, request: models.TimelineRequest) -> models.TimelineRe
     total = int(
         db.fetch_one(f"SELECT count(*) FROM observations WHERE {condition}", tuple(params))[0]
     )
+    # The content's first bytes, enough for the preview's characters, cut in Python: SQLite's
+    # substr of a text ends at a NUL character, and reading whole contents would read up to
+    # MAX_TEXT_CHARS per row.
     rows = db.fetch_all(
-        "SELECT content_hash, title, substr(content, 1, ?), kind, project, session_id, topic_key, "
-        f"created_at, salience, cold_at IS NOT NULL FROM observations WHERE {condition} "
-        "ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
-        (defaults.TIMELINE_PREVIEW_CHARS, *params, request.limit, request.offset),
+        "SELECT content_hash, title, substr(CAST(content AS BLOB), 1, ?), kind, project, "
+        f"session_id, topic_key, created_at, salience, cold_at IS NOT NULL FROM observations "
+        f"WHERE {condition} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+        (_PREVIEW_BYTES, *params, request.limit, request.offset),
     )
     end = request.offset + len(rows)
     return models.TimelineResponse(
@@ -309,7 +318,7 @@ def timeline(db: Database, request: models.TimelineRequest) -> models.TimelineRe
             models.TimelineMemory(
                 content_hash=digest,
                 title=title,
-                preview=preview,
+                preview=_preview(head),
                 kind=kind,
                 project=project,
                 session_id=session,
@@ -318,6 +327,13 @@ def timeline(db: Database, request: models.TimelineRequest) -> models.TimelineRe
                 salience=salience,
                 state="cold" if cold else "live",
             )
-            for digest, title, preview, kind, project, session, topic, created, salience, cold in rows
+            for digest, title, head, kind, project, session, topic, created, salience, cold in rows
         ],
     )
+
+
+def _preview(head: bytes) -> str:
+    """The preview from a content's first _PREVIEW_BYTES bytes, which hold at least its
+    first TIMELINE_PREVIEW_CHARS characters whole: a character cut at the end is dropped
+    with the rest."""
+    return head.decode("utf-8", errors="replace")[: defaults.TIMELINE_PREVIEW_CHARS]
