@@ -234,6 +234,18 @@ def test_malformed_bodies_are_refused_naming_the_field(
 def test_bodies_that_are_not_requests_are_refused(api: Api) -> None:
     both = api.post("/v1/recall", {"query": "a", "vector": [1.0]}, expect=422)
     assert "exactly one" in str(both["detail"])
+    # Swapped bounds would match nothing, an answer that hides the mistake.
+    swapped = {"created_after_ms": 2_000, "created_before_ms": 1_000}
+    for path, body in (
+        ("/v1/recall", {"query": "a", "filters": swapped}),
+        ("/v1/context", {"task": "a", "filters": swapped}),
+    ):
+        refused = api.post(path, body, expect=422)
+        assert "must be before created_before_ms" in str(refused["detail"]), refused
+    timeline = api.unix.get("/v1/timeline", params=swapped)
+    assert timeline.status_code == 422 and "must be before" in timeline.text
+    no_decision = api.post("/v1/recall", {"query": "a", "decision": "  "}, expect=422)
+    assert "decision is blank" in str(no_decision["detail"])
     blank = api.post("/v1/memories", {"content": "   "}, expect=422)
     assert "empty" in blank["detail"]
     broken = api.unix.post(

@@ -82,6 +82,17 @@ class RecallFilters(Strict):
         description="only chunks stored before (ms since the epoch)",
     )
 
+    @model_validator(mode="after")
+    def _a_time_range_that_holds_something(self) -> RecallFilters:
+        after, before = self.created_after_ms, self.created_before_ms
+        if after is not None and before is not None and after >= before:
+            # Nothing is stored both at or after one time and before an earlier one: the
+            # bounds were swapped, and an empty answer would hide it.
+            raise ValueError(
+                f"created_after_ms ({after}) must be before created_before_ms ({before})"
+            )
+        return self
+
     def active(self) -> bool:
         return any(value is not None for value in self.model_dump().values())
 
@@ -125,6 +136,8 @@ class RecallRequest(Strict):
             raise ValueError("give exactly one of query and vector")
         if self.query is not None and not self.query.strip():
             raise ValueError("query is blank")
+        if self.decision is not None and not self.decision.strip():
+            raise ValueError("decision is blank: leave it out to use the query")
         return self
 
 
