@@ -4,11 +4,12 @@ versions of a memory, and two edits of one version would leave two successors.""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from dreamcycle.daemon.client import Conflict, MemoryClient, NotFound
+from dreamcycle.daemon.client import BadRequest, Conflict, MemoryClient, NotFound
 from dreamcycle.store.hashing import content_hash
 from tests.api_helpers import running_api, wait_applied
 from tests.daemon_helpers import Peer, wait_until
@@ -50,3 +51,23 @@ def test_an_undo_a_second_edit_and_an_edit_of_a_deleted_memory_wait_for_the_cycl
         assert m.memory(friday).state == "tombstoned"
         found = m.recall("how often does the staging password rotate", record=False).hits
         assert found[0].content_hash == weekly.content_hash
+
+
+def test_an_update_that_would_keep_a_field_the_api_does_not_take_names_it(
+    tmp_path: Path,
+) -> None:
+    # Ingest takes titles the API does not (a peer's entry may carry them too).
+    long_title = "T" * 1_500
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text(json.dumps({"content": MONTHLY, "title": long_title}) + "\n")
+    peer = Peer(tmp_path / "data", "edits", tmp_path / "zeitgeist")
+    with running_api(peer) as served, MemoryClient(served.socket_path) as m:
+        peer.dreamcycle("ingest", "--direct", str(notes))
+        old = content_hash(MONTHLY)
+        assert m.memory(old).title == long_title
+        with pytest.raises(BadRequest, match=r"memory's own title cannot be kept.*give a new"):
+            m.update(old, content=WEEKLY, reason="rotation changed")
+        with pytest.raises(NotFound):
+            m.memory(content_hash(WEEKLY))  # refused before anything was saved
+        updated = m.update(old, content=WEEKLY, title="rotation", reason="rotation changed")
+        assert m.memory(updated.content_hash).title == "rotation"

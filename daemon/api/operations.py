@@ -35,9 +35,10 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Concatenate, Final, ParamSpec, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 import numpy as np
+import pydantic
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.admission import record_admission
@@ -623,7 +624,7 @@ class Operations:
         content = given.pop("content", old.content)
         if content_hash(content) != old.content_hash:
             kept = old.model_dump(include=set(models.SaveRequest.model_fields) - {"content"})
-            memory = models.SaveRequest(content=content, **(kept | given))
+            memory = _new_version(content, kept, given)
             superseded = self.supersede(
                 models.SupersedeRequest(
                     old_hash=old.content_hash, memory=memory, reason=request.reason
@@ -762,6 +763,25 @@ def _given_vector(values: list[float] | None, dim: int) -> Vector:
     scaled = raw / largest  # no overflow in the norm below, whatever the magnitudes
     unit: Vector = (scaled / np.linalg.norm(scaled)).astype(np.float32)
     return unit
+
+
+def _new_version(content: str, kept: dict[str, Any], given: dict[str, Any]) -> models.SaveRequest:
+    """The memory an update saves: the fields given, the old memory's for the rest. A field
+    kept may break the API's bounds (stored by ingest or by a peer, whose are wider): the
+    caller is told which one, and that giving it anew is the way out."""
+    try:
+        return models.SaveRequest(content=content, **(kept | given))
+    except pydantic.ValidationError as exc:
+        inherited = sorted({str(e["loc"][0]) for e in exc.errors() if e["loc"]} - set(given))
+        if not inherited:
+            raise
+        reasons = "; ".join(
+            f"{e['loc'][0]}: {e['msg']}" for e in exc.errors() if str(e["loc"][0]) in inherited
+        )
+        raise ValueError(
+            f"the memory's own {', '.join(inherited)} cannot be kept by an update ({reasons}): "
+            "give a new value with it"
+        ) from None
 
 
 def _refuse_contradicting_supersede(db: Database, old_hash: str, new_hash: str) -> None:
