@@ -9,16 +9,18 @@ sections alone are still some 500 lines.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import re
 import socket
 import tomllib
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Final, Union, get_args, get_origin, get_type_hints
+from urllib.parse import SplitResult, urlsplit
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.cycle_thread import CPU_PRIORITIES
@@ -35,6 +37,17 @@ class ConfigError(ValueError):
 
 
 _PEER_ID = re.compile(r"^[A-Za-z0-9_.]{1,64}$")
+#: A host name as botocore accepts one in an endpoint URL: dot-separated labels of letters,
+#: digits and '-' (not at either end), at most 63 characters each.
+_HOST_NAME: Final = re.compile(r"^((?!-)[A-Za-z0-9-]{1,63}(?<!-)\.)*(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_HOST_NAME_MAX_CHARS: Final = 255
+_ENDPOINT_SCHEMES: Final = ("http", "https")
+_REDIS_SCHEMES: Final = ("redis", "rediss", "unix")
+#: Tighter bounds than CONFIG_MAX_COUNT, for the counts that have one.
+_COUNT_BOUNDS: Final[Mapping[str, tuple[int, str]]] = {
+    "embedding.threads": (defaults.CONFIG_MAX_THREADS, " threads"),
+    "api.workers": (defaults.CONFIG_MAX_THREADS, " threads"),
+}
 
 
 @dataclass
@@ -46,6 +59,17 @@ class PeerConfig:
         if not _PEER_ID.match(self.id):
             raise ConfigError(
                 f"peer.id {self.id!r} must be 1-64 characters of letters, digits, '_' or '.'"
+            )
+        # An empty path is the current directory: the database would land wherever the
+        # command happens to run.
+        if not self.data_dir.strip():
+            raise ConfigError(
+                f"peer.data_dir {self.data_dir!r} is empty: name the data directory "
+                f"(default {defaults.DATA_DIR})"
+            )
+        if "\0" in self.data_dir:
+            raise ConfigError(
+                f"peer.data_dir {self.data_dir!r} is not a usable path: it holds a NUL"
             )
 
 
@@ -121,10 +145,10 @@ class ZeitgeistConfig:
             )
         if self.backend == "s3" and not self.s3.bucket:
             raise ConfigError("zeitgeist.s3.bucket must be set when zeitgeist.backend = 's3'")
-        if self.backend == "redis" and not self.redis.url.startswith(
-            ("redis://", "rediss://", "unix://")
-        ):
-            raise ConfigError(f"zeitgeist.redis.url {self.redis.url!r} is not a redis:// URL")
+        if self.backend == "s3" and self.s3.endpoint_url:
+            _check_endpoint_url("zeitgeist.s3.endpoint_url", self.s3.endpoint_url)
+        if self.backend == "redis":
+            _check_redis_url("zeitgeist.redis.url", self.redis.url)
 
     def segment_limits(self) -> SegmentLimits:
         return SegmentLimits(
@@ -521,6 +545,8 @@ class Config:
             value = getattr(self, section.name)
             if hasattr(value, "check"):
                 value.check()
+        # After the sections' own rules, whose messages say more where they apply.
+        _check_magnitudes(self, "")
 
 
 def default_peer_id() -> str:
@@ -673,6 +699,94 @@ def _coerce(owner: type, key: str, value: Any, *, dotted: str, source: str) -> A
 def _positive(name: str, value: float) -> None:
     if not value > 0:
         raise ConfigError(f"{name} must be > 0, got {value}")
+    # Only floats: math.isfinite cannot take an integer beyond 1e308, and every int is finite.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value}")
+
+
+def _check_magnitudes(target: Any, prefix: str) -> None:
+    """Every number finite, every duration, count and size within its CONFIG_MAX_*: what
+    no section's rule bounds must still not overflow where it is used."""
+    hints = get_type_hints(type(target))
+    for f in dataclasses.fields(target):
+        key = f"{prefix}{f.name}"
+        value = getattr(target, f.name)
+        if dataclasses.is_dataclass(value):
+            _check_magnitudes(value, f"{key}.")
+        elif hints[f.name] is float:
+            if not math.isfinite(value):
+                raise ConfigError(f"{key} must be a finite number, got {value}")
+            if f.name.endswith("_s") and value > defaults.CONFIG_MAX_SECONDS:
+                raise ConfigError(
+                    f"{key} must be at most {defaults.CONFIG_MAX_SECONDS:.0f} seconds "
+                    f"({defaults.CONFIG_MAX_YEARS} years), got {value:g}"
+                )
+        elif hints[f.name] is int:
+            if key in _COUNT_BOUNDS:
+                bound, unit = _COUNT_BOUNDS[key]
+            elif f.name.endswith("_bytes"):
+                bound, unit = defaults.CONFIG_MAX_BYTES, " bytes"
+            else:
+                bound, unit = defaults.CONFIG_MAX_COUNT, ""
+            if value > bound:
+                raise ConfigError(f"{key} must be at most {bound}{unit}, got {value}")
+
+
+def _check_endpoint_url(key: str, url: str) -> None:
+    """An http(s) URL with a host botocore accepts, and a port if any: botocore refuses
+    anything else only when the daemon starts, with a traceback."""
+    parts = _split_url(key, url)
+    host = parts.hostname or ""
+    if parts.scheme not in _ENDPOINT_SCHEMES or not host:
+        raise ConfigError(
+            f"{key} {url!r} must be an http:// or https:// URL with a host "
+            "(e.g. http://127.0.0.1:9000), or empty for AWS S3"
+        )
+    if not (_is_ip_address(host) or (len(host) <= _HOST_NAME_MAX_CHARS and _HOST_NAME.match(host))):
+        raise ConfigError(
+            f"{key} {url!r}: {host!r} is not a host name (letters, digits, '-' and '.') "
+            "or an IP address"
+        )
+
+
+def _check_redis_url(key: str, url: str) -> None:
+    """A URL redis-py can connect with: redis://, rediss:// or unix://, a numeric port."""
+    parts = _split_url(key, url)
+    if parts.scheme not in _REDIS_SCHEMES:
+        raise ConfigError(
+            f"{key} {url!r} is not a redis:// URL (redis://HOST:PORT/DB, rediss://..., or "
+            "unix:///path/to/socket)"
+        )
+    if parts.scheme == "unix" and not parts.path:
+        raise ConfigError(f"{key} {url!r} names no socket: unix:///path/to/socket")
+    if parts.query:
+        # Only redis-py knows which query options it takes and their types; it is imported
+        # for the rare URL that has some.
+        from redis import connection
+
+        parse: Callable[[str], object] = connection.parse_url
+        try:
+            parse(url)
+        except ValueError as exc:
+            raise ConfigError(f"{key} {url!r} is not usable: {exc}") from None
+
+
+def _split_url(key: str, url: str) -> SplitResult:
+    """The URL's parts, its port checked (urlsplit checks it only when it is read)."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - read for its check: a number in 0..65535
+    except ValueError as exc:
+        raise ConfigError(f"{key} {url!r} is not a usable URL: {exc}") from None
+    return parts
+
+
+def _is_ip_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _one_of(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -362,6 +362,22 @@ FORGED_CLAIMS_PER_PUBLISH: Final = 64
 #: Rejected objects remembered so each is logged once (the counter counts them all).
 REJECTION_LOG_MEMORY: Final = zeitgeist_defaults.LOGGED_OBJECTS_MEMORY
 
+#: The largest values settings may hold, whatever their own rules: beyond them a value is
+#: a slip (`1e308`, `inf`, a count with twenty digits) that would overflow later, in
+#: milliseconds, in SQLite's 64-bit integers or in a native library's 32-bit ones.
+#: Durations (every `*_s` setting) up to a century:
+CONFIG_MAX_YEARS: Final = 100
+CONFIG_MAX_SECONDS: Final = CONFIG_MAX_YEARS * 365.25 * 24 * 3600.0
+#: Counts (the largest 32-bit signed integer) ...
+CONFIG_MAX_COUNT: Final = 2**31 - 1
+#: ... sizes (every `*_bytes` setting; a snapshot's default is 4 GiB) ...
+CONFIG_MAX_BYTES: Final = 2**40
+#: ... and threads (embedding.threads, api.workers): each is a real thread of this process.
+CONFIG_MAX_THREADS: Final = 1_024
+#: Where `keys init --rotate` moves a key file it cannot use (unreadable, or open to other
+#: users): beside it, named `<key file>.unusable-<UTC time>`, never deleted.
+KEYS_UNUSABLE_SUFFIX: Final = "unusable"
+
 #: Prometheus exposition address; empty disables it.
 METRICS_LISTEN: Final = "127.0.0.1:9464"
 LOG_LEVEL: Final = "info"

@@ -15,11 +15,16 @@ from pathlib import Path
 from typing import Any, Final, get_args, get_type_hints
 
 from dreamcycle.daemon.confidence import corroborate
+from dreamcycle.daemon.limits import check_observation_limits
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store.database import InvalidObservation, NewObservation
 
 #: Rows written per transaction while ingesting.
 INGEST_BATCH: Final = 256
+#: The most of a refused value an error message repeats.
+SHOWN_VALUE_CHARS: Final = 200
+#: Suffixes of JSON Lines files, compared in lower case (`NOTES.JSONL` is JSON Lines too).
+JSONL_SUFFIXES: Final = (".jsonl", ".ndjson")
 _JSONL_FIELDS: Final = {f.name for f in fields(NewObservation)} - {"origin_peer", "source_ref"}
 
 
@@ -57,26 +62,54 @@ def read_file(path: Path) -> list[NewObservation]:
         raise IngestError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise IngestError(f"{path}: cannot be read: {exc.strerror}") from None
-    items = list(
-        _jsonl(path, text) if path.suffix in (".jsonl", ".ndjson") else _paragraphs(path, text)
-    )
-    for number, item in enumerate(items, 1):
-        try:
-            item.validate()
-        except InvalidObservation as exc:
-            raise IngestError(f"{path}: item {number}: {exc}") from None
-    return items
+    if is_jsonl(path):
+        return list(_jsonl(path, text))
+    return list(_paragraphs(path, text))
+
+
+def is_jsonl(path: Path) -> bool:
+    return path.suffix.lower() in JSONL_SUFFIXES
+
+
+def _source_ref(path: Path) -> str:
+    """`file:NAME`; a name that is not UTF-8 (bytes the file system kept as they were) is
+    shown with replacement characters, since the database stores only valid text."""
+    name = path.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return f"file:{name}"
+
+
+def _checked(item: NewObservation, where: str) -> NewObservation:
+    """`item`, once it is valid and within the limits every peer can publish; IngestError
+    naming `where` otherwise."""
+    try:
+        item.validate()
+        check_observation_limits(item)
+    except InvalidObservation as exc:
+        raise IngestError(f"{where}: {exc}") from None
+    return item
 
 
 def _paragraphs(path: Path, text: str) -> Iterator[NewObservation]:
     """Plain text: one chunk per blank-line-separated paragraph."""
+    line_no = 1
+    number = 0
     for paragraph in text.split("\n\n"):
-        if paragraph.strip():
-            yield NewObservation(content=paragraph.strip(), source_ref=f"file:{path.name}")
+        content = paragraph.strip()
+        if content:
+            number += 1
+            leading = paragraph[: len(paragraph) - len(paragraph.lstrip())]
+            first_line = line_no + leading.count("\n")
+            yield _checked(
+                NewObservation(content=content, source_ref=_source_ref(path)),
+                f"{path}: paragraph {number} (line {first_line})",
+            )
+        line_no += paragraph.count("\n") + 2
 
 
 def _jsonl(path: Path, text: str) -> Iterator[NewObservation]:
-    for line_no, line in enumerate(text.splitlines(), 1):
+    # Only "\n" ends a line: str.splitlines() also splits at U+2028 and other separators
+    # that JSON strings may hold unescaped.
+    for line_no, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -98,14 +131,21 @@ def _jsonl(path: Path, text: str) -> Iterator[NewObservation]:
             if isinstance(value, bool) or not isinstance(value, accepted):
                 names = " or ".join("null" if t is type(None) else t.__name__ for t in accepted)
                 raise IngestError(
-                    f"{path}:{line_no}: field {name!r} must be {names}, got {json.dumps(value)}"
+                    f"{path}:{line_no}: field {name!r} must be {names}, got {_shown(value)}"
                 )
-        item = NewObservation(**obj, source_ref=f"file:{path.name}:{line_no}")
-        try:
-            item.validate()
-        except InvalidObservation as exc:
-            raise IngestError(f"{path}:{line_no}: {exc}") from None
-        yield item
+        yield _checked(
+            NewObservation(**obj, source_ref=f"{_source_ref(path)}:{line_no}"),
+            f"{path}:{line_no}",
+        )
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as a message shows it: at most SHOWN_VALUE_CHARS characters, which are
+    ASCII (a lone surrogate must not make the message itself unprintable)."""
+    text = json.dumps(value)
+    if len(text) > SHOWN_VALUE_CHARS:
+        return f"{text[:SHOWN_VALUE_CHARS]}... ({len(text)} characters)"
+    return text
 
 
 def read_files(paths: Sequence[Path]) -> list[list[NewObservation]]:

@@ -12,9 +12,10 @@ import json
 import logging
 import os
 import stat
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
@@ -49,13 +50,21 @@ class KeyExists(RuntimeError):
     """`keys init` would overwrite a key."""
 
 
+#: What a refusal of an unusable key file tells the operator to do; both work.
+_REPLACE_UNUSABLE: Final = (
+    "`dreamcycle keys init --rotate` moves it aside (kept, never deleted) and makes a new "
+    "key, which the other peers must then trust (SECURITY.md)"
+)
+
+
 def key_permission_problem(path: Path) -> str | None:
     """Why the key file must not be used, if group or others can read or write it."""
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
         return (
             f"private key {path} has mode {mode:04o}: group or others can access it; "
-            f"run `chmod 600 {path}` (or make a new key with `dreamcycle keys init --rotate`)"
+            f"if no one else could have read it, run `chmod 600 {path}`; otherwise "
+            f"{_REPLACE_UNUSABLE}"
         )
     return None
 
@@ -77,36 +86,73 @@ def read_signer(config: Config) -> Signer | None:
     path = config.key_path
     if not path.exists():
         return None
-    problem = key_permission_problem(path)
+    try:
+        problem = key_permission_problem(path)
+    except OSError as exc:
+        raise KeyUnavailable(
+            f"private key {path} cannot be read: {exc.strerror}; {_REPLACE_UNUSABLE}"
+        ) from None
     if problem is not None:
         raise KeyUnavailable(problem)
     try:
         key = load_pem_private_key(path.read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
-        raise KeyUnavailable(f"private key {path} cannot be read: {exc}") from None
+        raise KeyUnavailable(
+            f"private key {path} cannot be read: {exc}; {_REPLACE_UNUSABLE}"
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise KeyUnavailable(f"private key {path} is not an Ed25519 key")
+        raise KeyUnavailable(f"private key {path} is not an Ed25519 key; {_REPLACE_UNUSABLE}")
     return Signer(config.peer.id, key)
 
 
 def init_key(config: Config, *, rotate: bool = False) -> tuple[Signer, Path | None]:
-    """A new key for this peer. With `rotate`, the current key is kept beside it (renamed
-    with its key id) and replaced; without, an existing key is refused."""
+    """A new key for this peer. With `rotate`, the current key file is kept beside it and
+    replaced: renamed with its key id, or, when it cannot be used (unreadable, not a key,
+    open to other users), renamed `<file>.unusable-<UTC time>` and made 0600. Without
+    `rotate`, an existing key is refused. Returns the new signer and where the old file
+    went."""
     path = config.key_path
     retired: Path | None = None
-    if path.exists():
-        if not rotate:
-            raise KeyExists(
-                f"{path} already holds this peer's key; `dreamcycle keys show` prints it, "
-                "`dreamcycle keys init --rotate` replaces it"
-            )
-        old = read_signer(config)
-        assert old is not None
-        retired = path.with_name(f"{path.name}.{old.key_id}.retired")
-        os.replace(path, retired)
+    if os.path.lexists(path):
+        try:
+            old = read_signer(config)
+            if old is None:
+                raise KeyUnavailable(f"private key {path} is a link to nothing")
+        except KeyUnavailable as exc:
+            if not rotate:
+                raise KeyExists(f"{path} holds an unusable key: {exc}") from None
+            retired = _set_aside_unusable(path, str(exc))
+        else:
+            if not rotate:
+                raise KeyExists(
+                    f"{path} already holds this peer's key; `dreamcycle keys show` prints "
+                    "it, `dreamcycle keys init --rotate` replaces it"
+                )
+            retired = path.with_name(f"{path.name}.{old.key_id}.retired")
+            os.replace(path, retired)
     key = generate_key()
     write_private_key(path, key)
     return Signer(config.peer.id, key), retired
+
+
+def _set_aside_unusable(path: Path, problem: str) -> Path:
+    """Move the unusable key file at `path` to a new name beside it, never over another file."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = f"{path.name}.{defaults.KEYS_UNUSABLE_SUFFIX}-{stamp}"
+    aside = path.with_name(base)
+    number = 1
+    while os.path.lexists(aside):
+        number += 1
+        aside = path.with_name(f"{base}.{number}")
+    os.replace(path, aside)
+    # It may still be a working secret: no longer open to others, now that nothing reads it.
+    if aside.is_file() and not aside.is_symlink():
+        aside.chmod(defaults.KEY_FILE_MODE)
+    log.warning(
+        "unusable private key moved aside; a new key replaces it",
+        extra={"moved_to": str(aside), "problem": problem},
+    )
+    return aside
 
 
 def read_keyring(path: Path) -> Keyring:

@@ -58,7 +58,12 @@ T = TypeVar("T")
 EXIT_OK: Final = 0
 #: A phase did not stop within STOP_DEADLINE_S of a stop request.
 EXIT_STOP_ABANDONED: Final = 1
+#: A bounded run (`run --once`, `--cycles N`) in which a cycle failed or was deferred by a
+#: storage fault: a caller running cycles on demand must know that one did not do its work.
+EXIT_CYCLE_FAILED: Final = 1
 EXIT_FATAL: Final = 3
+#: How a cycle may end that leaves its work undone (the next cycle retries it).
+_UNDONE: Final = (CycleStatus.FAILED, CycleStatus.DEFERRED)
 
 
 class Service:
@@ -160,7 +165,10 @@ class Service:
             log.info("cycles interrupted by a crash marked", extra={"cycles": count})
 
     async def _loop(self, peer: Peer) -> int:
+        """EXIT_OK once stopped; a bounded run ends EXIT_CYCLE_FAILED when any of its cycles
+        left its work undone (an unbounded daemon retries them and carries on)."""
         interval = self.rt.config.cycle.interval_s
+        undone = 0
         while not self.stop.is_set():
             started = time.monotonic()
             try:
@@ -169,6 +177,9 @@ class Service:
                 log.error("stopping: %s", exc)
                 return EXIT_FATAL
             self.cycles_done += 1
+            # A storage fault before the cycle could start leaves no status of its own.
+            if self.health.storage.fault is not None or self.health.last_cycle_status in _UNDONE:
+                undone += 1
             if self.max_cycles is not None and self.cycles_done >= self.max_cycles:
                 break
             if self.health.storage.fault is not None:
@@ -177,6 +188,12 @@ class Service:
                 wait_s = interval - (time.monotonic() - started)
             with trio.move_on_after(max(0.0, wait_s)):
                 await self.stop.wait()
+        if self.max_cycles is not None and undone:
+            log.error(
+                "bounded run done with cycles that failed",
+                extra={"cycles": self.cycles_done, "failed": undone},
+            )
+            return EXIT_CYCLE_FAILED
         return EXIT_OK
 
     async def run_cycle(self, peer: Peer) -> CycleState:

@@ -4,6 +4,9 @@ errors that name the setting and where the bad value came from."""
 from __future__ import annotations
 
 import inspect
+import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from dreamcycle.pulses.ranking import RankingWeights
 from dreamcycle.pulses.sweep import SweepMix, plan_sweep
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.index import HnswIndex, open_or_rebuild
+from tests.daemon_helpers import BASE_SETTINGS, CLI_TIMEOUT_S, DREAMCYCLE
 
 
 def write_toml(tmp_path: Path, text: str) -> Path:
@@ -284,3 +288,169 @@ def test_recall_exact_filter_scale_must_not_be_negative() -> None:
     with pytest.raises(ConfigError, match=r"recall\.exact_filter_scale must be >= 0, got -1"):
         load_config(None, environ={"DREAMCYCLE_RECALL_EXACT_FILTER_SCALE": "-1"})
     assert load_config(None, environ={"DREAMCYCLE_RECALL_EXACT_FILTER_SCALE": "0"})
+
+
+# ---- magnitudes: finite, and within what the code they reach can hold ----------------------
+
+TOO_MANY = "100000000000000000000"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("DREAMCYCLE_RECALL_CANDIDATES", TOO_MANY, "recall.candidates must be at most 2147483647"),
+        ("DREAMCYCLE_ZEITGEIST_WINDOW_S", "1e308", "zeitgeist.window_s must be at most"),
+        ("DREAMCYCLE_ZEITGEIST_LIVENESS_TIMEOUT_S", "inf", "zeitgeist.liveness_timeout_s must be a finite"),
+        ("DREAMCYCLE_CYCLE_MAX_EMBED", TOO_MANY, "cycle.max_embed must be at most"),
+        ("DREAMCYCLE_DOWNSCALE_MAX_CHUNKS_PER_CYCLE", TOO_MANY, "downscale.max_chunks_per_cycle must be at most"),
+        ("DREAMCYCLE_AUDIT_RETENTION_S", "1e308", "audit.retention_s must be at most"),
+        ("DREAMCYCLE_SWEEP_COLD_RETENTION_S", "inf", "sweep.cold_retention_s must be a finite"),
+        ("DREAMCYCLE_CLOCK_MAX_STEP_S", "1e308", "clock.max_step_s must be at most"),
+        ("DREAMCYCLE_EMBEDDING_BATCH_SIZE", TOO_MANY, "embedding.batch_size must be at most"),
+        ("DREAMCYCLE_EMBEDDING_THREADS", TOO_MANY, "embedding.threads must be at most 1024 threads"),
+        ("DREAMCYCLE_API_WORKERS", "1025", "api.workers must be at most 1024 threads"),
+        ("DREAMCYCLE_CYCLE_INTERVAL_S", "inf", "cycle.interval_s must be a finite"),
+        ("DREAMCYCLE_SWEEP_GRACE_S", "inf", "sweep.grace_s must be a finite"),
+        ("DREAMCYCLE_INDEX_SAVE_INTERVAL_S", "4e9", "index.save_interval_s must be at most"),
+        ("DREAMCYCLE_ZEITGEIST_MAX_SNAPSHOT_BYTES", TOO_MANY, "zeitgeist.max_snapshot_bytes must be at most 1099511627776 bytes"),
+        ("DREAMCYCLE_INDEX_EF", TOO_MANY, "index.ef must be at most"),
+        ("DREAMCYCLE_INDEX_M", "1" + "0" * 400, "index.m must be at most"),
+    ],
+)  # fmt: skip
+def test_numbers_beyond_what_can_be_used_are_refused_naming_the_key(
+    variable: str, value: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, environ={variable: value})
+    assert problem in str(caught.value)
+    assert f"environment variable {variable}" in str(caught.value)
+
+
+def test_the_largest_values_allowed_load(tmp_path: Path) -> None:
+    century = defaults.CONFIG_MAX_SECONDS
+    path = write_toml(
+        tmp_path,
+        f"""
+        [audit]
+        retention_s = {century}
+        [clock]
+        max_step_s = {century}
+        [recall]
+        candidates = {defaults.CONFIG_MAX_COUNT}
+        [embedding]
+        threads = {defaults.CONFIG_MAX_THREADS}
+        [zeitgeist]
+        max_snapshot_expanded_bytes = {defaults.CONFIG_MAX_BYTES}
+        """,
+    )
+    config = load_config(path, environ={})
+    assert config.clock.max_step_s == century
+    assert config.recall.candidates == defaults.CONFIG_MAX_COUNT
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: audit\.retention_s must be"):
+        load_config(write_toml(tmp_path, f"[audit]\nretention_s = {century * 2}\n"), environ={})
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(path))}: clock\.max_step_s must be"):
+        load_config(write_toml(tmp_path, "[clock]\nmax_step_s = inf\n"), environ={})
+
+
+# ---- the zeitgeist's addresses --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["notaurl", "ftp://minio:9000", "http://", "http://minio:port", "http://minio:99999",
+     "http://under_score:9000", "http://[::1"],
+)  # fmt: skip
+def test_an_s3_endpoint_that_is_not_an_http_url_is_refused(url: str) -> None:
+    env = {
+        "DREAMCYCLE_ZEITGEIST_BACKEND": "s3",
+        "DREAMCYCLE_ZEITGEIST_S3_BUCKET": "b",
+        "DREAMCYCLE_ZEITGEIST_S3_ENDPOINT_URL": url,
+    }
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, environ=env)
+    assert "environment variable DREAMCYCLE_ZEITGEIST_S3_ENDPOINT_URL" in str(caught.value)
+    assert "zeitgeist.s3.endpoint_url" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8333", "https://s3.eu-west-1.amazonaws.com", "http://[::1]:9000", ""]
+)
+def test_usable_s3_endpoints_load(url: str) -> None:
+    env = {
+        "DREAMCYCLE_ZEITGEIST_BACKEND": "s3",
+        "DREAMCYCLE_ZEITGEIST_S3_BUCKET": "b",
+        "DREAMCYCLE_ZEITGEIST_S3_ENDPOINT_URL": url,
+    }
+    assert load_config(None, environ=env).zeitgeist.s3.endpoint_url == url
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://:abc", "redis://host:70000/0", "unix://", "redis://h/0?socket_timeout=soon"]
+)
+def test_a_redis_url_redis_cannot_use_is_refused(url: str) -> None:
+    env = {"DREAMCYCLE_ZEITGEIST_BACKEND": "redis", "DREAMCYCLE_ZEITGEIST_REDIS_URL": url}
+    with pytest.raises(ConfigError, match=r"zeitgeist\.redis\.url") as caught:
+        load_config(None, environ=env)
+    assert "environment variable DREAMCYCLE_ZEITGEIST_REDIS_URL" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379/0", "rediss://:secret@host:6380/1", "unix:///run/redis.sock"]
+)
+def test_usable_redis_urls_load(url: str) -> None:
+    env = {"DREAMCYCLE_ZEITGEIST_BACKEND": "redis", "DREAMCYCLE_ZEITGEIST_REDIS_URL": url}
+    assert load_config(None, environ=env).zeitgeist.redis.url == url
+
+
+# ---- the data directory ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_data_dir_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"DREAMCYCLE_PEER_DATA_DIR: peer\.data_dir .* is empty"):
+        load_config(None, environ={"DREAMCYCLE_PEER_DATA_DIR": value})
+    with pytest.raises(ConfigError, match=r"command line: peer\.data_dir .* is empty"):
+        load_config(None, environ={}, overrides={"peer.data_dir": value})
+
+
+# ---- the same, as a user meets them ---------------------------------------------------------
+
+
+def _dreamcycle(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
+    return subprocess.run(
+        [DREAMCYCLE, *args], cwd=cwd, env={**clean, **BASE_SETTINGS, **env},
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "key"),
+    [
+        (
+            {"DREAMCYCLE_CLOCK_MAX_STEP_S": "1e308"},
+            ("ingest", "--no-embed", "notes.txt"),
+            "clock.max_step_s",
+        ),
+        (
+            {
+                "DREAMCYCLE_ZEITGEIST_BACKEND": "s3",
+                "DREAMCYCLE_ZEITGEIST_S3_BUCKET": "b",
+                "DREAMCYCLE_ZEITGEIST_S3_ENDPOINT_URL": "notaurl",
+            },
+            ("run", "--once"),
+            "zeitgeist.s3.endpoint_url",
+        ),
+        ({"DREAMCYCLE_PEER_DATA_DIR": ""}, ("ingest", "--no-embed", "notes.txt"), "peer.data_dir"),
+        ({}, ("ingest", "--no-embed", "--data-dir", "", "notes.txt"), "peer.data_dir"),
+    ],
+)
+def test_the_cli_refuses_a_bad_setting_with_exit_2_naming_it_and_writes_nothing(
+    tmp_path: Path, env: dict[str, str], args: tuple[str, ...], key: str
+) -> None:
+    (tmp_path / "notes.txt").write_text("A paragraph worth keeping.\n", encoding="utf-8")
+    result = _dreamcycle(tmp_path, env, *args, "--peer-id", "p")
+    assert result.returncode == 2, result
+    assert result.stderr.startswith("error: ") and key in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]

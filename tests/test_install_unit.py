@@ -130,3 +130,75 @@ def test_the_unit_makes_the_signing_key_at_its_first_start_and_keeps_it_after(
     assert run(executable, "keys", "init").returncode != 0
     both = run(executable, "keys", "init", "--if-missing", "--rotate")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr, both.stderr
+
+
+# ---- paths systemd would read otherwise, and places that cannot be written --------------------
+
+
+def prefix_named(tmp_path: Path, name: str) -> Path:
+    """An installation at tmp_path/name whose bin/dreamcycle is this one's."""
+    prefix = tmp_path / name
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "dreamcycle").symlink_to(Path(DREAMCYCLE).resolve())
+    return prefix
+
+
+def exec_lines(root: Path) -> list[str]:
+    unit = (root / defaults.UNIT_DIR.lstrip("/") / defaults.UNIT_NAME).read_text()
+    return re.findall(r"^ExecStart(?:Pre)?=.*$", unit, re.MULTILINE)
+
+
+def test_a_prefix_with_spaces_or_percent_signs_is_written_as_systemd_reads_it(
+    tmp_path: Path,
+) -> None:
+    prefix = prefix_named(tmp_path, "my env 100%h $HOME")
+    root = tmp_path / "root"
+    result = install(root, "--prefix", str(prefix))
+    assert result.returncode == 0, result.stderr
+    word = f'"{prefix.resolve()}/bin/dreamcycle"'.replace("%", "%%")
+    assert exec_lines(root) == [
+        f"ExecStartPre={word} keys init --if-missing",
+        f"ExecStart={word} run",
+    ]
+    if ANALYZE is not None:
+        # verify resolves the executable as systemd would: a word split at the space, or
+        # %h expanded, names no file.
+        unit = root / defaults.UNIT_DIR.lstrip("/") / defaults.UNIT_NAME
+        verify = subprocess.run(
+            [ANALYZE, "verify", str(unit)], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert verify.returncode == 0 and not verify.stderr.strip(), verify.stderr
+
+
+def test_a_prefix_systemd_refuses_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    prefix = prefix_named(tmp_path, 'say "hi"')
+    root = tmp_path / "root"
+    result = install(root, "--prefix", str(prefix))
+    assert result.returncode == 2, result
+    assert "--prefix" in result.stderr and "quotes" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not root.exists()
+
+
+def test_a_root_that_is_a_file_is_refused_with_a_message(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.write_text("not a directory")
+    result = install(root)
+    assert result.returncode == 2, result
+    assert result.stderr.startswith(f"error: cannot write {root}/") and "--root" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert root.read_text() == "not a directory"
+
+
+def test_a_directory_where_the_unit_goes_is_refused_and_no_partial_file_is_left(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    unit = root / defaults.UNIT_DIR.lstrip("/") / defaults.UNIT_NAME
+    (unit / "kept").mkdir(parents=True)
+    result = install(root)
+    assert result.returncode == 2, result
+    assert f"error: cannot write {unit}: it is a directory" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert (unit / "kept").is_dir()
+    assert not list(root.rglob("*.partial"))

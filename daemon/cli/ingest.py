@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from dreamcycle.daemon.cli.access import memory_access
 from dreamcycle.daemon.cli.common import (
@@ -17,6 +17,9 @@ from dreamcycle.daemon.cli.common import (
     run_guarded,
 )
 
+#: A whole JSON document, refused: JSON Lines belong in .jsonl (compared in lower case).
+JSON_SUFFIX: Final = ".json"
+
 
 def register(verbs: Any) -> None:
     parser: argparse.ArgumentParser = verbs.add_parser(
@@ -26,8 +29,10 @@ def register(verbs: Any) -> None:
         description="Store chunks from files: .jsonl/.ndjson (one object per line with "
         "'content' and optional title, type, kind, topic_key, project, scope, session_id, "
         "tool_name, pin_floor, importance, deletion_policy) or plain text (one chunk per "
-        "paragraph). Files are read and checked whole before anything is stored; a file with a "
-        "bad line stores nothing of any file. A file that is not text (a NUL byte, not UTF-8, "
+        "paragraph); suffixes in any case. Files are read and checked whole before anything is "
+        "stored; a file with a bad line (a field of the wrong type, or longer than any peer may "
+        "publish: the error names file, line or paragraph, field and limit) stores nothing of "
+        "any file. A file that is not text (a NUL byte, not UTF-8, "
         "or a .json file, where JSON Lines are .jsonl) is skipped with a line naming it, the "
         "other files are stored, and the command exits 2 at the end. Content stored before takes "
         "the metadata given now: title, topic_key, importance and pin_floor as a revision "
@@ -94,10 +99,10 @@ def _ingest(args: argparse.Namespace) -> int:
 def not_text(path: Path) -> str | None:
     """Why `path` is not a file of text to ingest, or None (unreadable files are reported
     when they are read)."""
-    if path.suffix == ".json":
+    if path.suffix.lower() == JSON_SUFFIX:
         return (
-            f"{path}: a .json file, not text: give JSON Lines (one object per line) as "
-            ".jsonl or .ndjson"
+            f"{path}: a {path.suffix} file, not text: give JSON Lines (one object per line) "
+            "as .jsonl or .ndjson"
         )
     try:
         data = path.read_bytes()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.cli.common import EXIT_UNAVAILABLE, run_guarded
+from dreamcycle.daemon.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, run_guarded
 
 #: The checkout this command runs from holds the unit and the example config.
 SOURCE_ROOT: Final = Path(__file__).resolve().parents[2]
@@ -24,6 +25,12 @@ UNIT_MODE: Final = 0o644
 #: The environment file may hold credentials.
 ENVIRONMENT_MODE: Final = 0o600
 CONFIG_MODE: Final = 0o644
+#: Characters for which a word of a unit's command line must be quoted (systemd.syntax:
+#: words are split at whitespace, and a ';' word separates commands).
+UNIT_WORD_NEEDS_QUOTES: Final = re.compile(r"[\s;]")
+#: Characters systemd refuses in an executable's path, quoted or not ("Executable name
+#: contains special characters").
+UNIT_PATH_REFUSED: Final = frozenset("\"'\\")
 
 
 def register(verbs: Any) -> None:
@@ -70,12 +77,14 @@ def planned_files(prefix: Path) -> list[tuple[Path, str, int, bool]]:
     executable = prefix / "bin" / "dreamcycle"
     if not os.access(executable, os.X_OK):
         raise ValueError(f"--prefix {prefix}: {executable} is not an executable")
+    command = unit_word(str(executable), option="--prefix")
     # A fresh install has no signing key and `run` refuses to start without one: the
     # service makes it, with its own user, config and state directory, before each start
-    # (kept when it exists).
+    # (kept when it exists). A function as replacement: re.sub would read backslashes in
+    # the path as escapes.
+    lines = f"ExecStartPre={command} keys init --if-missing\nExecStart={command} run"
     unit = EXEC_START.sub(
-        f"ExecStartPre={executable} keys init --if-missing\nExecStart={executable} run",
-        EXEC_START_PRE.sub("", UNIT_SOURCE.read_text(encoding="utf-8")),
+        lambda _: lines, EXEC_START_PRE.sub("", UNIT_SOURCE.read_text(encoding="utf-8"))
     )
     config = DATA_DIR_LINE.sub(
         f'data_dir = "{defaults.SERVICE_DATA_DIR}"', CONFIG_SOURCE.read_text(encoding="utf-8")
@@ -93,6 +102,29 @@ def planned_files(prefix: Path) -> list[tuple[Path, str, int, bool]]:
     ]
 
 
+def unit_word(path: str, *, option: str) -> str:
+    """`path`, an executable, as the first word of a unit's command line that systemd reads
+    back as `path` (systemd.syntax, systemd.service "Command lines"): '%' doubled (it starts
+    a specifier), the word double-quoted when it holds whitespace or ';'. ValueError, naming
+    `option`, for a path systemd refuses as an executable: one holding quotes, backslashes
+    or control characters, or not UTF-8."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{option}: {path!r} is not UTF-8, which a unit file must be; install into a "
+            "path that is"
+        ) from None
+    refused = sorted({c for c in path if c in UNIT_PATH_REFUSED or not c.isprintable()})
+    if refused:
+        raise ValueError(
+            f"{option}: systemd refuses an executable path holding {''.join(refused)!r} "
+            f"({path}); install into a path without quotes, backslashes or control characters"
+        )
+    word = path.replace("%", "%%")
+    return f'"{word}"' if UNIT_WORD_NEEDS_QUOTES.search(word) else word
+
+
 def _install(args: argparse.Namespace) -> int:
     try:
         files = planned_files(args.prefix.resolve())
@@ -101,16 +133,15 @@ def _install(args: argparse.Namespace) -> int:
         return EXIT_UNAVAILABLE
     for path, content, mode, replace in files:
         target = args.root / path.relative_to("/")
-        if target.exists() and not replace:
+        if target.exists() and not target.is_dir() and not replace:
             print(f"kept      {target} (exists)")
             continue
         verb = "would write" if args.dry_run else "wrote"
         if not args.dry_run:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(f".{target.name}.partial")
-            partial.write_text(content, encoding="utf-8")
-            partial.chmod(mode)
-            partial.replace(target)
+            problem = _write(target, content, mode)
+            if problem is not None:
+                print(f"error: cannot write {target}: {problem}", file=sys.stderr)
+                return EXIT_USAGE
         print(f"{verb:9} {target} (mode {mode:03o})")
     if not args.dry_run and args.root == Path("/"):
         print("next: systemctl daemon-reload && systemctl enable --now dreamcycle")
@@ -120,3 +151,29 @@ def _install(args: argparse.Namespace) -> int:
             "`dreamcycle keys trust` adds theirs (SECURITY.md)"
         )
     return 0
+
+
+def _write(target: Path, content: str, mode: int) -> str | None:
+    """Write `target` whole or not at all; what went wrong, or None. A partial file is
+    never left behind."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_dir():
+            return "it is a directory; move it away, or choose another --root"
+        partial.write_text(content, encoding="utf-8")
+        partial.chmod(mode)
+        partial.replace(target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        return f"{exc.strerror or exc}; {_remedy(exc)}"
+    return None
+
+
+def _remedy(exc: OSError) -> str:
+    if isinstance(exc, PermissionError):
+        return "run as root, or choose another --root"
+    if isinstance(exc, NotADirectoryError | FileExistsError):
+        return "a file stands where a directory must be: --root must be a directory"
+    return "check --root and the file system"

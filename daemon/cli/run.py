@@ -21,7 +21,8 @@ from dreamcycle.daemon.cli.common import (
 EXIT_STATUSES: Final = (
     "Exit statuses: 0 stopped by SIGTERM/SIGINT (or --once / --cycles done). "
     "1 unexpected failure, or a phase that did not stop within 8 s of SIGTERM (what it "
-    "had not committed is redone at the next start). "
+    "had not committed is redone at the next start), or with --once / --cycles a cycle that "
+    "failed or was deferred by a storage fault (the run still does all N; the log names why). "
     "2 configuration error, not restarted by the unit: a bad config file or option, a data "
     "directory that cannot be written (read-only mount, permissions), a zeitgeist store "
     "that does not honour create-only writes. "
