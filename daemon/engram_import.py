@@ -39,6 +39,7 @@ import blake3
 
 from dreamcycle.daemon.emit import emit_revision, emit_supersede, emit_tombstone
 from dreamcycle.daemon.ingest import INGEST_BATCH, embed_stored
+from dreamcycle.daemon.limits import FieldOverLimit, check_observation_limits
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store.database import Database, InvalidObservation, NewObservation
 from dreamcycle.store.engram_imports import ImportRecord, import_records, save_import_record
@@ -66,6 +67,8 @@ SUPERSEDE_REASON: Final = "edited in engram"
 TOMBSTONE_REASON: Final = "deleted in engram"
 #: Metadata a change in engram can revise on an existing chunk (see zeitgeist reconsolidate).
 REVISED_FIELDS: Final = ("title", "topic_key")
+#: Why a memory with a field longer than the log takes is skipped (docs/import.md).
+OVER_LIMIT_REASON: Final = "a field longer than any peer takes"
 #: The header bytes (18, 19) of an SQLite file in WAL mode: file format versions 2 and 2.
 _WAL_FORMAT: Final = b"\x02\x02"
 #: `PRAGMA encoding` -> the codec of the bytes `CAST(text AS BLOB)` returns.
@@ -471,6 +474,10 @@ def _decide(
         return Step(Action.TOMBSTONED, memory, prior)
     try:
         memory.item.validate()
+        check_observation_limits(memory.item)
+    except FieldOverLimit:
+        # Stored, it would stop every later cycle: its entry could never be published.
+        return Step(Action.SKIPPED, memory, prior, OVER_LIMIT_REASON)
     except InvalidObservation as exc:
         return Step(Action.SKIPPED, memory, prior, str(exc))
     digest = content_hash(memory.item.content)

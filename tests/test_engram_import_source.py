@@ -16,7 +16,7 @@ from typing import Final
 
 import pytest
 
-from dreamcycle.daemon.engram_import import read_engram
+from dreamcycle.daemon.engram_import import OVER_LIMIT_REASON, read_engram
 from dreamcycle.daemon.runtime import Runtime
 from tests.daemon_helpers import Peer
 from tests.test_import_engram import counts, file_states, open_runtime, run_import
@@ -227,3 +227,19 @@ def test_only_a_deletion_time_marks_a_memory_deleted(rt: Runtime, tmp_path: Path
     report = run_import(rt, path, dry_run=True)
     assert counts(report) == {"imported": len(not_deleted), "skipped": 1}
     assert report.skipped == {"deleted before import": 1}
+
+
+def test_a_memory_longer_than_any_peer_takes_is_skipped_and_the_rest_imported(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    # Stored, it could never be published: every later cycle would fail on it.
+    path = tmp_path / "engram.db"
+    with closing(create_minimal(path)) as conn:
+        conn.execute(
+            "INSERT INTO observations (title, content) VALUES (?, ?)", ("T" * 10_001, KEPT[0])
+        )
+        conn.execute("INSERT INTO observations (title, content) VALUES (?, ?)", ("fine", KEPT[1]))
+    report = run_import(rt, path)
+    assert counts(report) == {"imported": 1, "skipped": 1}
+    assert report.skipped == {OVER_LIMIT_REASON: 1}
+    assert stored_contents(rt) == {KEPT[1]}
