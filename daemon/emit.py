@@ -32,7 +32,7 @@ from dreamcycle.pulses.pulse import (
     validate_parameters,
 )
 from dreamcycle.pulses.vectors import Vector
-from dreamcycle.store.database import hashes_with_prefix, outcomes_of_decision
+from dreamcycle.store.database import Database, hashes_with_prefix, outcomes_of_decision
 from dreamcycle.store.hashing import content_hash
 from dreamcycle.zeitgeist.entries import (
     ChangeValue,
@@ -391,6 +391,35 @@ def emit_supersede(rt: Runtime, *, old_hash: str, new_hash: str, reason: str) ->
             hlc=hlc, origin=rt.peer_id, old_hash=old_hash, new_hash=new_hash, reason=reason
         ),
     )
+
+
+def supersede_contradiction(db: Database, old_hash: str, new_hash: str) -> str | None:
+    """Why superseding `old_hash` by `new_hash` would contradict a retraction queued here
+    and not applied yet, None if it would not: the old chunk already superseded by another
+    or tombstoned, or the new one itself on its way out. Applied in order at the next cycle,
+    either would retract both versions (an edit and its undo), or leave two successors."""
+    superseded: dict[str, str] = {}
+    tombstoned: set[str] = set()
+    for _, body in db.outbox_unapplied_of_kinds((SupersedeEntry.KIND, TombstoneEntry.KIND)):
+        if body.get("kind") == SupersedeEntry.KIND:
+            superseded[str(body["old_hash"])] = str(body["new_hash"])
+        else:
+            tombstoned.add(str(body["content_hash"]))
+    due = "at the next dream cycle"
+    if old_hash in tombstoned:
+        return f"chunk {old_hash} is queued to be retracted (tombstoned) {due}"
+    successor = superseded.get(old_hash)
+    if successor is not None and successor != new_hash:
+        return (
+            f"chunk {old_hash} is queued to be superseded by {successor} {due}: change that "
+            "one instead"
+        )
+    if new_hash in tombstoned or new_hash in superseded:
+        return (
+            f"the new content is chunk {new_hash}, which is queued to be retracted {due}; "
+            "a retracted chunk's content cannot be saved again"
+        )
+    return None
 
 
 def emit_revision(

@@ -37,7 +37,12 @@ from urllib.parse import quote
 import apsw
 import blake3
 
-from dreamcycle.daemon.emit import emit_revision, emit_supersede, emit_tombstone
+from dreamcycle.daemon.emit import (
+    emit_revision,
+    emit_supersede,
+    emit_tombstone,
+    supersede_contradiction,
+)
 from dreamcycle.daemon.ingest import INGEST_BATCH, embed_stored
 from dreamcycle.daemon.limits import FieldOverLimit, check_observation_limits
 from dreamcycle.daemon.runtime import Runtime
@@ -67,6 +72,8 @@ SUPERSEDE_REASON: Final = "edited in engram"
 TOMBSTONE_REASON: Final = "deleted in engram"
 #: Metadata a change in engram can revise on an existing chunk (see zeitgeist reconsolidate).
 REVISED_FIELDS: Final = ("title", "topic_key")
+#: Why an edit is left for a later import (docs/import.md).
+EDITED_AGAIN_REASON: Final = "edited again before the last edit was applied; import after a cycle"
 #: Why a memory with a field longer than the log takes is skipped (docs/import.md).
 OVER_LIMIT_REASON: Final = "a field longer than any peer takes"
 #: The header bytes (18, 19) of an SQLite file in WAL mode: file format versions 2 and 2.
@@ -499,6 +506,10 @@ def _decide(
     if db.is_tombstoned_hash(digest):
         return Step(Action.SKIPPED, memory, prior, "content retracted here (tombstoned)")
     if live_prior is not None and not shared:
+        if supersede_contradiction(db, live_prior.content_hash, digest) is not None:
+            # Edited again (or back) before the last edit was applied: both supersedes,
+            # applied in turn, would retract every version. Weighed again next import.
+            return Step(Action.SKIPPED, memory, prior, EDITED_AGAIN_REASON)
         return Step(Action.SUPERSEDED, memory, prior)
     return Step(Action.IMPORTED, memory, prior)
 

@@ -16,10 +16,22 @@ from typing import Final
 
 import pytest
 
-from dreamcycle.daemon.engram_import import OVER_LIMIT_REASON, read_engram
+from dreamcycle.daemon.cycle import SUPERSEDED_REASON, run_cycle_blocking
+from dreamcycle.daemon.engram_import import (
+    EDITED_AGAIN_REASON,
+    OVER_LIMIT_REASON,
+    read_engram,
+)
 from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.store.hashing import content_hash
 from tests.daemon_helpers import Peer
-from tests.test_import_engram import counts, file_states, open_runtime, run_import
+from tests.test_import_engram import (
+    counts,
+    file_states,
+    open_runtime,
+    run_import,
+    tombstone_reason,
+)
 
 MINIMAL_SCHEMA: Final = """
 CREATE TABLE sessions (id TEXT PRIMARY KEY, summary TEXT);
@@ -243,3 +255,33 @@ def test_a_memory_longer_than_any_peer_takes_is_skipped_and_the_rest_imported(
     assert counts(report) == {"imported": 1, "skipped": 1}
     assert report.skipped == {OVER_LIMIT_REASON: 1}
     assert stored_contents(rt) == {KEPT[1]}
+
+
+def test_an_edit_undone_before_a_cycle_waits_and_no_version_is_lost(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    path = tmp_path / "engram.db"
+    first, second = KEPT[0], KEPT[0] + " Edited: the cap is now sixty seconds."
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        # With a sync_id, an edit of the content is the same memory's new version.
+        conn.execute(
+            "CREATE TABLE observations (id INTEGER PRIMARY KEY, sync_id TEXT, content TEXT)"
+        )
+        conn.execute("INSERT INTO observations VALUES (1, 'sync-1', ?)", (first,))
+    assert counts(run_import(rt, path)) == {"imported": 1}
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("UPDATE observations SET content = ? WHERE id = 1", (second,))
+    assert counts(run_import(rt, path)) == {"superseded": 1}
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("UPDATE observations SET content = ? WHERE id = 1", (first,))
+    undone = run_import(rt, path)
+    # Both supersedes, applied in turn, would have retracted both versions.
+    assert undone.skipped == {EDITED_AGAIN_REASON: 1}
+    peer = rt.open_peer()
+    try:
+        run_cycle_blocking(peer)
+    finally:
+        peer.close()
+    assert tombstone_reason(rt, content_hash(first)) == SUPERSEDED_REASON
+    assert tombstone_reason(rt, content_hash(second)) is None
+    assert stored_contents(rt) >= {second}

@@ -57,6 +57,7 @@ from dreamcycle.daemon.emit import (
     emit_revision,
     emit_supersede,
     emit_tombstone,
+    supersede_contradiction,
 )
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall import (
@@ -84,7 +85,6 @@ from dreamcycle.store.database import (
 )
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
-from dreamcycle.zeitgeist.entries import SupersedeEntry, TombstoneEntry
 
 log = logging.getLogger("dreamcycle.api")
 
@@ -518,10 +518,10 @@ class Operations:
                 raise Conflict(f"chunk {request.old_hash} was retracted (tombstoned) already")
             # Before the new chunk is saved, so that a refusal stores nothing; checked again
             # under the write lock, where a concurrent edit is seen.
-            _refuse_contradicting_supersede(view.db, request.old_hash, new_hash)
+            _refuse_contradicting(view.db, request.old_hash, new_hash)
         saved = self.save(request.memory)
         with self._writing() as writer, writer.db.transaction():
-            _refuse_contradicting_supersede(writer.db, request.old_hash, saved.content_hash)
+            _refuse_contradicting(writer.db, request.old_hash, saved.content_hash)
             emitted = emit_supersede(
                 writer,
                 old_hash=request.old_hash,
@@ -784,32 +784,10 @@ def _new_version(content: str, kept: dict[str, Any], given: dict[str, Any]) -> m
         ) from None
 
 
-def _refuse_contradicting_supersede(db: Database, old_hash: str, new_hash: str) -> None:
-    """Conflict if superseding `old_hash` by `new_hash` contradicts a retraction queued here
-    and not applied yet: the old chunk already superseded by another or tombstoned, or the
-    new one itself on its way out. Applied in order at the next cycle, either would retract
-    both versions (an edit and its undo), or leave two successors of one memory."""
-    superseded: dict[str, str] = {}
-    tombstoned: set[str] = set()
-    for _, body in db.outbox_unapplied_of_kinds((SupersedeEntry.KIND, TombstoneEntry.KIND)):
-        if body.get("kind") == SupersedeEntry.KIND:
-            superseded[str(body["old_hash"])] = str(body["new_hash"])
-        else:
-            tombstoned.add(str(body["content_hash"]))
-    due = "at the next dream cycle"
-    if old_hash in tombstoned:
-        raise Conflict(f"chunk {old_hash} is queued to be retracted (tombstoned) {due}")
-    successor = superseded.get(old_hash)
-    if successor is not None and successor != new_hash:
-        raise Conflict(
-            f"chunk {old_hash} is queued to be superseded by {successor} {due}: change that "
-            "one instead"
-        )
-    if new_hash in tombstoned or new_hash in superseded:
-        raise Conflict(
-            f"the new content is chunk {new_hash}, which is queued to be retracted {due}; "
-            "a retracted chunk's content cannot be saved again"
-        )
+def _refuse_contradicting(db: Database, old_hash: str, new_hash: str) -> None:
+    contradiction = supersede_contradiction(db, old_hash, new_hash)
+    if contradiction is not None:
+        raise Conflict(contradiction)
 
 
 def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
