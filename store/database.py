@@ -9,6 +9,7 @@ callers import from here are re-exported below.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -35,7 +36,7 @@ from dreamcycle.store.log_applied import AppliedLogQueries
 from dreamcycle.store.meta import METADATA_EPOCH_META_KEY as METADATA_EPOCH_META_KEY
 from dreamcycle.store.meta import ROWS_DELETED_META_KEY, MetaQueries
 from dreamcycle.store.meta import TIER_EPOCH_META_KEY as TIER_EPOCH_META_KEY
-from dreamcycle.store.migrations import apply_migrations
+from dreamcycle.store.migrations import apply_migrations, refuse_foreign
 from dreamcycle.store.observations import CHUNK_KINDS as CHUNK_KINDS
 from dreamcycle.store.observations import DELETION_POLICIES as DELETION_POLICIES
 from dreamcycle.store.observations import EFFICACY_TYPE as EFFICACY_TYPE
@@ -94,6 +95,8 @@ def connection_busy_timeout_first(connection: apsw.Connection) -> None:
 # bestpractice's `PRAGMA optimize` at open needs the write lock whenever statistics are
 # stale: under another process's transaction every command failed after 100 ms. It runs
 # when a connection closes instead (Database.close), and never waits long there.
+# Its switch to WAL writes the file's header at open, before anything could tell another
+# application's database from ours: `Database` switches once it has.
 apsw.bestpractice.apply(
     (
         connection_busy_timeout_first,
@@ -104,14 +107,93 @@ apsw.bestpractice.apply(
             not in (
                 apsw.bestpractice.connection_busy_timeout,
                 apsw.bestpractice.connection_optimize,
+                apsw.bestpractice.connection_wal,
             )
         ),
     )
 )
 
+#: Set on an SQLite error raised through `Database.transaction`: the file it concerns, for
+#: the one line a command prints about it (`storage_refusal`).
+_FILE_ATTRIBUTE: Final = "dreamcycle_database_path"
+
 
 class DatabaseError(Exception):
     """The database file is unusable; the message names the file and the problem."""
+
+
+def storage_refusal(exc: BaseException) -> str | None:
+    """The one line a command prints when the file system or another process stopped it
+    writing the database (locked, read-only, unopenable, full, failing): the file and the
+    problem. None for any other failure.
+
+    The daemon waits these faults out (daemon/health.py); a command reports them, and
+    nothing it meant to write was committed."""
+    if not isinstance(exc, apsw.Error):
+        return None
+    path = getattr(exc, _FILE_ATTRIBUTE, None)
+    return _fault_text(path if isinstance(path, Path) else None, exc)
+
+
+def _fault_text(path: Path | None, exc: apsw.Error) -> str | None:
+    where = str(path) if path is not None else "the database"
+    if path is not None and path.is_dir():
+        # SQLite says "disk I/O error" or "unable to open database file".
+        return f"{where} cannot be opened: it is a directory"
+    if isinstance(exc, apsw.BusyError | apsw.LockedError):
+        return (
+            f"{where} is locked by another process (held past the "
+            f"{BUSY_TIMEOUT_MS / 1000:g} s busy timeout); try again"
+        )
+    if isinstance(exc, apsw.ReadOnlyError):
+        reason = _why_unwritable(path) if path is not None else None
+        return f"{where} is read-only: {reason or exc}"
+    if isinstance(exc, apsw.CantOpenError | apsw.PermissionsError):
+        reason = _why_unopenable(path) if path is not None else None
+        return f"{where} cannot be opened: {reason or exc}"
+    if isinstance(exc, apsw.FullError):
+        return f"{where} cannot grow: the disk is full ({exc})"
+    if isinstance(exc, apsw.IOError):
+        return f"{where} cannot be read or written: the file system failed ({exc})"
+    return None
+
+
+def _companions(path: Path) -> list[Path]:
+    """The files SQLite keeps beside a WAL database, and must read and write."""
+    return [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+
+
+def _why_unopenable(path: Path) -> str | None:
+    for file in (path, *_companions(path)):
+        if file.exists() and not os.access(file, os.R_OK | os.W_OK):
+            return f"permission denied on {file.name} (it must be readable and writable)"
+    if not os.access(path.parent, os.R_OK | os.W_OK | os.X_OK):
+        return f"permission denied on its directory {path.parent}"
+    return None
+
+
+def _why_unwritable(path: Path) -> str | None:
+    if not os.access(path.parent, os.W_OK):
+        return (
+            f"its directory {path.parent} cannot be written (permissions or a read-only "
+            f"mount), and SQLite keeps {path.name}-wal and -shm there"
+        )
+    for file in (path, *_companions(path)):
+        if file.exists() and not os.access(file, os.W_OK):
+            return f"{file.name} cannot be written (permissions)"
+    return None
+
+
+def unusable_database(path: Path, exc: apsw.Error) -> DatabaseError:
+    """Why SQLite could not open, read or check the database at `path`, in one line."""
+    if isinstance(exc, apsw.NotADBError):
+        return DatabaseError(f"{path} is not an SQLite database: {exc}")
+    if isinstance(exc, apsw.CorruptError):
+        return DatabaseError(f"{path} is corrupt: {exc}")
+    fault = _fault_text(path, exc)
+    if fault is not None:
+        return DatabaseError(fault)
+    return DatabaseError(f"{path} cannot be opened: {type(exc).__name__}: {exc}")
 
 
 class Database(
@@ -147,14 +229,30 @@ class Database(
             else:
                 self.conn = apsw.Connection(str(path))
             self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+            if not read_only:
+                if prepare:
+                    refuse_foreign(self.conn)
+                self._use_wal()
             self.conn.execute("PRAGMA synchronous = FULL")
             if prepare and not read_only:
                 self._check_integrity_quick()
                 apply_migrations(self.conn)
-        except apsw.NotADBError as exc:
-            raise DatabaseError(f"{path} is not an SQLite database: {exc}") from None
-        except apsw.CorruptError as exc:
-            raise DatabaseError(f"{path} is corrupt: {exc}") from None
+        except BaseException as exc:
+            if hasattr(self, "conn"):
+                self.conn.close()
+            if isinstance(exc, apsw.Error):
+                # Chained: the daemon's storage_fault still finds the lock, the read-only
+                # file or the full disk behind it.
+                raise unusable_database(path, exc) from exc
+            raise
+
+    def _use_wal(self) -> None:
+        """WAL: the daemon and the commands read while one of them writes. A file SQLite
+        could only open for reading (its mode) is left in its journal mode, so that the
+        commands that only read can still read it."""
+        with suppress(apsw.ReadOnlyError):
+            if not self.conn.readonly("main"):
+                self.conn.execute("PRAGMA journal_mode = WAL")
 
     def _check_integrity_quick(self) -> None:
         rows = self._all("PRAGMA quick_check(1)")
@@ -185,17 +283,24 @@ class Database(
         committed meanwhile; SQLite would answer "database is locked" at once.
         Nested levels are savepoints.
         """
-        if self.conn.in_transaction:
-            with self.conn:
-                yield self.conn
-            return
-        self.conn.execute("BEGIN IMMEDIATE")
         try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:
+                with self.conn:
+                    yield self.conn
+                return
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            self.conn.execute("COMMIT")
+        except apsw.Error as exc:
+            # The error itself goes on unchanged (the daemon classifies it by its type);
+            # a command names the file when it reports it.
+            if not hasattr(exc, _FILE_ATTRIBUTE):
+                setattr(exc, _FILE_ATTRIBUTE, self.path)
             raise
-        self.conn.execute("COMMIT")
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

@@ -19,6 +19,7 @@ import json
 import secrets
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
+from contextlib import suppress
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Final
@@ -42,6 +43,7 @@ from dreamcycle.store.index_file import (
     meta_path,
     read_meta,
     replace_durably,
+    save_failed,
     temporary_path,
     write_engine,
 )
@@ -518,16 +520,19 @@ class HnswIndex:
             raise InvalidIndexInput(f"stamp must be a str, got {type(stamp).__name__}")
         identity = secrets.token_hex(IDENTITY_BYTES)
         with self._lock.reading():
-            self._path.parent.mkdir(parents=True, exist_ok=True)
             index_temporary = temporary_path(self._path)
             try:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
                 write_engine(self._engine, index_temporary)
+                size = index_temporary.stat().st_size
+                checksum = file_checksum(index_temporary)
+            except OSError as error:
+                _discard(index_temporary)
+                raise save_failed(index_temporary, error) from error
             except IndexSaveFailed:
-                index_temporary.unlink(missing_ok=True)
+                _discard(index_temporary)
                 raise
-            size = index_temporary.stat().st_size
-            checksum = file_checksum(index_temporary)
-            replace_durably(index_temporary, self._path)
+            _replace_or_discard(index_temporary, self._path)
             meta = IndexMeta(
                 format=META_FORMAT,
                 dim=self._dim,
@@ -544,8 +549,14 @@ class HnswIndex:
             )
             sidecar = meta_path(self._path)
             sidecar_temporary = temporary_path(sidecar)
-            sidecar_temporary.write_text(json.dumps(asdict(meta), sort_keys=True), encoding="utf-8")
-            replace_durably(sidecar_temporary, sidecar)
+            try:
+                sidecar_temporary.write_text(
+                    json.dumps(asdict(meta), sort_keys=True), encoding="utf-8"
+                )
+            except OSError as error:
+                _discard(sidecar_temporary)
+                raise save_failed(sidecar_temporary, error) from error
+            _replace_or_discard(sidecar_temporary, sidecar)
             self._stamp = stamp
             self._identity = identity
             self._unsaved_changes = 0
@@ -593,6 +604,22 @@ class HnswIndex:
         with self._lock.writing():
             self._deleted.update(labels.tolist())
             self._unsaved_changes += 1
+
+
+def _discard(temporary: Path) -> None:
+    """Remove what a failed save wrote; a directory in its place is left for whoever put
+    it there, and the save's own error says why it failed."""
+    with suppress(OSError):
+        if not temporary.is_dir():
+            temporary.unlink(missing_ok=True)
+
+
+def _replace_or_discard(temporary: Path, final: Path) -> None:
+    try:
+        replace_durably(temporary, final)
+    except IndexSaveFailed:
+        _discard(temporary)
+        raise
 
 
 def open_or_rebuild(

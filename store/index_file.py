@@ -15,6 +15,7 @@ it has verified, after `check_header` has compared hnswlib's header with the met
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -114,10 +115,32 @@ def fsync_path(path: Path) -> None:
 
 
 def replace_durably(temporary: Path, final: Path) -> None:
-    """Make the fully written `temporary` appear as `final`, surviving a power cut."""
-    fsync_path(temporary)
-    os.replace(temporary, final)
-    fsync_path(final.parent)
+    """Make the fully written `temporary` appear as `final`, surviving a power cut.
+
+    IndexSaveFailed when the file system refuses (a directory in the file's place, no
+    permission, a full disk); the OSError is its cause, for the daemon to tell a storage
+    fault it waits out (daemon/health.py)."""
+    try:
+        fsync_path(temporary)
+        os.replace(temporary, final)
+        fsync_path(final.parent)
+    except OSError as error:
+        raise save_failed(final, error) from error
+
+
+def save_failed(path: Path, error: OSError) -> IndexSaveFailed:
+    """The file system refused to let the index be written at `path`."""
+    if error.errno == errno.EISDIR or path.is_dir():
+        return IndexSaveFailed(
+            f"cannot write index {path}: it is a directory; move it out of the way and try again"
+        )
+    if path.parent.is_dir() and not os.access(path.parent, os.W_OK | os.X_OK):
+        # hnswlib reports no failure of its own: a file it could not create is just missing.
+        return IndexSaveFailed(
+            f"cannot write index {path}: its directory {path.parent} cannot be written "
+            "(permissions or a read-only mount)"
+        )
+    return IndexSaveFailed(f"cannot write index {path}: {error}")
 
 
 def read_meta(path: Path) -> IndexMeta:
@@ -201,7 +224,7 @@ def _check_written(path: Path) -> None:
         with path.open("rb") as file:
             header = file.read(_HEADER.size)
     except OSError as error:
-        raise IndexSaveFailed(f"cannot write index {path}: {error}") from error
+        raise save_failed(path, error) from error
     if len(header) < _HEADER.size:
         raise IndexSaveFailed(f"cannot write index {path}: {size} bytes, no full header")
     count, bytes_per_element = _HEADER.unpack(header)[2:4]

@@ -37,7 +37,7 @@ def existing_data_epilog(without_one: str = "this command never creates one") ->
         "Exit codes: 0 ok, 1 unexpected failure, 2 bad arguments/config/input, including a "
         f"data directory or database that does not exist ({without_one}: `dreamcycle "
         "ingest` and `dreamcycle run` create them), 3 cannot run here (data directory in "
-        "use, unusable database)."
+        "use, unusable database, or one locked by another process: try again)."
     )
 
 
@@ -131,13 +131,30 @@ class NoDataDirectory(ValueError):
 
 def require_database(config: Config) -> None:
     """Refuse, before anything is opened (opening would create them), a data directory or a
-    database that does not exist: a mistyped --data-dir must not look like an empty memory."""
+    database that does not exist: a mistyped --data-dir must not look like an empty memory.
+
+    An empty file is no database either (SQLite would take it for a new one and the
+    migrations would fill it): dreamcycle writes a database's first page when it creates
+    it, so a file of 0 bytes holds nothing stored, unless its WAL beside it does."""
     data_dir, database = config.data_dir, config.database_path
     create = "run `dreamcycle ingest` or `dreamcycle run` to create one"
     if not data_dir.is_dir():
         raise NoDataDirectory(f"no dreamcycle data directory at {data_dir}; {create}")
     if not database.is_file():
         raise NoDataDirectory(f"no dreamcycle database in {data_dir} ({database.name}); {create}")
+    if _size(database) == 0 and not _size(database.with_name(f"{database.name}-wal")):
+        raise NoDataDirectory(
+            f"no dreamcycle database in {data_dir}: {database.name} is empty (0 bytes); {create}"
+        )
+
+
+def _size(path: Path) -> int | None:
+    """The size of the file at `path`; None when there is none, or it cannot be looked at
+    (opening it says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def load_existing(args: argparse.Namespace) -> Config:
@@ -204,6 +221,11 @@ CANNOT_RUN_HERE: Final = (
     ("dreamcycle.store.database", "DatabaseError"),
     ("dreamcycle.store.migrations", "MigrationError"),
     ("dreamcycle.store.embedder", "EmbedderUnavailable"),
+    # The journal cannot be replayed into this database (`dreamcycle rebuild`).
+    ("dreamcycle.daemon.rebuild", "RebuildError"),
+    # The index could not be written to the data directory (permissions, a full disk, a
+    # directory in its place).
+    ("dreamcycle.store.index_file", "IndexSaveFailed"),
     ("dreamcycle.daemon.client", "Unavailable"),
     ("dreamcycle.daemon.keys", "KeyUnavailable"),
     ("dreamcycle.daemon.keys", "KeyExists"),
@@ -225,6 +247,16 @@ def _loaded(names: Sequence[tuple[str, str]]) -> tuple[type[BaseException], ...]
     )
 
 
+def _storage_refusal(exc: Exception) -> str | None:
+    """The database locked by another process, read-only, full or failing while a command
+    wrote it: not a bug of the command, and nothing of its work was committed."""
+    database = sys.modules.get("dreamcycle.store.database")
+    if database is None:
+        return None
+    refusal: str | None = database.storage_refusal(exc)
+    return refusal
+
+
 def run_guarded(action: Callable[[], int]) -> int:
     """Run a command, turning known failures into one clear line and an exit code."""
     try:
@@ -236,6 +268,10 @@ def run_guarded(action: Callable[[], int]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except Exception as exc:
+        locked_or_unwritable = _storage_refusal(exc)
+        if locked_or_unwritable is not None:
+            print(f"error: {locked_or_unwritable}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
         if isinstance(exc, _loaded(CANNOT_RUN_HERE)):
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_UNAVAILABLE

@@ -2,6 +2,9 @@
 
 Read-only: it creates no data directory and writes nothing to the database or the index.
 The backend check is the daemon's own start-up probe (one object written and deleted).
+
+One module of a little under 500 lines: the checks run in order, a failed one skips those
+that depend on it, and each says how to fix what it found, in the words of the others.
 """
 
 from __future__ import annotations
@@ -147,7 +150,15 @@ def _data_dir(config: Config) -> Check:
 def _database(config: Config) -> Check:
     import apsw
 
-    from dreamcycle.store.database import BUSY_TIMEOUT_MS
+    from dreamcycle.store.database import BUSY_TIMEOUT_MS, unusable_database
+    from dreamcycle.store.migrations import (
+        MigrationError,
+        NotDreamcycleDatabase,
+        applied_versions,
+        known_migrations,
+        refuse_foreign,
+        unknown_versions,
+    )
 
     path = config.database_path
     if not path.exists():
@@ -157,27 +168,125 @@ def _database(config: Config) -> Check:
             f"{path} does not exist",
             "start the daemon once (it creates the database), or restore a backup",
         )
-    fix = (
-        "stop the daemon and restore the last backup (docs/operations.md); without one, "
-        "move the file aside and let the daemon start with an empty database"
-    )
+    wal = path.with_name(f"{path.name}-wal")
+    if path.is_file() and path.stat().st_size == 0 and not (wal.exists() and wal.stat().st_size):
+        return Check(
+            "database",
+            FAIL,
+            f"{path} is empty (0 bytes): it holds no memory",
+            "check peer.data_dir / --data-dir; in the right directory, restore a backup, or "
+            "start the daemon (it creates the database in the empty file)",
+        )
     try:
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
         try:
             conn.set_busy_timeout(BUSY_TIMEOUT_MS)
             rows = [str(r[0]) for r in conn.execute("PRAGMA quick_check")]
-            migrations = conn.execute("SELECT count(*) FROM schema_migrations").fetchone()
+            foreign = ""
+            try:
+                refuse_foreign(conn)
+            except NotDreamcycleDatabase as exc:
+                foreign = str(exc)
+            applied = applied_versions(conn)
         finally:
             conn.close()
     except apsw.Error as exc:
-        return Check("database", FAIL, f"{path}: {type(exc).__name__}: {exc}", fix)
+        return Check(
+            "database",
+            FAIL,
+            f"{unusable_database(path, exc)} ({type(exc).__name__})",
+            _database_fix(config, exc),
+        )
     if rows != ["ok"]:
-        return Check("database", FAIL, f"{path} quick_check: {'; '.join(rows[:3])}", fix)
-    applied = int(migrations[0]) if migrations else 0
-    return Check("database", OK, f"{path}: quick_check ok, {applied} migrations applied")
+        return Check("database", FAIL, f"{path} quick_check: {'; '.join(rows[:3])}", _CORRUPT_FIX)
+    if foreign:
+        return Check(
+            "database",
+            FAIL,
+            foreign,
+            "check peer.data_dir / --data-dir; this file is another application's: move it "
+            "out of the data directory rather than deleting it",
+        )
+    try:
+        newer = unknown_versions(applied)
+        known = len(known_migrations())
+    except MigrationError as exc:
+        return Check("database", FAIL, str(exc), "reinstall dreamcycle")
+    if newer:
+        return Check(
+            "database",
+            FAIL,
+            f"{path} was written by a newer dreamcycle: migrations {newer} are unknown to "
+            "this version",
+            "upgrade dreamcycle to the version that wrote it (every other command refuses "
+            "the database until then); do not restore an older backup over it",
+        )
+    pending = known - len(applied)
+    detail = f"{path}: quick_check ok, {len(applied)} migrations applied"
+    if pending:
+        detail += f" ({pending} more are applied at the daemon's next start)"
+    return Check("database", OK, detail)
+
+
+#: Only damage to the file itself calls for a backup: moving a sound file aside would lose
+#: what it holds.
+_CORRUPT_FIX: Final = (
+    "stop the daemon and restore the last backup (docs/operations.md); only without one, "
+    "move the file (and its -wal and -shm) aside, keeping it, and let the daemon start with "
+    "an empty database"
+)
+
+
+def _database_fix(config: Config, exc: Exception) -> str:
+    """What to do about an SQLite error opening the database: by its cause, since most of
+    them leave every stored memory intact."""
+    import apsw
+
+    path = config.database_path
+    keep = "the database itself is intact: do not move it aside or restore a backup"
+    if isinstance(exc, apsw.NotADBError | apsw.CorruptError):
+        return _CORRUPT_FIX
+    if isinstance(exc, apsw.BusyError | apsw.LockedError):
+        return (
+            f"another process holds the database's lock: find it (fuser {path}), let it "
+            f"finish or stop it, and try again; {keep}"
+        )
+    if path.is_dir():
+        return (
+            f"{path} is a directory: move it out of {config.data_dir} (is peer.data_dir "
+            "right?); the daemon then starts with a new database"
+        )
+    if isinstance(exc, apsw.IOError):
+        return (
+            "the file system failed a read: check the disk (dmesg) and the mount; restore a "
+            "backup only if the disk lost data"
+        )
+    return (
+        f"give the user the daemon runs as read and write access to {config.data_dir} and "
+        f"to {path.name} and its -wal and -shm files (chown, chmod), and check the mount is "
+        f"not read-only; {keep}"
+    )
 
 
 def _index(config: Config) -> Check:
+    import apsw
+
+    from dreamcycle.store.database import DatabaseError
+
+    try:
+        return _index_against_database(config)
+    except (apsw.Error, DatabaseError) as exc:
+        # The database passed its own check, yet lacks what it records of the index.
+        return Check(
+            "index",
+            FAIL,
+            f"the database's record of its index cannot be read: {type(exc).__name__}: {exc}",
+            "start the daemon once (it applies pending migrations); if this persists, restore "
+            "the last backup (docs/operations.md)",
+        )
+
+
+def _index_against_database(config: Config) -> Check:
     from dreamcycle.daemon.runtime import INDEX_IDENTITY_META_KEY
     from dreamcycle.store.database import Database
     from dreamcycle.store.embedder import Embedder
