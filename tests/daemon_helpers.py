@@ -295,12 +295,18 @@ class Peer:
         )
 
     def start(
-        self, *args: str, settings: Mapping[str, str] | None = None, name: str = ""
+        self,
+        *args: str,
+        settings: Mapping[str, str] | None = None,
+        name: str = "",
+        log_dir: Path | None = None,
     ) -> Daemon:
-        """`dreamcycle run args` in the background."""
+        """`dreamcycle run args` in the background, its output kept in a file in `log_dir`
+        (beside the data directory unless given: elsewhere when that file system is made
+        to fail, or the log would lose lines)."""
         label = name or f"daemon {self.peer_id}"
-        log_path = (
-            self.data_dir.parent / f"{self.data_dir.name}-{self.peer_id}-{time.monotonic_ns()}.log"
+        log_path = (log_dir or self.data_dir.parent) / (
+            f"{self.data_dir.name}-{self.peer_id}-{time.monotonic_ns()}.log"
         )
         self.provision_key()
         with log_path.open("wb") as log_file:

@@ -37,7 +37,8 @@ def test_a_full_disk_is_waited_out_and_nothing_is_lost(tmp_path: Path) -> None:
         peer, readyz = peer_with_probes(fs / "a", tmp_path / "zeitgeist")
         chunks = write_jsonl(tmp_path / "c.jsonl", documentation_chunks(["try"], 4))
         peer.dreamcycle("ingest", str(chunks))
-        with peer.start("--interval", "0.5") as daemon:
+        # The log off the disk that fills: a line written while it is full would be cut.
+        with peer.start("--interval", "0.5", log_dir=tmp_path) as daemon:
             daemon.wait_ready()
             wait_until(lambda: peer.cycles_done() >= 1, what="a first cycle")
             # Queued before the disk fills: the daemon cannot apply it until space returns.
