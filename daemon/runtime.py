@@ -51,6 +51,10 @@ class AlreadyRunning(RuntimeError):
     """Another daemon holds this data directory."""
 
 
+class DataDirUnlockable(RuntimeError):
+    """The data directory's lock file cannot be opened (a read-only mount, permissions)."""
+
+
 def open_backend(config: Config, retry: RetryPolicy | None = None) -> LogBackend:
     """The configured zeitgeist backend (imported lazily: each pulls its own client library).
 
@@ -180,7 +184,13 @@ class Runtime:
 
     def lock_data_dir(self) -> None:
         """One daemon per data directory: a second one is refused, not interleaved."""
-        handle = open(self.config.lock_path, "a+", encoding="utf-8")  # noqa: SIM115
+        try:
+            handle = open(self.config.lock_path, "a+", encoding="utf-8")  # noqa: SIM115
+        except OSError as exc:
+            raise DataDirUnlockable(
+                f"{self.config.lock_path} cannot be opened to hold the data directory "
+                f"for this process: {exc.strerror or exc}"
+            ) from exc
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -155,3 +155,16 @@ def test_rebuild_in_a_data_directory_it_cannot_write_is_refused(peer: Peer) -> N
     assert result.returncode == EXIT_UNAVAILABLE, result.stderr
     one_error_line(result, str(peer.data_dir), "cannot be written")
     assert peer.dump() == before
+
+
+def test_a_lock_file_that_cannot_be_opened_is_named(peer: Peer) -> None:
+    lock = peer.data_dir / "daemon.lock"
+    lock.unlink(missing_ok=True)
+    lock.mkdir()  # what can stand in its place, whoever runs the command
+    before = peer.dump()
+    for verb in ("rebuild", "run"):
+        ran = peer.dreamcycle(
+            verb, *(("--once",) if verb == "run" else ()), expect=EXIT_UNAVAILABLE
+        )
+        one_error_line(ran, str(lock), "cannot be opened")
+    assert peer.dump() == before

@@ -215,6 +215,7 @@ def reason_text(text: str) -> str:
 #: every command the API server's and the model's imports.
 CANNOT_RUN_HERE: Final = (
     ("dreamcycle.daemon.runtime", "AlreadyRunning"),
+    ("dreamcycle.daemon.runtime", "DataDirUnlockable"),
     ("dreamcycle.daemon.api.http", "ApiUnavailable"),
     ("dreamcycle.zeitgeist.backend", "BackendError"),
     ("dreamcycle.daemon.metrics", "MetricsUnavailable"),
