@@ -54,6 +54,10 @@ def test_rotate_sets_a_damaged_key_aside_and_makes_a_new_one(
     plain = keys(data_dir, "init")
     assert plain.returncode == EXIT_UNAVAILABLE, plain
     assert "unusable key" in plain.stderr and "keys init --rotate" in plain.stderr
+    # The service's first-start step says so too, rather than keeping it.
+    kept = keys(data_dir, "init", "--if-missing")
+    assert kept.returncode == EXIT_UNAVAILABLE, kept
+    assert "keys init --rotate" in kept.stderr and "kept" not in kept.stdout
     assert key.read_bytes() == damaged
 
     rotated = keys(data_dir, "init", "--rotate")

@@ -95,10 +95,12 @@ def register(verbs: Any) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon.keys import init_key
+    from dreamcycle.daemon.keys import init_key, read_signer
 
     config = load(args)
     if args.if_missing and config.key_path.exists():
+        # Read: an unusable key kept now would only be refused by the start that follows.
+        read_signer(config)
         print(f"kept {config.key_path} (exists)")
         return 0
     signer, retired = init_key(config, rotate=args.rotate)
