@@ -55,9 +55,9 @@ def test_rotate_sets_a_damaged_key_aside_and_makes_a_new_one(
     assert plain.returncode == EXIT_UNAVAILABLE, plain
     assert "unusable key" in plain.stderr and "keys init --rotate" in plain.stderr
     # The service's first-start step says so too, rather than keeping it.
-    kept = keys(data_dir, "init", "--if-missing")
-    assert kept.returncode == EXIT_UNAVAILABLE, kept
-    assert "keys init --rotate" in kept.stderr and "kept" not in kept.stdout
+    if_missing = keys(data_dir, "init", "--if-missing")
+    assert if_missing.returncode == EXIT_UNAVAILABLE, if_missing
+    assert "keys init --rotate" in if_missing.stderr and "kept" not in if_missing.stdout
     assert key.read_bytes() == damaged
 
     rotated = keys(data_dir, "init", "--rotate")
