@@ -187,10 +187,8 @@ class Runtime:
         try:
             handle = open(self.config.lock_path, "a+", encoding="utf-8")  # noqa: SIM115
         except OSError as exc:
-            raise DataDirUnlockable(
-                f"{self.config.lock_path} cannot be opened to hold the data directory "
-                f"for this process: {exc.strerror or exc}"
-            ) from exc
+            reason = exc.strerror or exc
+            raise DataDirUnlockable(f"{self.config.lock_path} cannot be opened: {reason}") from exc
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
