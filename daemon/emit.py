@@ -393,11 +393,37 @@ def emit_supersede(rt: Runtime, *, old_hash: str, new_hash: str, reason: str) ->
     )
 
 
-def supersede_contradiction(db: Database, old_hash: str, new_hash: str) -> str | None:
-    """Why superseding `old_hash` by `new_hash` would contradict a retraction queued here
-    and not applied yet, None if it would not: the old chunk already superseded by another
-    or tombstoned, or the new one itself on its way out. Applied in order at the next cycle,
-    either would retract both versions (an edit and its undo), or leave two successors."""
+@dataclass(frozen=True)
+class QueuedRetractions:
+    """The retractions queued here and not applied yet: supersedes (old hash -> new) and
+    tombstoned hashes. Read once (`queued_retractions`) for as many edits as are weighed."""
+
+    superseded: Mapping[str, str]
+    tombstoned: frozenset[str]
+
+    def contradiction(self, old_hash: str, new_hash: str) -> str | None:
+        """Why superseding `old_hash` by `new_hash` would contradict them, None if it would
+        not: the old chunk already superseded by another or tombstoned, or the new one
+        itself on its way out. Applied in order at the next cycle, either would retract
+        both versions (an edit and its undo), or leave two successors."""
+        due = "at the next dream cycle"
+        if old_hash in self.tombstoned:
+            return f"chunk {old_hash} is queued to be retracted (tombstoned) {due}"
+        successor = self.superseded.get(old_hash)
+        if successor is not None and successor != new_hash:
+            return (
+                f"chunk {old_hash} is queued to be superseded by {successor} {due}: change "
+                "that one instead"
+            )
+        if new_hash in self.tombstoned or new_hash in self.superseded:
+            return (
+                f"the new content is chunk {new_hash}, which is queued to be retracted {due}; "
+                "a retracted chunk's content cannot be saved again"
+            )
+        return None
+
+
+def queued_retractions(db: Database) -> QueuedRetractions:
     superseded: dict[str, str] = {}
     tombstoned: set[str] = set()
     for _, body in db.outbox_unapplied_of_kinds((SupersedeEntry.KIND, TombstoneEntry.KIND)):
@@ -405,21 +431,7 @@ def supersede_contradiction(db: Database, old_hash: str, new_hash: str) -> str |
             superseded[str(body["old_hash"])] = str(body["new_hash"])
         else:
             tombstoned.add(str(body["content_hash"]))
-    due = "at the next dream cycle"
-    if old_hash in tombstoned:
-        return f"chunk {old_hash} is queued to be retracted (tombstoned) {due}"
-    successor = superseded.get(old_hash)
-    if successor is not None and successor != new_hash:
-        return (
-            f"chunk {old_hash} is queued to be superseded by {successor} {due}: change that "
-            "one instead"
-        )
-    if new_hash in tombstoned or new_hash in superseded:
-        return (
-            f"the new content is chunk {new_hash}, which is queued to be retracted {due}; "
-            "a retracted chunk's content cannot be saved again"
-        )
-    return None
+    return QueuedRetractions(superseded, frozenset(tombstoned))
 
 
 def emit_revision(

@@ -38,10 +38,11 @@ import apsw
 import blake3
 
 from dreamcycle.daemon.emit import (
+    QueuedRetractions,
     emit_revision,
     emit_supersede,
     emit_tombstone,
-    supersede_contradiction,
+    queued_retractions,
 )
 from dreamcycle.daemon.ingest import INGEST_BATCH, embed_stored
 from dreamcycle.daemon.limits import FieldOverLimit, check_observation_limits
@@ -437,6 +438,7 @@ def plan_import(
     for record in records.values():
         if record.deleted_at is None:
             users.setdefault(record.content_hash, set()).add(record.source_key)
+    queued = queued_retractions(db)
     steps: list[Step] = []
     seen: set[str] = set()
     for memory in memories:
@@ -445,7 +447,7 @@ def plan_import(
             steps.append(Step(Action.SKIPPED, memory, prior, "same identity as an earlier row"))
             continue
         seen.add(memory.key)
-        step = _decide(memory, prior, users, db)
+        step = _decide(memory, prior, users, db, queued)
         steps.append(step)
         moved = step.action in (Action.SUPERSEDED, Action.IMPORTED)
         if prior is not None and (memory.deleted_at is not None or moved):
@@ -460,6 +462,7 @@ def _decide(
     prior: ImportRecord | None,
     users: dict[str, set[str]],
     db: Database,
+    queued: QueuedRetractions,
 ) -> Step:
     live_prior = prior if prior is not None and prior.deleted_at is None else None
     shared = live_prior is not None and bool(
@@ -506,7 +509,7 @@ def _decide(
     if db.is_tombstoned_hash(digest):
         return Step(Action.SKIPPED, memory, prior, "content retracted here (tombstoned)")
     if live_prior is not None and not shared:
-        if supersede_contradiction(db, live_prior.content_hash, digest) is not None:
+        if queued.contradiction(live_prior.content_hash, digest) is not None:
             # Edited again (or back) before the last edit was applied: both supersedes,
             # applied in turn, would retract every version. Weighed again next import.
             return Step(Action.SKIPPED, memory, prior, EDITED_AGAIN_REASON)

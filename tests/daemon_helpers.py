@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from pydoc_data.topics import topics
 from types import TracebackType
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +36,9 @@ import pytest
 
 from dreamcycle.daemon.cycle_thread import idle_is_reversible
 from dreamcycle.zeitgeist.signing import Signer
+
+if TYPE_CHECKING:
+    from dreamcycle.daemon.service import Service
 
 T = TypeVar("T")
 
@@ -114,6 +117,23 @@ def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
 
 
 # ---- waiting ----------------------------------------------------------------------------
+
+
+def run_service_while(service: Service, work: Callable[[], object]) -> None:
+    """`service.run()` in this process, while `work()` runs in a thread beside it; stopped
+    as a SIGTERM stops it once `work` returns (or raises)."""
+    import trio
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(service.run)
+            try:
+                await trio.to_thread.run_sync(work)
+            finally:
+                service.stop_requested.set()
+                service.stop.set()
+
+    trio.run(main)
 
 
 def wait_until(

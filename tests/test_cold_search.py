@@ -17,7 +17,6 @@ from typing import Any, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 import pytest
-import trio
 
 from dreamcycle.daemon import cold_search, defaults
 from dreamcycle.daemon.api.operations import Operations
@@ -30,7 +29,7 @@ from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
 from dreamcycle.store.database import Database, NewObservation
-from tests.daemon_helpers import needs_reversible_idle, wait_until
+from tests.daemon_helpers import needs_reversible_idle, run_service_while, wait_until
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -452,18 +451,12 @@ def test_the_running_service_raises_the_apis_build_once_it_starves(
     monkeypatch.setattr(defaults, "COLD_GRAPH_IDLE_LIMIT_S", 0.0)
     service = Service(rt)
 
-    async def until_the_build_ends() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(service.run)
-            await trio.to_thread.run_sync(
-                lambda: wait_until(lambda: len(policies) == 2, what="the build", timeout_s=WAIT_S)
-            )
-            service.stop_requested.set()
-            service.stop.set()
-
     try:
         with caplog.at_level(logging.INFO, logger="dreamcycle.service"):
-            trio.run(until_the_build_ends)
+            run_service_while(
+                service,
+                lambda: wait_until(lambda: len(policies) == 2, what="the build", timeout_s=WAIT_S),
+            )
     finally:
         rt.close()
     assert inside.is_set()

@@ -23,7 +23,7 @@ from dreamcycle.daemon.cycle_thread import IDLE, NORMAL, CycleThread
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.service import Service
 from dreamcycle.store.embedder import Embedder
-from tests.daemon_helpers import needs_reversible_idle, thread_policies
+from tests.daemon_helpers import needs_reversible_idle, run_service_while, thread_policies
 
 #: Long beside a call that only waits for an event.
 WAIT_S = 10.0
@@ -290,20 +290,15 @@ def test_the_running_service_raises_a_step_that_holds_the_write_lock_a_save_wait
     service = Service(rt)
     saved: list[SaveResponse] = []
 
-    async def save_beside_the_step() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(service.run)
-            await trio.to_thread.run_sync(holding.wait, WAIT_S)
-            api = service.api
-            assert api is not None
-            request = SaveRequest(content="saved while a cycle holds the write lock")
-            saved.append(await trio.to_thread.run_sync(api.save, request))
-            service.stop_requested.set()
-            service.stop.set()
+    def save_beside_the_step() -> None:
+        holding.wait(WAIT_S)
+        api = service.api
+        assert api is not None
+        saved.append(api.save(SaveRequest(content="saved while a cycle holds the write lock")))
 
     try:
         with caplog.at_level(logging.INFO, logger="dreamcycle.service"):
-            trio.run(save_beside_the_step)
+            run_service_while(service, save_beside_the_step)
     finally:
         rt.close()
     assert policies == [os.SCHED_OTHER]

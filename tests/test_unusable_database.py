@@ -61,6 +61,16 @@ COMMANDS: Final = (
 ENVIRONMENT: Final = {"DREAMCYCLE_METRICS_LISTEN": "", "HF_HUB_OFFLINE": "1"}
 
 
+def reading_writing_running_and_doctor(chunks: Path) -> list[tuple[str, ...]]:
+    """A command that reads, one that writes, the daemon and doctor (last)."""
+    return [
+        (DREAMCYCLE, "status"),
+        (DREAMCYCLE, "ingest", "--direct", str(chunks)),
+        (DREAMCYCLE, "run", "--once"),
+        (DREAMCYCLE, "doctor", "--json"),
+    ]
+
+
 # ---- the commands, as a user runs them ---------------------------------------------------
 
 
@@ -219,12 +229,7 @@ def test_an_unreadable_database_or_wal_is_refused_naming_it(peer: Peer, chunks: 
     other = peer.copy_to(peer.data_dir.parent / "unreadable")
     leave_a_wal(peer.database_path)
     before = files_of(peer.data_dir)
-    commands = [
-        (DREAMCYCLE, "status"),
-        (DREAMCYCLE, "ingest", "--direct", str(chunks)),
-        (DREAMCYCLE, "run", "--once"),
-        (DREAMCYCLE, "doctor", "--json"),
-    ]
+    commands = reading_writing_running_and_doctor(chunks)
     with modes_taken((wal, 0), (other.database_path, 0)):
         *refusals, doctor = run_all(peer, commands, obey_modes=True)
         unreadable = run(other, DREAMCYCLE, "status", obey_modes=True)
@@ -353,12 +358,7 @@ def test_another_application_s_database_is_refused_and_left_as_it_was(
     # `run` would refuse to start without a key before it opened the database.
     peer.provision_key()
     before = files_of(peer.data_dir)
-    commands = [
-        (DREAMCYCLE, "status"),
-        (DREAMCYCLE, "ingest", "--direct", str(chunks)),
-        (DREAMCYCLE, "run", "--once"),
-        (DREAMCYCLE, "doctor", "--json"),
-    ]
+    commands = reading_writing_running_and_doctor(chunks)
     *refusals, doctor = run_all(peer, commands)
     for ran in refusals:
         ran.refused(EXIT_UNAVAILABLE, str(peer.database_path), "not a dreamcycle database")

@@ -57,7 +57,7 @@ from dreamcycle.daemon.emit import (
     emit_revision,
     emit_supersede,
     emit_tombstone,
-    supersede_contradiction,
+    queued_retractions,
 )
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall import (
@@ -785,7 +785,7 @@ def _new_version(content: str, kept: dict[str, Any], given: dict[str, Any]) -> m
 
 
 def _refuse_contradicting(db: Database, old_hash: str, new_hash: str) -> None:
-    contradiction = supersede_contradiction(db, old_hash, new_hash)
+    contradiction = queued_retractions(db).contradiction(old_hash, new_hash)
     if contradiction is not None:
         raise Conflict(contradiction)
 
