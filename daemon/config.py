@@ -354,11 +354,35 @@ class LearningConfig:
     key_half_life_s: float = defaults.LEARNING_KEY_HALF_LIFE_S
     max_keys_per_chunk: int = defaults.LEARNING_MAX_KEYS_PER_CHUNK
     fusion: bool = defaults.LEARNING_FUSION
+    key_gate: bool = defaults.LEARNING_KEY_GATE
+    implicit_saved: float = defaults.LEARNING_IMPLICIT_SAVED
+    implicit_summary: float = defaults.LEARNING_IMPLICIT_SUMMARY
+    implicit_asked_again: float = defaults.LEARNING_IMPLICIT_ASKED_AGAIN
+    implicit_session: float = defaults.LEARNING_IMPLICIT_SESSION
+    implicit_window_s: float = defaults.LEARNING_IMPLICIT_WINDOW_S
+    session_window_s: float = defaults.LEARNING_SESSION_WINDOW_S
+    asked_again_similarity: float = defaults.LEARNING_ASKED_AGAIN_SIMILARITY
 
     def check(self) -> None:
         _one_of("learning.credit_rule", self.credit_rule, tuple(r.value for r in CreditRule))
         if not 0 <= self.miss_factor <= 1:
             raise ConfigError(f"learning.miss_factor must be in [0, 1], got {self.miss_factor}")
+        for name in (
+            "implicit_saved",
+            "implicit_summary",
+            "implicit_asked_again",
+            "implicit_session",
+        ):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ConfigError(f"learning.{name} must be in [0, 1], got {value}")
+        _positive("learning.implicit_window_s", self.implicit_window_s)
+        _positive("learning.session_window_s", self.session_window_s)
+        if not -1 <= self.asked_again_similarity <= 1:
+            raise ConfigError(
+                "learning.asked_again_similarity must be in [-1, 1], "
+                f"got {self.asked_again_similarity}"
+            )
         _positive("learning.key_half_life_s", self.key_half_life_s)
         _positive("learning.max_keys_per_chunk", self.max_keys_per_chunk)
 

@@ -251,6 +251,21 @@ LEARNING_KEY_HALF_LIFE_S: Final = keys.KEY_HALF_LIFE_S
 LEARNING_MAX_KEYS_PER_CHUNK: Final = keys.MAX_KEYS_PER_CHUNK
 #: Cited successes teach recall how far to trust vectors against words (pulses.fusion).
 LEARNING_FUSION: Final = True
+#: Learned keys rank only in the similarity bands where the store's own new questions
+#: showed they help (pulses.key_gate); off, every key at least key_min_similarity-close.
+LEARNING_KEY_GATE: Final = True
+#: Weights of the credit inferred from what agent sessions do (daemon/implicit_credit.py),
+#: each the amount one signal credits a chunk with (0: the signal is ignored).
+LEARNING_IMPLICIT_SAVED: Final = 0.5
+LEARNING_IMPLICIT_SUMMARY: Final = 0.5
+LEARNING_IMPLICIT_ASKED_AGAIN: Final = 0.25
+LEARNING_IMPLICIT_SESSION: Final = 0.5
+#: How long after a recall what its session does still says something about it.
+LEARNING_IMPLICIT_WINDOW_S: Final = 3_600.0
+#: How far back a result reported for a whole session reaches.
+LEARNING_SESSION_WINDOW_S: Final = 86_400.0
+#: A recall at least this close to an earlier one of its session asks the same again.
+LEARNING_ASKED_AGAIN_SIMILARITY: Final = 0.8
 
 EFFICACY_ENABLED: Final = True
 #: Seconds between computations of the efficacy metrics, and the window they look back on.

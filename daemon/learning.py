@@ -4,22 +4,37 @@ Only the peer that made a decision knows what it recalled (in rank order) and
 the query, so only it converts an outcome: credit by pulses.credit, Reward or
 Decay pulses seeded at the credited chunks, and a retrieval key per credited
 chunk. Pulses and keys are published, so every peer learns from one success.
-Cited successes also teach how recall splits its trust between vectors and
-words (pulses.fusion); that split is this peer's own and is not published.
+
+Every cited success is first a held-back question: before it teaches anything,
+the learned parts of recall are judged on it against the unlearned ranking.
+Its cited chunks are ranked with the store's keys and without them, which
+judges the keys' similarity band (pulses.key_gate); and, when no key helped
+find them, every vector/word split is scored on it against the configured one
+(pulses.fusion). Both verdicts are this peer's own and are not published.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.config import Config
+from dreamcycle.daemon.learned_ranking import (
+    key_gate,
+    learns_fusion,
+    split_evidence,
+    store_key_gate,
+    store_split_evidence,
+)
+from dreamcycle.daemon.recall import rank_query
+from dreamcycle.daemon.recall_keys import KeyUse, key_scores_of
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses import fusion
 from dreamcycle.pulses.credit import Credit, CreditRule, assign_credit
+from dreamcycle.pulses.evidence import reciprocal_rank_gain
 from dreamcycle.pulses.keys import LearnedKey, learn
 from dreamcycle.pulses.outcome import Attribution, Outcome, outcome_to_pulses
 from dreamcycle.store import keys as key_store
@@ -29,9 +44,6 @@ from dreamcycle.zeitgeist.entries import PulseEntry, RetrievalKeyEntry, encode_e
 
 log = logging.getLogger("dreamcycle.learning")
 
-#: meta key holding what cited successes taught about recall's vector/word split.
-FUSION_META_KEY = "recall_fusion_scores"
-
 
 def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
     """Pulses (queued for publishing) and keys learned for waiting outcomes of our decisions.
@@ -39,10 +51,9 @@ def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
     Returns the pulse entries and how many keys changed.
     """
     db, cfg = peer.db, peer.config.learning
-    derived: list[PulseEntry] = []
-    keys_changed = 0
+    lesson = Lesson()
     # Converting outcomes adds, removes and moves no chunk: one stamp serves them all.
-    stamp: str | None = None
+    stamp = db.change_stamp()
     for record in db.waiting_outcomes():
         attribution = db.attribution(record.decision_hash)
         if attribution is None:
@@ -67,111 +78,157 @@ def convert_outcomes(peer: Peer, now_ms: int) -> tuple[list[PulseEntry], int]:
                 CreditRule(cfg.credit_rule),
                 miss_factor=cfg.miss_factor,
             )
-            pulses = outcome_to_pulses(
-                outcome,
-                Attribution(
-                    decision_hash=record.decision_hash,
-                    chunk_hashes=tuple(attribution.chunk_hashes),
-                    peer=attribution.peer,
-                    ts=attribution.hlc,
-                    decision_text=attribution.decision_text,
-                ),
-                lambda digest: db.embedding_of_hash(digest, peer.embedder.index_version),
-                index_version=peer.embedder.index_version,
-                credits=credits,
-            )
+            pulses = learn_from_credits(peer, outcome, attribution, credits, now_ms, stamp, lesson)
         except ValueError as exc:  # pure validation: nothing was written
             log.warning(
                 "outcome rejected", extra={"outcome": record.outcome_id, "reason": str(exc)}
             )
             db.settle_outcome(record.outcome_id, "rejected")
             continue
-        for pulse in pulses:
-            entry = PulseEntry(hlc=pulse.ts, origin=peer.peer_id, pulse=pulse)
-            # Applied when it propagates: a crash before then leaves it for the next scan.
-            if db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=now_ms):
-                derived.append(entry)
-        query = attribution.query_embedding
-        if cfg.keys and query is not None:
-            for credit in credits:
-                if teach_key(
-                    peer, credit.chunk_hash, query, attribution.query_text, credit.amount, now_ms
-                ):
-                    keys_changed += 1
-                key_entry = RetrievalKeyEntry(
-                    hlc=record.hlc,
-                    origin=peer.peer_id,
-                    decision_hash=record.decision_hash,
-                    chunk_hash=credit.chunk_hash,
-                    embedding=query,
-                    text=attribution.query_text if cfg.share_key_text else None,
-                    amount=credit.amount,
-                )
-                db.outbox_add(
-                    key_entry.id,
-                    key_entry.KIND,
-                    key_entry.hlc,
-                    encode_entry(key_entry),
-                    now_ms=now_ms,
-                    applied=True,
-                )
-        if _learns_fusion(peer.config):
-            stamp = stamp or db.change_stamp()
-            _learn_fusion(peer, attribution, credits, stamp)
-        db.settle_outcome(record.outcome_id, "converted", len(pulses))
-    return derived, keys_changed
+        db.settle_outcome(record.outcome_id, "converted", pulses)
+    return lesson.pulses, lesson.keys_changed
 
 
-def _learns_fusion(config: Config) -> bool:
-    """A list configured off (weight 0) stays off: then there is no split to learn."""
-    recall = config.recall
-    return config.learning.fusion and recall.vector_weight > 0 and recall.lexical_weight > 0
+@dataclass
+class Lesson:
+    """What converting credits taught in one cycle: pulses queued, keys changed."""
+
+    pulses: list[PulseEntry] = field(default_factory=list)
+    keys_changed: int = 0
 
 
-def fusion_weights(db: Database, config: Config) -> tuple[float, float]:
-    """(vector, lexical) weights of recall's fusion: configured, or learned from citations."""
-    recall = config.recall
-    if not _learns_fusion(config):
-        return recall.vector_weight, recall.lexical_weight
-    total = recall.vector_weight + recall.lexical_weight
-    share = fusion.best_share(split_scores(db), recall.vector_weight / total)
-    return fusion.split_weights(share, total)
+def learn_from_credits(
+    peer: Peer,
+    outcome: Outcome,
+    attribution: AttributionRecord,
+    credits: Sequence[Credit],
+    now_ms: int,
+    stamp: str,
+    lesson: Lesson,
+    *,
+    also_keys_of: Sequence[AttributionRecord] = (),
+) -> int:
+    """Credits of one decision of ours into Reward / Decay pulses, judged learning and keys.
+
+    The pulses are queued for publishing, and each credited chunk learns the decision's
+    query as a key (published too); `also_keys_of` are earlier decisions asking for the
+    same thing, whose queries the chunks positively credited learn as well. Raises
+    ValueError (nothing written) when the outcome or the credits are invalid. Returns how
+    many pulses were queued.
+    """
+    db, cfg = peer.db, peer.config.learning
+    pulses = outcome_to_pulses(
+        outcome,
+        Attribution(
+            decision_hash=outcome.decision_hash,
+            chunk_hashes=tuple(attribution.chunk_hashes),
+            peer=attribution.peer,
+            ts=attribution.hlc,
+            decision_text=attribution.decision_text,
+        ),
+        lambda digest: db.embedding_of_hash(digest, peer.embedder.index_version),
+        index_version=peer.embedder.index_version,
+        credits=credits,
+    )
+    for pulse in pulses:
+        entry = PulseEntry(hlc=pulse.ts, origin=peer.peer_id, pulse=pulse)
+        # Applied when it propagates: a crash before then leaves it for the next scan.
+        if db.outbox_add(entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=now_ms):
+            lesson.pulses.append(entry)
+    _judge_learned_ranking(peer, attribution, credits, stamp)
+    if not cfg.keys:
+        return len(pulses)
+    for decision_hash, asked, credited in _key_lessons(outcome, attribution, credits, also_keys_of):
+        query = asked.query_embedding
+        if query is None:
+            continue
+        for credit in credited:
+            if teach_key(peer, credit.chunk_hash, query, asked.query_text, credit.amount, now_ms):
+                lesson.keys_changed += 1
+            key_entry = RetrievalKeyEntry(
+                hlc=outcome.ts,
+                origin=peer.peer_id,
+                decision_hash=decision_hash,
+                chunk_hash=credit.chunk_hash,
+                embedding=query,
+                text=asked.query_text if cfg.share_key_text else None,
+                amount=credit.amount,
+            )
+            db.outbox_add(
+                key_entry.id,
+                key_entry.KIND,
+                key_entry.hlc,
+                encode_entry(key_entry),
+                now_ms=now_ms,
+                applied=True,
+            )
+    return len(pulses)
 
 
-def split_scores(db: Database) -> fusion.SplitScores:
-    """What cited successes taught so far about the vector/word split (empty at first)."""
-    stored = db.get_meta(FUSION_META_KEY)
-    if stored is None:
-        return fusion.SplitScores()
-    try:
-        data = json.loads(stored)
-        return fusion.SplitScores(tuple(float(x) for x in data["scores"]), int(data["evidence"]))
-    except (ValueError, KeyError, TypeError) as exc:
-        # Derived state: unreadable means start again from the configured split.
-        log.warning("fusion scores unreadable; starting again", extra={"reason": str(exc)})
-        return fusion.SplitScores()
+def _key_lessons(
+    outcome: Outcome,
+    attribution: AttributionRecord,
+    credits: Sequence[Credit],
+    earlier: Sequence[AttributionRecord],
+) -> list[tuple[str, AttributionRecord, list[Credit]]]:
+    """(decision, its attribution, credits) whose query each credited chunk learns."""
+    lessons = [(outcome.decision_hash, attribution, list(credits))]
+    helped = [c for c in credits if c.amount > 0]
+    for record in earlier:
+        if helped and record.decision_hash:
+            lessons.append((record.decision_hash, record, helped))
+    return lessons
+
+
+def _judge_learned_ranking(
+    peer: Peer, attribution: AttributionRecord, credits: Sequence[Credit], stamp: str
+) -> None:
+    """A cited success as a held-back question for the keys and for the split, before its
+    own keys are learned (module docstring)."""
+    query = attribution.query_embedding
+    text = attribution.query_text
+    db = peer.db
+    cited = [
+        obs.rowid
+        for c in credits
+        if c.amount > 0 and (obs := db.observation_by_hash(c.chunk_hash)) is not None
+    ]
+    if not cited or query is None or not text or query.shape != (peer.embedder.dim,):
+        return
+    rt = peer.runtime
+    key_found = False
+    if peer.config.learning.keys:
+        near = key_scores_of(rt, query, stamp, KeyUse.ALL)
+        if near:
+            pool = peer.config.recall.candidates
+            ranked = {
+                use: [
+                    h.rowid for h in rank_query(rt, text, query, pool, index=peer.index, keys=use)
+                ]
+                for use in (KeyUse.ALL, KeyUse.NONE)
+            }
+            gain = reciprocal_rank_gain(cited, ranked[KeyUse.ALL], ranked[KeyUse.NONE])
+            if gain is not None:
+                store_key_gate(db, key_gate(db).observe(max(near.values()), gain))
+            gated = key_scores_of(rt, query, stamp, KeyUse.GATED)
+            key_found = any(label in gated for label in cited)
+    if learns_fusion(peer.config) and not key_found:
+        _learn_fusion(peer, query, text, cited, stamp)
 
 
 def _learn_fusion(
-    peer: Peer, attribution: AttributionRecord, credits: list[Credit], stamp: str
+    peer: Peer, query: npt.NDArray[np.float32], text: str, cited: list[int], stamp: str
 ) -> None:
     """Score every candidate split by where it would have ranked the chunks a success cited."""
-    cited_hashes = [c.chunk_hash for c in credits if c.amount > 0]
-    query = attribution.query_embedding
-    if not cited_hashes or query is None or not attribution.query_text:
-        return
     db, recall = peer.db, peer.config.recall
-    cited = [obs.rowid for d in cited_hashes if (obs := db.observation_by_hash(d)) is not None]
-    state = fusion.observe(
-        split_scores(db),
+    evidence = fusion.observe(
+        split_evidence(db, peer.config),
         cited,
         _vector_list(peer, query, recall.candidates, stamp),
-        search_lexical(db, attribution.query_text, recall.candidates, cold=None),
+        search_lexical(db, text, recall.candidates, cold=None),
         rrf_k=recall.rrf_k,
     )
-    db.set_meta(
-        FUSION_META_KEY, json.dumps({"scores": list(state.scores), "evidence": state.evidence})
-    )
+    store_split_evidence(db, evidence)
 
 
 def _vector_list(peer: Peer, query: npt.NDArray[np.float32], pool: int, stamp: str) -> list[int]:

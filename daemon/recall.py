@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.learning import fusion_weights
+from dreamcycle.daemon.learned_ranking import fusion_weights
+from dreamcycle.daemon.recall_keys import KeyUse, has_keys, key_scores_of
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
-from dreamcycle.pulses.keys import alive
 from dreamcycle.pulses.outcome import decision_hash
 from dreamcycle.pulses.pulse import check_text
 from dreamcycle.pulses.ranking import (
@@ -84,12 +84,14 @@ def recall(
     record: bool = True,
     index: HnswIndex | None = None,
     min_confidence: float = 0.0,
+    session_id: str | None = None,
 ) -> RecallResult:
     """The top-k chunks for `query`; with `record`, the attribution is stored and queued.
 
     `index` is the live index when the caller holds one (the daemon); otherwise
     the saved index is used if current, else an exact search. Chunks less certain than
-    `min_confidence` are never ranked.
+    `min_confidence` are never ranked. `session_id` names the agent session asking, so
+    what the session does next can credit what it recalled (daemon.implicit_credit).
     """
     cfg = rt.config.recall
     top_k = top_k or cfg.top_k
@@ -102,7 +104,9 @@ def recall(
     hits = rank_query(rt, query, vector, top_k, index=index, min_confidence=min_confidence)
     if not record or not hits:
         return RecallResult(None, hits)
-    digest = record_attribution(rt, hits, decision_text or query, query, vector)
+    digest = record_attribution(
+        rt, hits, decision_text or query, query, vector, session_id=session_id
+    )
     return RecallResult(digest, hits)
 
 
@@ -122,9 +126,7 @@ def search_words(rt: Runtime, query: str) -> WordMatches:
     content = search_lexical(rt.db, query, pool, cold=None)
     # Learned words count only through a usable key: with no key stored, none can.
     learned = (
-        search_lexical(rt.db, query, pool, cold=None, column=LEARNED_COLUMN)
-        if _has_keys(rt)
-        else []
+        search_lexical(rt.db, query, pool, cold=None, column=LEARNED_COLUMN) if has_keys(rt) else []
     )
     return WordMatches(content, learned)
 
@@ -141,6 +143,7 @@ def rank_query(
     allowed: frozenset[int] | None = None,
     words: WordMatches | None = None,
     min_confidence: float = 0.0,
+    keys: KeyUse = KeyUse.GATED,
 ) -> list[Hit]:
     """Rank every retriever's candidates for one query (no attribution).
 
@@ -149,7 +152,8 @@ def rank_query(
     `allowed` (a filter's matches) keeps only those chunks, and the vector retriever
     then searches among them alone. `words` is `search_words(rt, query)` when the
     caller ran it already (while the query was being embedded), in the same snapshot.
-    Candidates less certain than `min_confidence` are dropped before ranking.
+    Candidates less certain than `min_confidence` are dropped before ranking. `keys` says
+    which learned keys count (learning ranks with all and with none to judge them).
     """
     cfg = rt.config.recall
     db = rt.db
@@ -161,7 +165,7 @@ def rank_query(
     # the live tier.
     cold_candidates = rt.cold_search.begin(rt, stamp, tiers.cold, vector, pool)
     labels = set(_vector_candidates(rt, vector, pool, index, stamp, allowed))
-    key_scores = _key_scores(rt, vector, stamp)
+    key_scores = key_scores_of(rt, vector, stamp, keys)
     labels.update(_best(key_scores, pool))
     found = words if words is not None else search_words(rt, query)
     lexical = found.content
@@ -331,40 +335,14 @@ def _vector_candidates(
     return found
 
 
-def _key_scores(rt: Runtime, vector: Vector, stamp: str) -> dict[int, float]:
-    """Per chunk, the best cosine of the query to one of its usable keys."""
-    stamp = key_store.keys_stamp(rt.db, stamp)
-    cached = rt.recall_cache.get("keys", stamp)
-    if cached is None:
-        cached = rt.recall_cache.put("keys", stamp, key_store.all_keys(rt.db, rt.embedder.dim))
-    chunks, matrix, weights, updated = cached
-    if len(chunks) == 0:
-        return {}
-    half_life = rt.config.learning.key_half_life_s
-    cosines = matrix @ vector
-    # A key stands for the question it was learned from: only queries close to that
-    # question (a repeat or a paraphrase) may use it, and only while it lives.
-    usable = alive(weights, updated, rt.clock.now_ms(), half_life) & (
-        cosines >= rt.config.recall.key_min_similarity
-    )
-    scaled = np.where(usable, cosines, -np.inf)
-    best: dict[int, float] = {}
-    for chunk, value in zip(chunks.tolist(), scaled.tolist(), strict=True):
-        if value > best.get(chunk, -np.inf) and value > -np.inf:
-            best[chunk] = value
-    return best
-
-
-def _has_keys(rt: Runtime) -> bool:
-    stamp = key_store.keys_stamp(rt.db, rt.db.change_stamp())
-    cached = rt.recall_cache.get("has_keys", stamp)
-    if cached is None:
-        cached = rt.recall_cache.put("has_keys", stamp, key_store.key_count(rt.db) > 0)
-    return bool(cached)
-
-
 def record_attribution(
-    rt: Runtime, hits: list[Hit], decision_text: str, query: str, vector: Vector
+    rt: Runtime,
+    hits: list[Hit],
+    decision_text: str,
+    query: str,
+    vector: Vector,
+    *,
+    session_id: str | None = None,
 ) -> str:
     """Store which chunks were in context (in rank order) and queue the attribution entry;
     returns the decision hash an outcome names."""
@@ -385,6 +363,7 @@ def record_attribution(
             ranked=ranked,
             query_text=query,
             query_embedding=vector,
+            session_id=session_id,
         )
         entry = AttributionEntry(
             hlc=hlc,

@@ -6,27 +6,23 @@ conversations full of names and dates favour words, notes written in other
 words than the questions favour vectors. A fixed split is right for neither, so
 the split is learned.
 
-Each cited success is evidence: given the two lists recall had for the question,
-the fused rank each candidate split (SHARES) would have given the cited chunk.
-Every split keeps an average of the reciprocal rank it would have achieved, and
-recall uses the split with the best average: the one that would have put the
-chunks agents actually used highest, on their own questions. Counting which
-list ranked a cited chunk higher instead, a first version, settled where the
-two lists win equally often (0.5 on conversations where 0.2 was 3 points of
-recall better); scoring the fused outcome does not.
+Each cited success is a question no split was chosen on: given the two lists recall
+had for it, every candidate split (SHARES) is scored by the fused reciprocal rank it
+would have given the cited chunks, against the configured split on the same question
+(a paired difference, pulses.evidence). Recall moves to the split with the best mean
+gain only once that gain is clearly above zero (more than Z standard errors, after
+MIN_EVIDENCE questions); until then, and whenever the evidence is mixed, the
+configured split stays. Scoring the fused outcome rather than which list ranked the
+cited chunk higher matters: counting wins settled where the two lists win equally
+often (0.5 on conversations where 0.2 was 3 points of recall better).
 
-The average is the plain mean of everything seen until 1/ALPHA cited chunks,
-then a moving average of step ALPHA, so a store whose questions change can still
-move it. A faster step (0.05, a memory of some 20 chunks) let the split wander:
-the splits' averages differ by a few percent, and on the same conversations the
-learned share ended at 0.2 with the sweep on and at 0.6 with it off (held-out
-recall@5 58.4 against 47.0). Since what recall finds is what agents can cite, a
-wander feeds itself; the mean, on the same citations, stays at 0.2 throughout.
-
-Until MIN_EVIDENCE cited chunks have been seen the configured split stays, so
-a handful of outcomes cannot move it; the candidate splits stay inside
-[0.2, 0.8], so neither list is ever switched off. The total weight of the two
-lists is kept, so fusion with the learned keys' list is unchanged in scale.
+Only successes that no learned key helped find are evidence: a chunk found through a
+key was found by the question it learned, and its own cosine to that question is high
+because an earlier question found it the same way, so those successes make the vector
+list look better with every key learned (the split went to 0.8 on a store where words
+find more, and to 0.2 on the same store without keys). The candidate splits stay inside
+[0.2, 0.8], so neither list is ever switched off, and the total weight of the two lists
+is kept, so fusion with the learned keys' list is unchanged in scale.
 """
 
 from __future__ import annotations
@@ -36,34 +32,52 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from dreamcycle.pulses.evidence import InvalidEvidence, PairedGain
+
 #: The vector shares recall may learn to use (a grid: a handful of outcomes a day cannot
 #: resolve finer differences).
 SHARES: Final = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-#: Step of each split's moving average per cited chunk, once 1/ALPHA chunks were seen
-#: (the plain mean before).
-ALPHA: Final = 0.01
-#: Cited chunks seen before the learned split replaces the configured one.
-MIN_EVIDENCE: Final = 20
 
 
 class InvalidFusion(ValueError):
-    """A share, step or list out of range; the message names it."""
+    """A share or list out of range; the message names it."""
 
 
 @dataclass(frozen=True)
-class SplitScores:
-    """Per candidate split, the average of the cited chunks' reciprocal fused rank."""
+class SplitEvidence:
+    """Per candidate split, its paired gain over the configured split `configured`."""
 
-    scores: tuple[float, ...] = tuple(0.0 for _ in SHARES)
-    evidence: int = 0
+    configured: float
+    gains: tuple[PairedGain, ...] = tuple(PairedGain() for _ in SHARES)
 
     def __post_init__(self) -> None:
-        if len(self.scores) != len(SHARES):
-            raise InvalidFusion(f"expected {len(SHARES)} split scores, got {len(self.scores)}")
-        if not all(math.isfinite(s) and 0.0 <= s <= 1.0 for s in self.scores):
-            raise InvalidFusion(f"split scores must be in [0, 1], got {self.scores}")
-        if self.evidence < 0:
-            raise InvalidFusion(f"evidence must be >= 0, got {self.evidence}")
+        _check_share(self.configured)
+        if len(self.gains) != len(SHARES):
+            raise InvalidFusion(f"expected {len(SHARES)} split gains, got {len(self.gains)}")
+
+    @property
+    def evidence(self) -> int:
+        """Cited chunks seen so far."""
+        return max(g.n for g in self.gains)
+
+    def to_json(self) -> dict[str, object]:
+        return {"configured": self.configured, "gains": [g.to_json() for g in self.gains]}
+
+    @classmethod
+    def from_json(cls, value: object, configured: float) -> SplitEvidence:
+        """What was stored; a fresh start when it was learned against another configured
+        split (its gains are differences from that one)."""
+        if not isinstance(value, Mapping) or "gains" not in value:
+            raise InvalidFusion("stored split evidence has no gains")
+        if value.get("configured") != configured:
+            return cls(configured)
+        gains = value["gains"]
+        if not isinstance(gains, Sequence):
+            raise InvalidFusion(f"split gains must be a list, got {gains!r}")
+        try:
+            return cls(configured, tuple(PairedGain.from_json(g) for g in gains))
+        except InvalidEvidence as exc:
+            raise InvalidFusion(str(exc)) from None
 
 
 def fused_rank(
@@ -97,53 +111,48 @@ def fused_rank(
 
 
 def observe(
-    state: SplitScores,
+    state: SplitEvidence,
     cited: Sequence[int],
     vector_list: Sequence[int],
     lexical_list: Sequence[int],
     *,
     rrf_k: float,
-    alpha: float = ALPHA,
-) -> SplitScores:
+) -> SplitEvidence:
     """`state` after the cited chunks of one decision (chunks neither list holds are skipped)."""
-    if not 0.0 < alpha <= 1.0:
-        raise InvalidFusion(f"alpha must be in (0, 1], got {alpha}")
     if not (math.isfinite(rrf_k) and rrf_k >= 0):
         raise InvalidFusion(f"rrf_k must be finite and >= 0, got {rrf_k}")
-    scores, evidence = list(state.scores), state.evidence
+    gains = list(state.gains)
     for target in cited:
-        ranks = [fused_rank(target, vector_list, lexical_list, s, rrf_k) for s in SHARES]
-        if ranks[0] is None:
+        base = fused_rank(target, vector_list, lexical_list, state.configured, rrf_k)
+        if base is None:
             continue
-        step = max(alpha, 1.0 / (evidence + 1))
-        for i, rank in enumerate(ranks):
+        for i, share in enumerate(SHARES):
+            rank = fused_rank(target, vector_list, lexical_list, share, rrf_k)
             assert rank is not None
-            scores[i] = (1.0 - step) * scores[i] + step / rank
-        evidence += 1
-    return SplitScores(tuple(scores), evidence)
+            gains[i] = gains[i].add(1.0 / rank - 1.0 / base)
+    return SplitEvidence(state.configured, tuple(gains))
 
 
-def best_share(state: SplitScores, configured: float) -> float:
-    """The split with the best score; the configured one until MIN_EVIDENCE.
-
-    Among equal scores the split closest to the configured one wins.
-    """
-    if not (math.isfinite(configured) and 0.0 <= configured <= 1.0):
-        raise InvalidFusion(f"share must be in [0, 1], got {configured}")
-    if state.evidence < MIN_EVIDENCE:
-        return configured
-    best = max(state.scores)
-    return min(
-        (s for s, score in zip(SHARES, state.scores, strict=True) if score == best),
-        key=lambda s: (abs(s - configured), s),
-    )
+def best_share(state: SplitEvidence) -> float:
+    """The split whose gain over the configured one is clearest; the configured one until
+    some split is clearly better (ties: the split closer to the configured one)."""
+    better = [
+        (gain.mean, -abs(share - state.configured), share)
+        for share, gain in zip(SHARES, state.gains, strict=True)
+        if gain.verdict(prior=False) and gain.mean > 0
+    ]
+    return max(better)[2] if better else state.configured
 
 
 def split_weights(share: float, total: float) -> tuple[float, float]:
     """(vector weight, lexical weight) for a vector `share` of `total`."""
+    _check_share(share)
+    return share * total, (1.0 - share) * total
+
+
+def _check_share(share: float) -> None:
     if not (math.isfinite(share) and 0.0 <= share <= 1.0):
         raise InvalidFusion(f"share must be in [0, 1], got {share}")
-    return share * total, (1.0 - share) * total
 
 
 def _ranks(labels: Sequence[int]) -> Mapping[int, int]:

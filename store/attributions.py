@@ -32,6 +32,9 @@ class AttributionRecord:
     ranked: list[str]
     query_text: str | None
     query_embedding: npt.NDArray[np.float32] | None
+    decision_hash: str = ""
+    #: The agent session the decision was made in, when the caller named one.
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,12 +61,17 @@ class SuccessfulDecision(NamedTuple):
 
 _INSERT_ATTRIBUTION: Final = (
     "INSERT INTO attributions (decision_hash, chunk_hashes_json, peer, ts, hlc, "
-    "decision_text, ranked_json, query_text, query_embedding) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (decision_hash) DO NOTHING RETURNING 1"
+    "decision_text, ranked_json, query_text, query_embedding, session_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (decision_hash) DO NOTHING RETURNING 1"
 )
-_ATTRIBUTION: Final = (
-    "SELECT chunk_hashes_json, peer, hlc, decision_text, ranked_json, query_text, "
-    "query_embedding FROM attributions WHERE decision_hash = ?"
+ATTRIBUTION_COLUMNS: Final = (
+    "chunk_hashes_json, peer, hlc, decision_text, ranked_json, query_text, "
+    "query_embedding, decision_hash, session_id"
+)
+_ATTRIBUTION: Final = f"SELECT {ATTRIBUTION_COLUMNS} FROM attributions WHERE decision_hash = ?"
+_SESSION_DECISIONS: Final = (
+    f"SELECT {ATTRIBUTION_COLUMNS} FROM attributions WHERE session_id = ? AND peer = ? "
+    "AND hlc >= ? AND hlc <= ? ORDER BY hlc, decision_hash"
 )
 _SUCCESSFUL_DECISIONS: Final = (
     "SELECT a.decision_hash, coalesce(a.ranked_json, a.chunk_hashes_json), o.cited_json, "
@@ -104,6 +112,7 @@ class AttributionQueries(TableQueries):
         ranked: Sequence[str] | None = None,
         query_text: str | None = None,
         query_embedding: npt.NDArray[np.float32] | None = None,
+        session_id: str | None = None,
     ) -> bool:
         """False if the decision was already recorded (attributions are idempotent).
 
@@ -122,24 +131,21 @@ class AttributionQueries(TableQueries):
                 None if ranked is None else json.dumps(list(ranked)),
                 query_text,
                 None if query_embedding is None else vector_to_blob(query_embedding),
+                session_id,
             ),
         )
         return row is not None
 
     def attribution(self, decision_hash: str) -> AttributionRecord | None:
         row = self._one(_ATTRIBUTION, (decision_hash,))
-        if row is None:
-            return None
-        chunks = list(json.loads(row[0]))
-        return AttributionRecord(
-            chunk_hashes=chunks,
-            peer=str(row[1]),
-            hlc=int(row[2]),
-            decision_text=str(row[3]),
-            ranked=chunks if row[4] is None else list(json.loads(row[4])),
-            query_text=row[5],
-            query_embedding=None if row[6] is None else blob_to_vector(bytes(row[6])),
-        )
+        return None if row is None else attribution_of(row)
+
+    def session_decisions(
+        self, session_id: str, peer: str, *, from_hlc: int, to_hlc: int
+    ) -> list[AttributionRecord]:
+        """Decisions `peer` made in an agent session between two HLCs, oldest first."""
+        rows = self._all(_SESSION_DECISIONS, (session_id, peer, from_hlc, to_hlc))
+        return [attribution_of(row) for row in rows]
 
     def successful_decisions(
         self, peer: str, *, since_ms: int, limit: int
@@ -195,6 +201,22 @@ class AttributionQueries(TableQueries):
 
     def settle_outcome(self, outcome_id: str, status: str, pulses: int = 0) -> None:
         self.conn.execute(_SETTLE_OUTCOME, (status, pulses, outcome_id))
+
+
+def attribution_of(row: Sequence[object]) -> AttributionRecord:
+    chunks = list(json.loads(str(row[0])))
+    embedding = row[6]
+    return AttributionRecord(
+        chunk_hashes=chunks,
+        peer=str(row[1]),
+        hlc=int(row[2]),  # type: ignore[call-overload]
+        decision_text=str(row[3]),
+        ranked=chunks if row[4] is None else list(json.loads(str(row[4]))),
+        query_text=None if row[5] is None else str(row[5]),
+        query_embedding=None if embedding is None else blob_to_vector(bytes(embedding)),  # type: ignore[arg-type]
+        decision_hash=str(row[7]),
+        session_id=None if row[8] is None else str(row[8]),
+    )
 
 
 def outcomes_of_decision(db: TableQueries, decision_hash: str) -> list[tuple[str, float, str]]:

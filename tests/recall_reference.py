@@ -11,8 +11,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from dreamcycle.daemon.learning import fusion_weights
-from dreamcycle.daemon.recall import Hit, _best, _key_scores, _nearest
+from dreamcycle.daemon.learned_ranking import fusion_weights
+from dreamcycle.daemon.recall import Hit, _best, _nearest
+from dreamcycle.daemon.recall_keys import key_scores_of
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import Candidate, lexical_ranks, rank_candidates
 from dreamcycle.pulses.vectors import Vector
@@ -47,7 +48,7 @@ def reference_rank_query(
     else:
         found, _ = index.knn_many(vector[None, :], pool, allowed=allowed)
         labels = {int(x) for x in found[0]}
-    key_scores = _key_scores(rt, vector, stamp)
+    key_scores = key_scores_of(rt, vector, stamp)
     labels.update(_best(key_scores, pool))
     lexical = search_lexical(db, query, pool, cold=None)
     labels.update(lexical)

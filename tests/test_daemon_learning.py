@@ -28,18 +28,19 @@ from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.emit import PulseRequest, emit_outcome, emit_pulse
 from dreamcycle.daemon.forgetting import move_to_cold, revive
 from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.learning import (
+from dreamcycle.daemon.learned_ranking import (
     FUSION_META_KEY,
     fusion_weights,
-    split_scores,
-    teach_key,
+    split_evidence,
 )
+from dreamcycle.daemon.learning import teach_key
 from dreamcycle.daemon.rebuild import RebuildError, rebuild, replay_steps
 from dreamcycle.daemon.recall import Hit, recall
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.constants import OUTCOME_DECAY_PER_HOP
 from dreamcycle.pulses.credit import MISS_FACTOR
-from dreamcycle.pulses.fusion import MIN_EVIDENCE, SHARES, SplitScores, observe
+from dreamcycle.pulses.evidence import MIN_EVIDENCE
+from dreamcycle.pulses.fusion import SHARES, SplitEvidence, observe
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.pulses.sweep import SweepPlan
 from dreamcycle.store import checkpoints, tiers
@@ -289,19 +290,23 @@ def test_cited_successes_teach_recall_how_far_to_trust_vectors(peer: Peer) -> No
     vectors, words = retriever_lists(peer)
     cited, _ = credit(peer, 1.0, cite=1)
 
-    learned = split_scores(peer.db)
+    learned = split_evidence(peer.db, peer.config)
     expected = observe(
-        SplitScores(), [rowid_of(peer, cited)], vectors, words, rrf_k=peer.config.recall.rrf_k
+        SplitEvidence(learned.configured),
+        [rowid_of(peer, cited)],
+        vectors,
+        words,
+        rrf_k=peer.config.recall.rrf_k,
     )
     assert learned.evidence == 1
-    assert learned.scores == pytest.approx(expected.scores)
+    assert learned == expected
     # One success is not enough to move the split.
     assert fusion_weights(peer.db, peer.config) == configured
     # A miss teaches nothing about which list finds answers.
     decision, _ = ask(peer)
     emit_outcome(peer.runtime, decision=decision, reward=-1.0, reason="tests/miss", cited=[cited])
     run_cycle_blocking(peer)
-    assert split_scores(peer.db) == learned
+    assert split_evidence(peer.db, peer.config) == learned
 
 
 def test_a_cited_cold_chunk_teaches_the_split_as_recall_found_it(peer: Peer) -> None:
@@ -319,7 +324,7 @@ def test_a_cited_cold_chunk_teaches_the_split_as_recall_found_it(peer: Peer) -> 
     assert cited in cold_hashes(peer)
     emit_outcome(peer.runtime, decision=decision, reward=1.0, reason="tests/cold", cited=[cited])
     run_cycle_blocking(peer)
-    assert split_scores(peer.db).evidence == 1
+    assert split_evidence(peer.db, peer.config).evidence == 1
 
 
 def embed_as_another_model(peer: Peer, rowid: int) -> None:
@@ -399,9 +404,15 @@ def test_replay_from_a_checkpoint_keeps_another_models_chunks_live_outside_the_i
 
 def test_enough_successes_move_the_split_and_keep_the_total(peer: Peer) -> None:
     total = peer.config.recall.vector_weight + peer.config.recall.lexical_weight
+    clear = [MIN_EVIDENCE, 0.5, 0.01]  # a mean gain of 0.5, standard error 0.02
     peer.db.set_meta(
         FUSION_META_KEY,
-        json.dumps({"scores": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5], "evidence": MIN_EVIDENCE}),
+        json.dumps(
+            {
+                "configured": split_evidence(peer.db, peer.config).configured,
+                "gains": [[0, 0.0, 0.0]] * (len(SHARES) - 1) + [clear],
+            }
+        ),
     )
     vector, lexical = fusion_weights(peer.db, peer.config)
     assert vector / total == pytest.approx(max(SHARES))

@@ -9,12 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dreamcycle.pulses.evidence import MIN_EVIDENCE, PairedGain
 from dreamcycle.pulses.fusion import (
-    ALPHA,
-    MIN_EVIDENCE,
     SHARES,
     InvalidFusion,
-    SplitScores,
+    SplitEvidence,
     best_share,
     fused_rank,
     observe,
@@ -22,6 +21,7 @@ from dreamcycle.pulses.fusion import (
 )
 
 K = 60.0
+CONFIGURED = 0.41
 
 
 def test_fused_rank_by_hand() -> None:
@@ -42,47 +42,82 @@ def test_a_tie_counts_against_the_target() -> None:
     assert fused_rank(2, [1], [2], 0.5, K) == 2
 
 
-def test_observe_moves_every_split_towards_the_reciprocal_rank_it_would_have_given() -> None:
-    state = observe(SplitScores(), [4], [1, 2, 3], [3, 4], rrf_k=K)
-    expected = [1 / fused_rank(4, [1, 2, 3], [3, 4], s, K) for s in SHARES]  # type: ignore[operator]
-    # The first chunk is the whole mean so far.
-    assert state.scores == pytest.approx(tuple(expected))
+def test_observe_books_each_splits_gain_over_the_configured_one() -> None:
+    state = observe(SplitEvidence(CONFIGURED), [4], [1, 2, 3], [3, 4], rrf_k=K)
+    base = fused_rank(4, [1, 2, 3], [3, 4], CONFIGURED, K)
+    assert base is not None
+    expected = [1 / fused_rank(4, [1, 2, 3], [3, 4], s, K) - 1 / base for s in SHARES]  # type: ignore[operator]
+    assert [g.mean for g in state.gains] == pytest.approx(expected)
     assert state.evidence == 1
-    # Chunk 4 is found by words only: low shares rank it higher, so they score higher.
-    assert state.scores[0] > state.scores[-1]
+    # Chunk 4 is found by words only: a high share ranks it lower, so it loses.
+    assert state.gains[0].mean >= 0 > state.gains[-1].mean
 
 
 def test_chunks_neither_list_holds_teach_nothing() -> None:
-    assert observe(SplitScores(), [9], [1, 2], [3], rrf_k=K) == SplitScores()
+    assert observe(SplitEvidence(CONFIGURED), [9], [1, 2], [3], rrf_k=K) == SplitEvidence(
+        CONFIGURED
+    )
 
 
-def test_the_configured_split_stays_until_enough_evidence() -> None:
-    few = SplitScores(scores=(0.9, 0, 0, 0, 0, 0, 0), evidence=MIN_EVIDENCE - 1)
-    assert best_share(few, 0.41) == 0.41
-    enough = SplitScores(scores=(0.9, 0, 0, 0, 0, 0, 0), evidence=MIN_EVIDENCE)
-    assert best_share(enough, 0.41) == SHARES[0]
+def _clear(mean: float, n: int = MIN_EVIDENCE) -> PairedGain:
+    """A gain of `mean` on every one of `n` questions but one, which gained nothing."""
+    gain = PairedGain()
+    for i in range(n):
+        gain = gain.add(mean if i else 0.0)
+    return gain
 
 
-def test_ties_between_splits_go_to_the_one_closest_to_the_configured() -> None:
-    flat = SplitScores(scores=tuple(0.5 for _ in SHARES), evidence=MIN_EVIDENCE)
-    assert best_share(flat, 0.41) == 0.4
-    assert best_share(flat, 0.66) == 0.7
+def test_the_configured_split_stays_until_a_split_is_clearly_better() -> None:
+    few = SplitEvidence(CONFIGURED, (_clear(0.3, MIN_EVIDENCE - 1),) + (PairedGain(),) * 6)
+    assert best_share(few) == CONFIGURED
+    enough = SplitEvidence(CONFIGURED, (_clear(0.3),) + (PairedGain(),) * 6)
+    assert best_share(enough) == SHARES[0]
+
+
+def test_mixed_evidence_keeps_the_configured_split() -> None:
+    # A mean gain of 0.01 with gains of +-0.5: nowhere near two standard errors.
+    gain = PairedGain()
+    for i in range(200):
+        gain = gain.add(0.51 if i % 2 else -0.49)
+    assert gain.mean == pytest.approx(0.01)
+    assert best_share(SplitEvidence(CONFIGURED, (gain,) * len(SHARES))) == CONFIGURED
+
+
+def test_among_clearly_better_splits_the_best_mean_wins_ties_to_the_closest() -> None:
+    gains = [PairedGain()] * len(SHARES)
+    gains[1], gains[5] = _clear(0.2), _clear(0.4)
+    assert best_share(SplitEvidence(CONFIGURED, tuple(gains))) == SHARES[5]
+    tied = [_clear(0.2)] * len(SHARES)
+    assert best_share(SplitEvidence(CONFIGURED, tuple(tied))) == 0.4
+    assert best_share(SplitEvidence(0.66, tuple(tied))) == 0.7
 
 
 def test_the_split_moves_towards_the_list_that_finds_what_agents_cite() -> None:
-    words_find = SplitScores()
-    vectors_find = SplitScores()
-    for _ in range(MIN_EVIDENCE):
-        # The cited chunk 5 is second in one list and absent from the other.
-        words_find = observe(words_find, [5], [1, 2, 3], [8, 5], rrf_k=K)
-        vectors_find = observe(vectors_find, [5], [8, 5], [1, 2, 3], rrf_k=K)
-    assert best_share(words_find, 0.5) < 0.5
-    assert best_share(vectors_find, 0.5) > 0.5
+    words_find = SplitEvidence(0.5)
+    vectors_find = SplitEvidence(0.5)
+    for i in range(3 * MIN_EVIDENCE):
+        # The cited chunk is second in one list and absent from the other; now and then
+        # both lists rank it alike, so the gains vary.
+        if i % 3:
+            words_find = observe(words_find, [5], [1, 2, 3], [8, 5], rrf_k=K)
+            vectors_find = observe(vectors_find, [5], [8, 5], [1, 2, 3], rrf_k=K)
+        else:
+            words_find = observe(words_find, [5], [5, 1], [5, 8], rrf_k=K)
+            vectors_find = observe(vectors_find, [5], [5, 1], [5, 8], rrf_k=K)
+    assert best_share(words_find) < 0.5
+    assert best_share(vectors_find) > 0.5
     # Where every split ranks it alike, nothing moves.
-    same = SplitScores()
+    same = SplitEvidence(CONFIGURED)
     for _ in range(MIN_EVIDENCE):
         same = observe(same, [1], [1, 2], [1, 3], rrf_k=K)
-    assert best_share(same, 0.41) == 0.4
+    assert best_share(same) == CONFIGURED
+
+
+def test_evidence_against_another_configured_split_starts_again() -> None:
+    learned = observe(SplitEvidence(0.5), [4], [1, 2, 3], [3, 4], rrf_k=K)
+    stored = learned.to_json()
+    assert SplitEvidence.from_json(stored, 0.5) == learned
+    assert SplitEvidence.from_json(stored, CONFIGURED) == SplitEvidence(CONFIGURED)
 
 
 def test_split_keeps_the_total_weight() -> None:
@@ -94,48 +129,27 @@ def test_split_keeps_the_total_weight() -> None:
     st.lists(st.integers(0, 30), unique=True, max_size=20),
     st.lists(st.integers(0, 30), unique=True, max_size=20),
 )
-def test_any_evidence_leaves_scores_in_range_and_a_share_on_the_grid(
+def test_any_evidence_leaves_gains_in_range_and_a_share_on_the_grid_or_configured(
     cited: list[int], vectors: list[int], words: list[int]
 ) -> None:
-    state = SplitScores(evidence=MIN_EVIDENCE)
-    for _ in range(3):
+    state = SplitEvidence(0.5)
+    for _ in range(3 * MIN_EVIDENCE):
         state = observe(state, cited, vectors, words, rrf_k=K)
-    assert all(0.0 <= s <= 1.0 and math.isfinite(s) for s in state.scores)
-    assert best_share(state, 0.5) in SHARES
+    assert all(-1.0 <= g.mean <= 1.0 and math.isfinite(g.variance) for g in state.gains)
+    assert best_share(state) in (*SHARES, 0.5)
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: observe(SplitScores(), [], [], [], rrf_k=K, alpha=0.0), "alpha"),
-        (lambda: observe(SplitScores(), [], [], [], rrf_k=math.nan), "rrf_k"),
-        (lambda: SplitScores(scores=(0.1,)), "split scores"),
-        (lambda: SplitScores(scores=tuple(2.0 for _ in SHARES)), r"\[0, 1\]"),
-        (lambda: SplitScores(evidence=-1), "evidence"),
-        (lambda: best_share(SplitScores(), 1.5), "share"),
+        (lambda: observe(SplitEvidence(0.5), [], [], [], rrf_k=math.nan), "rrf_k"),
+        (lambda: SplitEvidence(0.5, (PairedGain(),)), "split gains"),
+        (lambda: SplitEvidence(1.5), "share"),
+        (lambda: SplitEvidence.from_json({"configured": 0.5}, 0.5), "no gains"),
+        (lambda: SplitEvidence.from_json({"configured": 0.5, "gains": [[1, 5, 0]]}, 0.5), "mean"),
         (lambda: split_weights(1.5, 1.0), "share"),
     ],
 )
 def test_bad_parameters_are_named(call: Callable[[], object], message: str) -> None:
     with pytest.raises(InvalidFusion, match=message):
         call()
-
-
-def test_the_average_is_the_plain_mean_then_a_moving_average_of_step_alpha() -> None:
-    # Chunk 2 is first in the vector list and second in the words (rank r under each split),
-    # chunk 7 is found by words alone: alternating them, the mean is known exactly.
-    state = SplitScores()
-    ranks_2 = [fused_rank(2, [2, 1], [1, 2], s, K) for s in SHARES]
-    ranks_7 = [fused_rank(7, [2, 1], [7, 1], s, K) for s in SHARES]
-    n = round(1 / ALPHA)
-    for i in range(n):
-        if i % 2 == 0:
-            state = observe(state, [2], [2, 1], [1, 2], rrf_k=K)
-        else:
-            state = observe(state, [7], [2, 1], [7, 1], rrf_k=K)
-    mean = [(1 / a + 1 / b) / 2 for a, b in zip(ranks_2, ranks_7, strict=True)]  # type: ignore[operator]
-    assert state.scores == pytest.approx(tuple(mean))
-    # Past 1/ALPHA chunks, each new one moves the average by ALPHA of the difference.
-    after = observe(state, [2], [2, 1], [1, 2], rrf_k=K)
-    moved = [(1 - ALPHA) * m + ALPHA / r for m, r in zip(mean, ranks_2, strict=True)]  # type: ignore[operator]
-    assert after.scores == pytest.approx(tuple(moved))
