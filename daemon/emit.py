@@ -23,7 +23,7 @@ import blake3
 
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.constants import REASON_MAX_CHARS
-from dreamcycle.pulses.outcome import Outcome
+from dreamcycle.pulses.outcome import REWARD_MAX, REWARD_MIN, Outcome
 from dreamcycle.pulses.pulse import (
     PulseKind,
     SalientPulse,
@@ -229,6 +229,24 @@ def emit_outcome(
         ),
         refuse_a_second_outcome,
     )
+
+
+def emit_session_outcome(rt: Runtime, *, session: str, reward: float, reason: str) -> int:
+    """Record a result reported once for a whole agent session; the next cycle credits the
+    session's decisions from it (daemon.implicit_credit). Returns its id."""
+    check_text("the session id", session)
+    if not session.strip():
+        raise ValueError("the session id is empty")
+    check_reason(reason)
+    if not (math.isfinite(reward) and REWARD_MIN <= reward <= REWARD_MAX) or reward == 0:
+        raise ValueError(
+            f"a session's reward must be non-zero and in [{REWARD_MIN:g}, {REWARD_MAX:g}], "
+            f"got {reward}"
+        )
+    with rt.db.transaction():
+        return rt.db.record_session_outcome(
+            session, reward=reward, reason=reason, ts_ms=rt.clock.now_ms()
+        )
 
 
 def resolve_cited(

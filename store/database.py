@@ -30,6 +30,7 @@ from dreamcycle.store.embeddings import PendingChunk as PendingChunk
 from dreamcycle.store.embeddings import blob_to_vector as blob_to_vector
 from dreamcycle.store.embeddings import embedding_text as embedding_text
 from dreamcycle.store.embeddings import vector_to_blob as vector_to_blob
+from dreamcycle.store.implicit_credits import ImplicitCreditQueries
 from dreamcycle.store.journal import JournalQueries
 from dreamcycle.store.journal import JournalStep as JournalStep
 from dreamcycle.store.log_applied import AppliedLogQueries
@@ -204,6 +205,7 @@ class Database(
     JournalQueries,
     PulseQueries,
     AttributionQueries,
+    ImplicitCreditQueries,
     AppliedLogQueries,
     OutboxQueries,
     CycleQueries,

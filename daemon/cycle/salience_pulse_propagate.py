@@ -1,6 +1,7 @@
 """Phase 5, salience_pulse_propagate: outcomes become pulses, and every pulse propagates.
 
-Reads: outcomes due for credit and their attributions, the ordered pulse entries, each
+Reads: outcomes due for credit and their attributions, what agent sessions did since the
+last cycle (daemon.implicit_credit), the ordered pulse entries, each
 origin's budget window, the live index (k-NN for the BFS). Writes: pulses derived from
 outcomes (outbox), each pulse's salience changes with its journal step and its row in
 `pulses_applied`, budget charges; then, in one last transaction, the segments read this
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from dreamcycle.daemon import authority
+from dreamcycle.daemon import authority, implicit_credit
 from dreamcycle.daemon.cycle._budget import BUDGET_LOOKBACK_MS, budget_window, charge_budgets
 from dreamcycle.daemon.cycle._entry import isolated, record
 from dreamcycle.daemon.cycle._position import cursor, key_hlc, persist_clock
@@ -40,8 +41,12 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     )
     with db.transaction():
         derived, keys_changed = convert_outcomes(peer, st.now_ms)
+        inferred, implicit = implicit_credit.run(peer, st.now_ms)
     stats["from_outcomes"] = len(derived)
-    stats["keys_changed"] = keys_changed
+    stats["keys_changed"] = keys_changed + implicit.keys_changed
+    stats["implicit_credits"] = inferred
+    stats["from_implicit_credits"] = len(implicit.pulses)
+    derived += implicit.pulses
     queued_here = {e.id for e in st.local} | {e.id for e in derived}
     pulses = sorted(
         [e for e in st.ordered if isinstance(e, PulseEntry)] + derived, key=entry_order_key
