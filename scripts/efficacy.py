@@ -1,96 +1,51 @@
 """The efficacy benchmark: does memory get better with use?
 
-Drives the project's real code paths the way an agent would: `ingest` of each
-session on its simulated day, `recall` with attribution, `pulse-emit outcome`
-(with the chunks the agent used cited), one dream cycle per simulated day on an
-injected clock (sweeps included), then measures retrieval on three question
-sets: held-out questions never trained on, training questions asked again, and
-paraphrases of training questions (generated corpus). Configurations run side
-by side in one process, each in its own data directory; embeddings are
-computed once by the real model and shared between them.
+Drives the project's real code paths the way an agent would (scripts.efficacy_sim), one
+data directory per configuration, on a generated corpus or real conversations, and
+measures retrieval on held-out questions never trained on, training questions asked
+again, and paraphrases of training questions. Every configuration runs on several
+random train/test splits (`--seeds`), and the report gives each figure's mean and
+spread over them, for the corpus as a whole and for each conversation group.
 
     python -m scripts.efficacy                           # generated corpus, small
-    python -m scripts.efficacy --size large --html report.html
-    python -m scripts.efficacy --data locomo10.json --format locomo
+    python -m scripts.efficacy --seeds 7,8,9 --jobs 2 --html report.html
+    python -m scripts.efficacy --data locomo10.json --format locomo --configs all
     python -m scripts.efficacy --data longmemeval_s.json --format longmemeval
 
-One cycle stands for a whole simulated day, so the configurations let a cycle account
-for a day (`clock.max_step_s`): a daemon accounts for at most an hour per cycle by
-default, which is a day's worth of its 30 s cycles but would hold one cycle a day back.
-
-The simulated agent: a training question is recalled (top 10); if an evidence
-chunk is among the results the outcome is +1 citing the evidence chunks found
-(a success); otherwise -1 citing the top result (it relied on it and failed).
-The "uncited" configurations report the same outcomes without citations.
-
-One file: the benchmark's driver, run as one module (`python -m scripts.efficacy`), whose
-simulation and measurements share one Simulation state.
+A default is chosen only when it wins on the mean and loses on no group by more than
+the spread (`--assert-targets` checks the targets docs/efficacy.md states).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import numpy as np
-import numpy.typing as npt
-
-from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.cold_search import ColdSearch, GraphShape
-from dreamcycle.daemon.config import Config, load_config
-from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.emit import emit_outcome
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.keys import init_key
-from dreamcycle.daemon.learning import fusion_weights
-from dreamcycle.daemon.recall import rank_query, recall
-from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.store.database import NewObservation
 from dreamcycle.store.embedder import Embedder
-from dreamcycle.store.hashing import content_hash
-from dreamcycle.zeitgeist.entries import SupersedeEntry, encode_entry
-from scripts.efficacy_corpus import FORMATS, Corpus, Question, load_corpus
+from scripts.efficacy_corpus import FORMATS, Corpus, load_corpus
+from scripts.efficacy_embeddings import CachedEmbedder
 from scripts.efficacy_report import (
-    Ranking,
-    distinct_in_top,
-    latency_summary,
+    aggregate_seeds,
+    print_groups,
     print_table,
-    retrieval_metrics,
     table_rows,
     write_html,
     write_json,
 )
+from scripts.efficacy_sim import DEFAULT_EPOCHS, Variant, config_for, simulate
+from scripts.efficacy_targets import check_targets
 
-DAY_MS: Final = 86_400_000
-#: The simulation starts here (2026-01-01), so dates and ISO times stay readable.
-START_MS: Final = 1_767_225_600_000
-#: Results recalled per training question: the agent cites what it used from these.
-TRAIN_TOP_K: Final = 10
-EVAL_TOP_K: Final = 10
-#: Days between learning-curve points, and questions per set sampled at each point.
-CURVE_EVERY_DAYS: Final = 10
-CURVE_SAMPLE: Final = 60
-#: Training passes over the training questions (agents repeat their tasks).
-DEFAULT_EPOCHS: Final = 1
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One configuration: config overrides and how the simulated agent reports outcomes."""
-
-    name: str
-    description: str
-    overrides: dict[str, Any] = field(default_factory=dict)
-    train: bool = True
-    cite: bool = True
-
+DEFAULT_SEEDS: Final = (7,)
+DEFAULT_EMBED_CACHE: Final = Path("bench-results/efficacy-embeddings.npz")
 
 VARIANTS: Final = (
     Variant(
@@ -144,287 +99,182 @@ VARIANTS: Final = (
         "defaults, keys only for queries >= 0.9-similar",
         {"recall.key_min_similarity": 0.9},
     ),
-    Variant("uncited-none", "outcomes without citations, credit rule none", cite=False),
+    Variant("uncited-none", "outcomes without citations, credit rule none", agent="uncited"),
     Variant(
         "uncited-top",
         "outcomes without citations, credit rule top",
         {"learning.credit_rule": "top"},
-        cite=False,
+        agent="uncited",
     ),
     Variant(
         "uncited-rank",
         "outcomes without citations, credit rule rank",
         {"learning.credit_rule": "rank"},
-        cite=False,
+        agent="uncited",
+    ),
+    Variant(
+        "notes",
+        "defaults; the agent never reports an outcome: it asks again when it fails and saves "
+        "a note built from what it used when it succeeds",
+        agent="notes",
+    ),
+    Variant(
+        "session",
+        "defaults; the agent never reports an outcome per decision: it asks again when it "
+        "fails, and each session's result is reported once",
+        agent="session",
+    ),
+    Variant(
+        "no-gate",
+        "defaults with every key at least key_min_similarity-close used (no key gate)",
+        {"learning.key_gate": False},
     ),
 )
-QUICK_VARIANTS: Final = ("vector", "bm25", "hybrid", "full", "full-nosweep", "uncited-none")
+QUICK_VARIANTS: Final = ("vector", "bm25", "hybrid", "full", "full-nosweep", "no-keys")
+VARIANTS_BY_NAME: Final = {v.name: v for v in VARIANTS}
 
 
-class CachedEmbedder:
-    """The real embedder, asked once per distinct text across every configuration."""
+@dataclass(frozen=True)
+class CorpusSpec:
+    """How to load a corpus again in a worker process (the split depends on the seed)."""
 
-    def __init__(self, inner: Embedder) -> None:
-        self._inner = inner
-        self._cache: dict[str, npt.NDArray[np.float32]] = {}
-        self.model_id = inner.model_id
-        self.dim = inner.dim
-        self.index_version = inner.index_version
+    data: Path | None
+    fmt: str
+    size: str | int
 
-    def warm(self, texts: Sequence[str]) -> None:
-        missing = sorted({t for t in texts if t not in self._cache})
-        for start in range(0, len(missing), 256):
-            batch = missing[start : start + 256]
-            self._cache.update(zip(batch, self._inner.embed(batch), strict=True))
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        self.warm(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        stacked: npt.NDArray[np.float32] = np.stack([self._cache[t] for t in texts])
-        return stacked
-
-    def embed_one(self, text: str) -> npt.NDArray[np.float32]:
-        one: npt.NDArray[np.float32] = self.embed([text])[0]
-        return one
+    def load(self, seed: int) -> Corpus:
+        return load_corpus(self.data, self.fmt, seed=seed, size=self.size)
 
 
-@dataclass
-class Simulation:
-    corpus: Corpus
-    variant: Variant
-    rt: Runtime
-    peer: Peer
-    clock: ManualClock
-    chunk_of_hash: dict[str, str]
-    hash_of_chunk: dict[str, str]
-    latencies_ms: list[float] = field(default_factory=list)
-    salience_before: list[float] = field(default_factory=list)
-    curve: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _config(data_dir: Path, variant: Variant) -> Config:
-    overrides = {
-        "peer.data_dir": str(data_dir),
-        "peer.id": "bench",
-        "metrics.listen": "",
-        "log.level": "warning",
-        "sweep.interval_s": 86_400.0,
-        # One cycle per simulated day (module docstring).
-        "clock.max_step_s": DAY_MS / 1000,
-        **variant.overrides,
-    }
-    return load_config(None, environ={}, overrides=overrides)
-
-
-def _observation(turn: Any) -> NewObservation:
-    return NewObservation(
-        content=turn.text,
-        title=turn.title,
-        kind=turn.kind,
-        importance=turn.importance,
-        session_id=turn.session,
+def _embedder(cache_file: Path | None) -> CachedEmbedder:
+    probe = config_for(Path(tempfile.mkdtemp(prefix="dc-efficacy-")), VARIANTS[0])
+    embedding = probe.embedding
+    model = Embedder(embedding.model, batch_size=embedding.batch_size)
+    return CachedEmbedder(
+        lambda: model,
+        model_id=model.model_id,
+        dim=model.dim,
+        index_version=model.index_version,
+        cache_file=cache_file,
     )
 
 
-def _ranking(sim: Simulation, question: Question, text: str) -> Ranking:
-    started = time.perf_counter()
-    vector = sim.rt.embedder.embed_one(text)
-    hits = rank_query(sim.rt, text, vector, EVAL_TOP_K, index=sim.peer.index)
-    sim.latencies_ms.append((time.perf_counter() - started) * 1000)
-    return Ranking(
-        question.qid,
-        question.evidence,
-        [sim.chunk_of_hash.get(h.content_hash, "?") for h in hits],
-    )
+def _corpus_texts(corpus: Corpus) -> list[str]:
+    texts = [t.text for t in corpus.turns]
+    texts += [q.text for q in corpus.questions] + [
+        p for q in corpus.questions for p in q.paraphrases
+    ]
+    return texts
 
 
-def _train_one(sim: Simulation, question: Question) -> None:
-    result = recall(sim.rt, question.text, top_k=TRAIN_TOP_K, index=sim.peer.index)
-    if result.decision_hash is None:
-        return
-    wanted = {sim.hash_of_chunk[c] for c in question.evidence if c in sim.hash_of_chunk}
-    found = [h.content_hash for h in result.hits if h.content_hash in wanted]
-    success = bool(found)
-    cited = (found if success else [result.hits[0].content_hash]) if sim.variant.cite else []
-    emit_outcome(
-        sim.rt,
-        decision=result.decision_hash,
-        reward=1.0 if success else -1.0,
-        reason="efficacy/train",
-        cited=cited,
-    )
-
-
-def _supersede(sim: Simulation, old: str, new: str) -> None:
-    db = sim.rt.db
-    entry = SupersedeEntry(
-        hlc=sim.peer.clock.now(),
-        origin=sim.rt.peer_id,
-        old_hash=sim.hash_of_chunk[old],
-        new_hash=sim.hash_of_chunk[new],
-        reason="efficacy: fact changed",
-    )
-    with db.transaction():
-        db.outbox_add(
-            entry.id, entry.KIND, entry.hlc, encode_entry(entry), now_ms=sim.clock.now_ms()
-        )
-
-
-def _saliences(sim: Simulation) -> list[float]:
-    return [float(v) for v in sim.rt.db.live_saliences()]
-
-
-def _curve_point(sim: Simulation, day: int, asked: Sequence[Question]) -> None:
-    test = sim.corpus.test()[:CURVE_SAMPLE]
-    again = list(asked)[:CURVE_SAMPLE]
-    point: dict[str, Any] = {"day": day, "swept_fraction": _swept_fraction(sim)}
-    if test:
-        point["heldout_recall@5"] = retrieval_metrics([_ranking(sim, q, q.text) for q in test])[
-            "recall@5"
-        ]  # type: ignore[index]
-    if again:
-        point["repeated_recall@5"] = retrieval_metrics([_ranking(sim, q, q.text) for q in again])[
-            "recall@5"
-        ]  # type: ignore[index]
-    sim.curve.append(point)
-
-
-def _swept_fraction(sim: Simulation) -> float:
-    counts = sim.rt.db.counts()
-    return counts["cold"] / max(1, counts["observations"])
-
-
-def simulate(
+def run(
     corpus: Corpus,
-    variant: Variant,
-    embedder: CachedEmbedder,
-    root: Path,
+    variants: Sequence[Variant],
     *,
-    epochs: int,
+    epochs: int = DEFAULT_EPOCHS,
+    progress: Callable[[str], None] | None = None,
     cold_graph: bool = False,
+    embed_cache: Path | None = None,
 ) -> dict[str, Any]:
-    clock = ManualClock(START_MS)
-    data_dir = root / variant.name
-    config = _config(data_dir, variant)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    init_key(config)  # a peer signs what it publishes, snapshots included
-    rt = Runtime.open(config, clock=clock)
-    rt.embedder = embedder  # type: ignore[assignment]
-    if cold_graph:
-        index = config.index
-        rt.cold_search = ColdSearch(
-            graph_from=1,
-            pending_max=0,
-            skip_max=0,
-            shape=GraphShape(index.m, index.ef_construction, index.ef),
+    """Every configuration on one corpus (one split); the `results` of scripts.efficacy_report."""
+    embedder = _embedder(embed_cache)
+    started = time.perf_counter()
+    embedder.warm(_corpus_texts(corpus))
+    embed_s = time.perf_counter() - started
+    embedder.save()
+    root = Path(tempfile.mkdtemp(prefix="dc-efficacy-"))
+    configs: list[dict[str, Any]] = []
+    try:
+        for variant in variants:
+            started = time.perf_counter()
+            configs.append(
+                simulate(corpus, variant, embedder, root, epochs=epochs, cold_graph=cold_graph)
+            )
+            if progress:
+                progress(f"{variant.name}: {time.perf_counter() - started:.1f} s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"params": _params(corpus, epochs, embed_s), "configs": configs}
+
+
+def _params(corpus: Corpus, epochs: int, embed_s: float) -> dict[str, Any]:
+    return {
+        "corpus": corpus.name,
+        **corpus.stats(),
+        "epochs": epochs,
+        "embedding_seconds": round(embed_s, 1),
+    }
+
+
+def _one_job(
+    spec: CorpusSpec, seed: int, name: str, epochs: int, cold_graph: bool, embed_cache: Path | None
+) -> dict[str, Any]:
+    """One configuration on one split, in a worker process of its own."""
+    corpus = spec.load(seed)
+    embedder = _embedder(embed_cache)
+    root = Path(tempfile.mkdtemp(prefix="dc-efficacy-"))
+    try:
+        started = time.perf_counter()
+        result = simulate(
+            corpus, VARIANTS_BY_NAME[name], embedder, root, epochs=epochs, cold_graph=cold_graph
         )
-    peer = rt.open_peer()
-    hashes = {t.chunk_id: content_hash(t.text) for t in corpus.turns}
-    sim = Simulation(corpus, variant, rt, peer, clock, {h: c for c, h in hashes.items()}, hashes)
-    try:
-        _run_days(sim, epochs)
-        return _measure(sim)
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        return result
     finally:
-        peer.close()
-        rt.close()
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def _run_days(sim: Simulation, epochs: int) -> None:
-    corpus = sim.corpus
-    last_day = max([t.day for t in corpus.turns] + [q.day for q in corpus.questions])
-    turns_by_day: dict[int, list[Any]] = {}
-    for turn in corpus.turns:
-        turns_by_day.setdefault(turn.day, []).append(turn)
-    supersede_on: dict[int, list[tuple[str, str]]] = {}
-    day_of = {t.chunk_id: t.day for t in corpus.turns}
-    for old, new in corpus.supersedes:
-        supersede_on.setdefault(day_of[new], []).append((old, new))
-    training = corpus.train() if sim.variant.train else []
-    asked: list[Question] = []
-    schedule: dict[int, list[Question]] = {}
-    for epoch in range(epochs):
-        for question in training:
-            schedule.setdefault(question.day + epoch * (last_day + 1), []).append(question)
-    total_days = (last_day + 1) * epochs
-    for day in range(total_days + 1):
-        if day in turns_by_day:
-            ingest(sim.rt, [[_observation(t) for t in turns_by_day[day]]])
-            run_cycle_blocking(sim.peer)  # admit before anything is asked
-        for old, new in supersede_on.get(day, []):
-            _supersede(sim, old, new)
-        for question in schedule.get(day, []):
-            _train_one(sim, question)
-            asked.append(question)
-        if day == 0:
-            sim.salience_before = _saliences(sim)
-        run_cycle_blocking(sim.peer)
-        if day % CURVE_EVERY_DAYS == 0 or day == total_days:
-            _curve_point(sim, day, asked)
-        sim.clock.advance(DAY_MS)
-
-
-def _measure(sim: Simulation) -> dict[str, Any]:
-    corpus = sim.corpus
-    sim.latencies_ms.clear()
-    test = corpus.test()
-    train = corpus.train()
-    heldout = [_ranking(sim, q, q.text) for q in test]
-    repeated = [_ranking(sim, q, q.text) for q in train]
-    paraphrased = [_ranking(sim, q, p) for q in train for p in q.paraphrases]
-    metrics: dict[str, Any] = {
-        "heldout": retrieval_metrics(heldout),
-        "repeated": retrieval_metrics(repeated),
-        "paraphrased": retrieval_metrics(paraphrased),
-        "distinct_top5": distinct_in_top(heldout, 5),
-        "latency_ms": latency_summary(sim.latencies_ms),
-        "swept_fraction": _swept_fraction(sim),
-    }
-    metrics.update(_evidence_lost(sim, test, heldout))
-    counts = sim.rt.db.counts()
-    metrics["learned_keys"] = counts["learned_keys"]
-    vector_weight, lexical_weight = fusion_weights(sim.rt.db, sim.rt.config)
-    metrics["vector_share"] = round(vector_weight / (vector_weight + lexical_weight), 3)
+def run_seeds(
+    spec: CorpusSpec,
+    names: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    jobs: int = 1,
+    epochs: int = DEFAULT_EPOCHS,
+    cold_graph: bool = False,
+    embed_cache: Path | None = DEFAULT_EMBED_CACHE,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Every configuration on every split; per-seed results and their aggregate."""
+    embedder = _embedder(embed_cache)
+    started = time.perf_counter()
+    corpora = {seed: spec.load(seed) for seed in seeds}
+    for corpus in corpora.values():
+        embedder.warm(_corpus_texts(corpus))
+    embedder.save()
+    embed_s = time.perf_counter() - started
+    by_seed: dict[int, list[dict[str, Any]]] = {seed: [] for seed in seeds}
+    tasks = [(seed, name) for seed in seeds for name in names]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=context) as pool:
+        futures = {
+            pool.submit(_one_job, spec, seed, name, epochs, cold_graph, embed_cache): (seed, name)
+            for seed, name in tasks
+        }
+        for future, (seed, name) in futures.items():
+            result = future.result()
+            by_seed[seed].append(result)
+            if progress:
+                progress(f"seed {seed} {name}: {result['seconds']:.1f} s")
+    first = corpora[seeds[0]]
+    params = _params(first, epochs, embed_s)
+    params["seeds"] = list(seeds)
+    seeds_results = [{"seed": seed, "configs": by_seed[seed]} for seed in seeds]
     return {
-        "name": sim.variant.name,
-        "description": sim.variant.description,
-        "metrics": metrics,
-        "curve": sim.curve,
-        "salience": {"before": sim.salience_before, "after": _saliences(sim)},
+        "params": params,
+        "seeds": seeds_results,
+        "configs": aggregate_seeds(seeds_results),
     }
 
 
-def _evidence_lost(
-    sim: Simulation, test: Sequence[Question], heldout: Sequence[Ranking]
-) -> dict[str, float]:
-    """Held-out evidence in the cold tier, and the part of it the sweep cost.
-
-    Lost = cold evidence that recall finds in the top 10 when cold chunks count
-    fully (as if nothing had been swept) but not with the configured cold factor:
-    evidence that nobody would have found anyway is not lost to the sweep.
-    """
-    db = sim.rt.db
-    recall_config = sim.rt.config.recall
-    configured = recall_config.cold_factor
-    recall_config.cold_factor = 1.0
+def _parse_seeds(text: str) -> list[int]:
     try:
-        unswept = [_ranking(sim, q, q.text) for q in test]
-    finally:
-        recall_config.cold_factor = configured
-    swept = lost = total = 0
-    for question, ranking, baseline in zip(test, heldout, unswept, strict=True):
-        for chunk in question.evidence:
-            obs = db.observation_by_hash(sim.hash_of_chunk[chunk])
-            total += 1
-            if obs is None or obs.cold_at is None:
-                continue
-            swept += 1
-            found = chunk in ranking.returned[:EVAL_TOP_K]
-            lost += chunk in baseline.returned[:EVAL_TOP_K] and not found
-    return {
-        "heldout_evidence_swept": swept / max(1, total),
-        "heldout_evidence_lost": lost / max(1, total),
-    }
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must be integers, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"seeds must be distinct integers, got {text!r}")
+    return seeds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -435,7 +285,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="corpus file (LoCoMo or LongMemEval JSON)")
     parser.add_argument("--format", choices=FORMATS, default="generated")
     parser.add_argument("--size", default="small", help="generated corpus: small, large or N")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--seeds",
+        type=_parse_seeds,
+        default=list(DEFAULT_SEEDS),
+        help="comma-separated split seeds (the generated corpus is generated from each too)",
+    )
+    parser.add_argument("--seed", type=int, help="one seed (the same as --seeds N)")
+    parser.add_argument("--jobs", type=int, default=1, help="configurations run at once")
     parser.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
     parser.add_argument(
         "--configs",
@@ -449,30 +306,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         "every change of the tier (the daemon's API does from recall.cold_graph_from cold "
         "chunks on; otherwise exactly)",
     )
+    parser.add_argument(
+        "--embed-cache",
+        type=Path,
+        default=DEFAULT_EMBED_CACHE,
+        help="file keeping embeddings between runs ('' for none)",
+    )
     parser.add_argument("--json", type=Path, default=Path("bench-results/efficacy.json"))
     parser.add_argument("--html", type=Path, help="also write the HTML report here")
     parser.add_argument(
         "--assert-targets",
         action="store_true",
-        help="exit 1 unless full >= hybrid on held-out recall@5 and no held-out evidence is lost",
+        help="exit 1 unless the targets of docs/efficacy.md hold (scripts.efficacy_targets)",
     )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    seeds = [args.seed] if args.seed is not None else args.seeds
     size: str | int = int(args.size) if args.size.isdigit() else args.size
-    corpus = load_corpus(args.data, args.format, seed=args.seed, size=size)
     names = [v.name for v in VARIANTS] if args.configs == "all" else args.configs.split(",")
-    unknown = sorted(set(names) - {v.name for v in VARIANTS})
+    unknown = sorted(set(names) - set(VARIANTS_BY_NAME))
     if unknown:
         parser.error(f"unknown configuration(s): {', '.join(unknown)}")
-    variants = [v for v in VARIANTS if v.name in names]
-    results = run(corpus, variants, epochs=args.epochs, progress=print, cold_graph=args.cold_graph)
+    spec = CorpusSpec(args.data, args.format, size)
+    results = run_seeds(
+        spec,
+        names,
+        seeds,
+        jobs=args.jobs,
+        epochs=args.epochs,
+        cold_graph=args.cold_graph,
+        embed_cache=args.embed_cache if str(args.embed_cache) else None,
+        progress=print,
+    )
     results["params"].update(
         format=args.format,
         size=str(args.size),
-        seed=args.seed,
         data=str(args.data or ""),
         cold_search="graph" if args.cold_graph else "exact",
     )
     print_table(table_rows(results))
+    print_groups(results)
     write_json(args.json, results)
     print(f"wrote {args.json}")
     if args.html:
@@ -481,65 +355,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.assert_targets:
         return check_targets(results)
     return 0
-
-
-def run(
-    corpus: Corpus,
-    variants: Sequence[Variant],
-    *,
-    epochs: int = DEFAULT_EPOCHS,
-    progress: Callable[[str], None] | None = None,
-    cold_graph: bool = False,
-) -> dict[str, Any]:
-    """Every configuration on `corpus`; the `results` dict of scripts.efficacy_report."""
-    probe = Runtime.open(_config(Path(tempfile.mkdtemp(prefix="dc-efficacy-")), VARIANTS[0]))
-    embedder = CachedEmbedder(probe.embedder)
-    probe.close()
-    texts = [t.text for t in corpus.turns]
-    texts += [q.text for q in corpus.questions] + [
-        p for q in corpus.questions for p in q.paraphrases
-    ]
-    started = time.perf_counter()
-    embedder.warm(texts)
-    embed_s = time.perf_counter() - started
-    root = Path(tempfile.mkdtemp(prefix="dc-efficacy-"))
-    configs: list[dict[str, Any]] = []
-    try:
-        for variant in variants:
-            started = time.perf_counter()
-            configs.append(
-                simulate(corpus, variant, embedder, root, epochs=epochs, cold_graph=cold_graph)
-            )
-            if progress:
-                progress(f"{variant.name}: {time.perf_counter() - started:.1f} s")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    return {
-        "params": {
-            "corpus": corpus.name,
-            **corpus.stats(),
-            "epochs": epochs,
-            "train_top_k": TRAIN_TOP_K,
-            "embedding_seconds": round(embed_s, 1),
-        },
-        "configs": configs,
-    }
-
-
-def check_targets(results: dict[str, Any]) -> int:
-    by_name = {c["name"]: c["metrics"] for c in results["configs"]}
-    failures: list[str] = []
-    if "full" in by_name and "hybrid" in by_name:
-        full = by_name["full"]["heldout"]["recall@5"]
-        hybrid = by_name["hybrid"]["heldout"]["recall@5"]
-        if full < hybrid:
-            failures.append(f"full held-out recall@5 {full:.1f} < hybrid {hybrid:.1f}")
-        lost = by_name["full"]["heldout_evidence_lost"]
-        if lost > 0:
-            failures.append(f"the default sweep lost {lost:.1%} of held-out evidence")
-    for failure in failures:
-        print(f"target missed: {failure}", file=sys.stderr)
-    return 1 if failures else 0
 
 
 if __name__ == "__main__":

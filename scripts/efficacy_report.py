@@ -222,6 +222,119 @@ def _lookup(config: Mapping[str, Any], *keys: str) -> Any:
     return value
 
 
+# ---- several seeds --------------------------------------------------------------------------
+
+
+def _numbers_of(values: Sequence[Any]) -> Any:
+    """The mean of a leaf over seeds, recursing into mappings (keys every seed has)."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if all(isinstance(v, Mapping) for v in present):
+        keys = set.intersection(*(set(v) for v in present))
+        return {k: _numbers_of([v[k] for v in present]) for k in sorted(keys)}
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+        return float(np.mean(present))
+    return present[0]
+
+
+def _spread_of(values: Sequence[Any]) -> Any:
+    """The sample standard deviation of a leaf over seeds (0 for one seed), like _numbers_of."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    if all(isinstance(v, Mapping) for v in present):
+        keys = set.intersection(*(set(v) for v in present))
+        spread = {k: _spread_of([v[k] for v in present]) for k in sorted(keys)}
+        return {k: v for k, v in spread.items() if v is not None}
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+        return float(np.std(present, ddof=1)) if len(present) > 1 else 0.0
+    return None
+
+
+def _mean_curve(curves: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """Curve points averaged day by day over the seeds that have that day."""
+    by_day: dict[int, list[Mapping[str, Any]]] = {}
+    for curve in curves:
+        for point in curve:
+            by_day.setdefault(int(point["day"]), []).append(point)
+    return [
+        {"day": day, **{k: v for k, v in (_numbers_of(points) or {}).items() if k != "day"}}
+        for day, points in sorted(by_day.items())
+        if len(points) == len(curves)
+    ]
+
+
+def aggregate_seeds(seeds: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One config per name over every seed: `metrics` the means, `spread` the deviations.
+
+    `seeds` is `[{"seed": int, "configs": [config, ...]}, ...]`; the salience
+    histograms are the first seed's (a distribution, not a figure to average).
+    """
+    names: list[str] = []
+    runs: dict[str, list[Mapping[str, Any]]] = {}
+    for seed in seeds:
+        for config in seed["configs"]:
+            if config["name"] not in runs:
+                names.append(config["name"])
+            runs.setdefault(config["name"], []).append(config)
+    return [
+        {
+            "name": name,
+            "description": runs[name][0].get("description", ""),
+            "seeds": len(runs[name]),
+            "metrics": _numbers_of([c.get("metrics") for c in runs[name]]) or {},
+            "spread": _spread_of([c.get("metrics") for c in runs[name]]) or {},
+            "curve": _mean_curve([c.get("curve") or [] for c in runs[name]]),
+            "salience": runs[name][0].get("salience", {}),
+        }
+        for name in names
+    ]
+
+
+def _with_spread(config: Mapping[str, Any], *keys: str) -> Any:
+    """The value, or "mean ±spread" as text when the config was run on several seeds."""
+    value = _lookup(config, "metrics", *keys)
+    spread = _lookup(config, "spread", *keys)
+    if value is None or not spread or int(config.get("seeds", 1)) < 2:
+        return value
+    return f"{value:.1f} ±{spread:.1f}"
+
+
+GROUP_METRICS: Final = (("heldout", "recall@5"), ("heldout", "mrr@10"), ("repeated", "recall@5"))
+
+
+def group_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per (group, configuration): the figures no single group may lose."""
+    rows: list[dict[str, Any]] = []
+    configs = list(results.get("configs", []))
+    groups = sorted({g for c in configs for g in (_lookup(c, "metrics", "groups") or {})})
+    if len(groups) < 2:
+        return rows
+    for group in groups:
+        for config in configs:
+            row: dict[str, Any] = {"group": group, "name": config.get("name", "?")}
+            for question_set, metric in GROUP_METRICS:
+                row[f"{question_set} {metric}"] = _with_spread(
+                    config, "groups", group, question_set, metric
+                )
+            rows.append(row)
+    return rows
+
+
+GROUP_COLUMNS: Final = (
+    Column("group", "group"),
+    Column("name", "configuration"),
+    *(Column(f"{s} {m}", f"{QUESTION_SET_TITLES[s]} {m}", ".1f") for s, m in GROUP_METRICS),
+)
+
+
+def print_groups(results: Mapping[str, Any]) -> None:
+    rows = group_rows(results)
+    if rows:
+        print(bench_common.format_table(rows, list(GROUP_COLUMNS)))
+
+
 def table_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One flat row per configuration: the shape both the console and the HTML show."""
     rows: list[dict[str, Any]] = []
@@ -229,7 +342,7 @@ def table_rows(results: Mapping[str, Any]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"name": config.get("name", "?")}
         for question_set in QUESTION_SETS:
             for metric in SET_METRICS:
-                row[f"{question_set} {metric}"] = _lookup(config, "metrics", question_set, metric)
+                row[f"{question_set} {metric}"] = _with_spread(config, question_set, metric)
         for fraction in ("swept_fraction", "heldout_evidence_lost"):
             value = _lookup(config, "metrics", fraction)
             row[fraction] = None if value is None else PERCENT * value
