@@ -355,6 +355,7 @@ class LearningConfig:
     max_keys_per_chunk: int = defaults.LEARNING_MAX_KEYS_PER_CHUNK
     fusion: bool = defaults.LEARNING_FUSION
     key_gate: bool = defaults.LEARNING_KEY_GATE
+    intrinsic_prior: bool = defaults.LEARNING_INTRINSIC_PRIOR
     implicit_saved: float = defaults.LEARNING_IMPLICIT_SAVED
     implicit_summary: float = defaults.LEARNING_IMPLICIT_SUMMARY
     implicit_asked_again: float = defaults.LEARNING_IMPLICIT_ASKED_AGAIN

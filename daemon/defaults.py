@@ -254,6 +254,8 @@ LEARNING_FUSION: Final = True
 #: Learned keys rank only in the similarity bands where the store's own new questions
 #: showed they help (pulses.key_gate); off, every key at least key_min_similarity-close.
 LEARNING_KEY_GATE: Final = True
+#: Cited successes teach recall a prior over the candidates' sizes (pulses.intrinsic).
+LEARNING_INTRINSIC_PRIOR: Final = True
 #: Weights of the credit inferred from what agent sessions do (daemon/implicit_credit.py),
 #: each the amount one signal credits a chunk with (0: the signal is ignored).
 LEARNING_IMPLICIT_SAVED: Final = 0.5

@@ -1,5 +1,6 @@
-"""What recall has learned about ranking on this store, as stored: the vector/word split
-and which similarity bands of learned keys it uses.
+"""What recall has learned about ranking on this store, as stored: the vector/word split,
+which similarity bands of learned keys it uses, and the strength of its prior over the
+candidates' sizes.
 
 Both are derived state, learned by daemon.learning from this peer's own cited
 successes and kept in meta; neither is published. Unreadable means starting again
@@ -13,7 +14,7 @@ import logging
 from typing import Final
 
 from dreamcycle.daemon.config import Config
-from dreamcycle.pulses import fusion
+from dreamcycle.pulses import fusion, intrinsic
 from dreamcycle.pulses.evidence import InvalidEvidence
 from dreamcycle.pulses.key_gate import KeyGate
 from dreamcycle.store.database import Database
@@ -24,6 +25,8 @@ log = logging.getLogger("dreamcycle.learning")
 FUSION_META_KEY: Final = "recall_fusion_evidence"
 #: meta key holding the key gate: per similarity band, what keys did to new questions.
 KEY_GATE_META_KEY: Final = "recall_key_gate"
+#: meta key holding what cited successes taught about the prior over candidates' sizes.
+INTRINSIC_META_KEY: Final = "recall_intrinsic_evidence"
 
 
 def learns_fusion(config: Config) -> bool:
@@ -84,3 +87,28 @@ def open_key_bands(db: Database, config: Config) -> tuple[bool, ...]:
     if not config.learning.key_gate:
         return tuple(True for _ in KeyGate().bands)
     return key_gate(db).open_bands()
+
+
+def intrinsic_evidence(db: Database) -> intrinsic.PriorEvidence:
+    """What cited successes taught so far about the prior over sizes (none at first)."""
+    stored = db.get_meta(INTRINSIC_META_KEY)
+    if stored is None:
+        return intrinsic.PriorEvidence()
+    try:
+        return intrinsic.PriorEvidence.from_json(json.loads(stored))
+    except (ValueError, TypeError) as exc:
+        log.warning(
+            "intrinsic prior evidence unreadable; starting again", extra={"reason": str(exc)}
+        )
+        return intrinsic.PriorEvidence()
+
+
+def store_intrinsic_evidence(db: Database, evidence: intrinsic.PriorEvidence) -> None:
+    db.set_meta(INTRINSIC_META_KEY, json.dumps(evidence.to_json()))
+
+
+def intrinsic_strength(db: Database, config: Config) -> float:
+    """The strength of recall's prior over candidates' sizes: learned, or none when off."""
+    if not config.learning.intrinsic_prior:
+        return 0.0
+    return intrinsic.best_strength(intrinsic_evidence(db))

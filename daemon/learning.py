@@ -10,33 +10,38 @@ the learned parts of recall are judged on it against the unlearned ranking.
 Its cited chunks are ranked with the store's keys and without them, which
 judges the keys' similarity band (pulses.key_gate); and, when no key helped
 find them, every vector/word split is scored on it against the configured one
-(pulses.fusion). Both verdicts are this peer's own and are not published.
+(pulses.fusion), and every strength of the prior over candidates' sizes against
+none (pulses.intrinsic). The verdicts are this peer's own and are not published.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.daemon.learned_ranking import (
+    intrinsic_evidence,
     key_gate,
     learns_fusion,
     split_evidence,
+    store_intrinsic_evidence,
     store_key_gate,
     store_split_evidence,
 )
 from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.recall_keys import KeyUse, key_scores_of
+from dreamcycle.daemon.recall_pool import candidate_pool
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.pulses import fusion
+from dreamcycle.pulses import fusion, intrinsic
 from dreamcycle.pulses.credit import Credit, CreditRule, assign_credit
 from dreamcycle.pulses.evidence import reciprocal_rank_gain
 from dreamcycle.pulses.keys import LearnedKey, learn
 from dreamcycle.pulses.outcome import Attribution, Outcome, outcome_to_pulses
+from dreamcycle.pulses.ranking import rank_columns
 from dreamcycle.store import keys as key_store
 from dreamcycle.store.database import AttributionRecord, Database
 from dreamcycle.store.lexical import search_lexical
@@ -212,8 +217,36 @@ def _judge_learned_ranking(
                 store_key_gate(db, key_gate(db).observe(max(near.values()), gain))
             gated = key_scores_of(rt, query, stamp, KeyUse.GATED)
             key_found = any(label in gated for label in cited)
-    if learns_fusion(peer.config) and not key_found:
+    if key_found:
+        return
+    if learns_fusion(peer.config):
         _learn_fusion(peer, query, text, cited, stamp)
+    if peer.config.learning.intrinsic_prior:
+        _learn_prior(peer, query, text, cited)
+
+
+def _learn_prior(peer: Peer, query: npt.NDArray[np.float32], text: str, cited: list[int]) -> None:
+    """Score every candidate strength of the prior over sizes by where it would have ranked
+    the chunks a success cited, among the candidates recall had for it without keys."""
+    pool = candidate_pool(
+        peer.runtime, text, query, index=peer.index, keys=KeyUse.NONE, with_lengths=True
+    )
+    if pool is None or pool.columns.lengths is None:
+        return
+    unprimed = replace(pool.weights, intrinsic_strength=0.0)
+    relevance = {r.label: r.relevance for r in rank_columns(pool.columns, unprimed, None)}
+    labels = pool.columns.labels
+    db = peer.db
+    store_intrinsic_evidence(
+        db,
+        intrinsic.observe(
+            intrinsic_evidence(db),
+            cited,
+            labels,
+            np.array([relevance[label] for label in labels.tolist()], dtype=np.float64),
+            pool.columns.lengths,
+        ),
+    )
 
 
 def _learn_fusion(

@@ -9,15 +9,16 @@ gets the other's opinion.
 
 Salience then multiplies relevance by a factor in [1 - bound, 1 + bound], confidence
 (how sure the store is that the memory is accurate) by one in [1 - confidence_bound,
-1 + confidence_bound], and a chunk in the cold tier (swept, not deleted) by
-`cold_factor` on top. Hence the two guarantees that tests check:
+1 + confidence_bound], the learned prior over the candidates' sizes (pulses.intrinsic)
+by one in [1 - |strength|, 1 + |strength|], and a chunk in the cold tier (swept, not
+deleted) by `cold_factor` on top. Hence the two guarantees that tests check:
 
 * a chunk that neither retriever returned is never ranked at all, whatever its
   salience;
 * a chunk outranks another only if its relevance is at least
-  ``(1 - bound) / (1 + bound)`` of the other's (the product of that ratio for both
-  bounds when both are set), so a popular or a certain chunk cannot bury a clearly
-  more relevant one.
+  ``(1 - bound) / (1 + bound)`` of the other's (the product of that ratio for every
+  bound set), so a popular, a certain or a long chunk cannot bury a clearly more
+  relevant one.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import Final
 
 import numpy as np
 import numpy.typing as npt
+
+from dreamcycle.pulses.intrinsic import InvalidPrior, check_strength, multipliers, size_percentiles
 
 #: Reciprocal-rank fusion constant of Cormack et al.; larger flattens the lists.
 DEFAULT_RRF_K: Final = 60.0
@@ -68,6 +71,8 @@ class RankingWeights:
     vector_weight: float = DEFAULT_VECTOR_WEIGHT
     learned_weight: float = DEFAULT_LEARNED_WEIGHT
     confidence_bound: float = DEFAULT_CONFIDENCE_BOUND
+    #: The learned prior over the candidates' sizes (pulses.intrinsic); 0 is none.
+    intrinsic_strength: float = 0.0
 
     def validate(self) -> None:
         if not (math.isfinite(self.rrf_k) and self.rrf_k >= 0):
@@ -84,12 +89,24 @@ class RankingWeights:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise InvalidRanking(f"{name} must be finite and >= 0, got {value}")
+        try:
+            check_strength(self.intrinsic_strength)
+        except InvalidPrior as exc:
+            raise InvalidRanking(str(exc)) from None
 
     @property
     def overtake_ratio(self) -> float:
-        """The least relevance ratio at which salience and confidence can reorder two chunks."""
+        """The least relevance ratio at which salience, confidence and the intrinsic prior
+        can reorder two chunks."""
         salience = (1.0 - self.salience_bound) / (1.0 + self.salience_bound)
-        return salience * (1.0 - self.confidence_bound) / (1.0 + self.confidence_bound)
+        prior = abs(self.intrinsic_strength)
+        return (
+            salience
+            * (1.0 - self.confidence_bound)
+            / (1.0 + self.confidence_bound)
+            * (1.0 - prior)
+            / (1.0 + prior)
+        )
 
 
 @dataclass(frozen=True)
@@ -162,6 +179,8 @@ class CandidateColumns:
     cold: npt.NDArray[np.bool_]
     learned_ranks: npt.NDArray[np.int64]
     confidences: npt.NDArray[np.float64]
+    #: Each candidate's length, where the intrinsic prior needs it (None: it is off).
+    lengths: npt.NDArray[np.float64] | None = None
 
     @classmethod
     def of(cls, candidates: Iterable[Candidate]) -> CandidateColumns:
@@ -237,6 +256,8 @@ def rank_columns(
     ):
         if bound != 0:
             score = score * _multipliers(values, bound, neutral)
+    if weights.intrinsic_strength != 0 and c.lengths is not None:
+        score = score * multipliers(size_percentiles(c.lengths), weights.intrinsic_strength)
     if c.cold.any():
         score = np.where(c.cold, score * weights.cold_factor, score)
     order = np.lexsort((c.labels, -score))

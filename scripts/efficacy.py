@@ -125,6 +125,11 @@ VARIANTS: Final = (
         agent="session",
     ),
     Variant(
+        "no-prior",
+        "defaults without the prior over candidates' sizes",
+        {"learning.intrinsic_prior": False},
+    ),
+    Variant(
         "no-gate",
         "defaults with every key at least key_min_similarity-close used (no key gate)",
         {"learning.key_gate": False},

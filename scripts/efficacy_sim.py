@@ -25,7 +25,12 @@ from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.keys import init_key
-from dreamcycle.daemon.learned_ranking import fusion_weights, key_gate, split_evidence
+from dreamcycle.daemon.learned_ranking import (
+    fusion_weights,
+    intrinsic_strength,
+    key_gate,
+    split_evidence,
+)
 from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.key_gate import BAND_EDGES
@@ -71,6 +76,9 @@ def config_for(data_dir: Path, variant: Variant) -> Config:
         # One cycle per simulated day (module docstring).
         "clock.max_step_s": DAY_MS / 1000,
         "zeitgeist.compaction_interval_s": NO_COMPACTION_S,
+        # The store's own efficacy gauges replay decisions every simulated day; they
+        # measure the store for its operator and change no ranking.
+        "efficacy.enabled": False,
         **variant.overrides,
     }
     return load_config(None, environ={}, overrides=overrides)
@@ -245,6 +253,7 @@ def _measure(sim: Simulation, variant: Variant) -> dict[str, Any]:
         for edge, stats, opened in zip(BAND_EDGES, gate.bands, gate.open_bands(), strict=True)
     }
     metrics["split_evidence"] = split_evidence(sim.rt.db, sim.rt.config).evidence
+    metrics["intrinsic_strength"] = intrinsic_strength(sim.rt.db, sim.rt.config)
     return {
         "name": variant.name,
         "description": variant.description,

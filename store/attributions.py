@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -203,17 +203,17 @@ class AttributionQueries(TableQueries):
         self.conn.execute(_SETTLE_OUTCOME, (status, pulses, outcome_id))
 
 
-def attribution_of(row: Sequence[object]) -> AttributionRecord:
+def attribution_of(row: Sequence[Any]) -> AttributionRecord:
     chunks = list(json.loads(str(row[0])))
     embedding = row[6]
     return AttributionRecord(
         chunk_hashes=chunks,
         peer=str(row[1]),
-        hlc=int(row[2]),  # type: ignore[call-overload]
+        hlc=int(row[2]),
         decision_text=str(row[3]),
         ranked=chunks if row[4] is None else list(json.loads(str(row[4]))),
         query_text=None if row[5] is None else str(row[5]),
-        query_embedding=None if embedding is None else blob_to_vector(bytes(embedding)),  # type: ignore[arg-type]
+        query_embedding=None if embedding is None else blob_to_vector(bytes(embedding)),
         decision_hash=str(row[7]),
         session_id=None if row[8] is None else str(row[8]),
     )

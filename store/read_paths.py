@@ -94,20 +94,21 @@ def hit_rows(db: Database, rowids: Sequence[int]) -> dict[int, HitRow]:
 
 def candidate_numbers(
     db: Database, rowids: Sequence[int]
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """(saliences, confidences) of `rowids`, in their order (every one must exist)."""
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(saliences, confidences, content lengths) of `rowids`, in their order (every one
+    must exist)."""
     marks = ",".join("?" * len(rowids))
     found = {
-        int(r[0]): (float(r[1]), float(r[2]))
+        int(r[0]): (float(r[1]), float(r[2]), float(r[3]))
         for r in db.fetch_packed(
-            "json_array(id, salience, confidence)",
+            "json_array(id, salience, confidence, length(content))",
             f"FROM observations WHERE id IN ({marks})",
             tuple(rowids),
         )
     }
     numbers = np.array([found[rowid] for rowid in rowids], dtype=np.float64)
-    numbers = numbers.reshape(len(rowids), 2)
-    return numbers[:, 0], numbers[:, 1]
+    numbers = numbers.reshape(len(rowids), 3)
+    return numbers[:, 0], numbers[:, 1], numbers[:, 2]
 
 
 class StoredVectors:

@@ -12,8 +12,9 @@ from dataclasses import replace
 import numpy as np
 
 from dreamcycle.daemon.learned_ranking import fusion_weights
-from dreamcycle.daemon.recall import Hit, _best, _nearest
+from dreamcycle.daemon.recall import Hit
 from dreamcycle.daemon.recall_keys import key_scores_of
+from dreamcycle.daemon.recall_pool import _best, _nearest
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import Candidate, lexical_ranks, rank_candidates
 from dreamcycle.pulses.vectors import Vector

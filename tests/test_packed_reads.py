@@ -75,16 +75,17 @@ def _rowids(db: Database) -> list[int]:
 
 def test_candidate_numbers_come_back_exact_in_one_row(db: Database) -> None:
     rowids = _rowids(db)[::-1]
-    (saliences, confidences), stepped = _rows_stepped(
+    (saliences, confidences, lengths), stepped = _rows_stepped(
         db, lambda: read_paths.candidate_numbers(db, rowids)
     )
     assert stepped == 1
     plain = {
-        int(r[0]): (r[1], r[2])
-        for r in db.fetch_all("SELECT id, salience, confidence FROM observations")
+        int(r[0]): (r[1], r[2], r[3])
+        for r in db.fetch_all("SELECT id, salience, confidence, length(content) FROM observations")
     }
     assert saliences.tolist() == [plain[r][0] for r in rowids]
     assert confidences.tolist() == [plain[r][1] for r in rowids]
+    assert lengths.tolist() == [plain[r][2] for r in rowids]
 
 
 def test_hit_rows_come_back_exact_in_one_row(db: Database) -> None:

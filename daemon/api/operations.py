@@ -60,14 +60,8 @@ from dreamcycle.daemon.emit import (
     queued_retractions,
 )
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import (
-    Hit,
-    WordMatches,
-    cached_state,
-    rank_query,
-    record_attribution,
-    search_words,
-)
+from dreamcycle.daemon.recall import Hit, cached_state, rank_query, record_attribution
+from dreamcycle.daemon.recall_pool import WordMatches, search_words
 from dreamcycle.daemon.requests_first import RequestsFirst
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.status import status_report

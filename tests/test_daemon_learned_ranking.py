@@ -1,4 +1,4 @@
-"""Learned keys judged on the store's own new questions, in-process on real text.
+"""What recall learns, judged on the store's own new questions, in-process on real text.
 
 A cited success is a held-back question first: before its keys are taught, its cited
 chunks are ranked with the store's keys and without them (the gain is booked against the
@@ -17,7 +17,10 @@ import pytest
 
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.learned_ranking import (
+    INTRINSIC_META_KEY,
     KEY_GATE_META_KEY,
+    intrinsic_evidence,
+    intrinsic_strength,
     key_gate,
     open_key_bands,
     split_evidence,
@@ -25,7 +28,8 @@ from dreamcycle.daemon.learned_ranking import (
 from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.recall_keys import KeyUse, key_scores_of
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.pulses.evidence import MIN_EVIDENCE
+from dreamcycle.pulses.evidence import MIN_EVIDENCE, PairedGain
+from dreamcycle.pulses.intrinsic import STRENGTHS, PriorEvidence
 from dreamcycle.pulses.key_gate import BAND_EDGES, KeyGate, band_of
 from dreamcycle.store import keys as key_store
 from tests.test_daemon_learning import QUERY, START_MS, credit, open_peer, rowid_of
@@ -103,3 +107,16 @@ def test_the_gate_off_uses_every_band_and_unreadable_starts_again(
         peer.db.set_meta(KEY_GATE_META_KEY, "{not json")
         assert key_gate(peer.db) == KeyGate()
         assert open_key_bands(peer.db, peer.config) == KeyGate().open_bands()
+
+
+def test_a_success_no_key_found_judges_the_prior_over_sizes(peer: Peer) -> None:
+    assert intrinsic_evidence(peer.db).evidence == 0
+    credit(peer, 1.0, cite=2)
+    assert intrinsic_evidence(peer.db).evidence == 1
+    assert intrinsic_strength(peer.db, peer.config) == 0.0  # one question is no evidence
+    # Clear evidence for the strongest prior: recall ranks with it.
+    clear = PriorEvidence(tuple(PairedGain(MIN_EVIDENCE, 0.3, 0.01) for _ in STRENGTHS))
+    peer.db.set_meta(INTRINSIC_META_KEY, json.dumps(clear.to_json()))
+    assert intrinsic_strength(peer.db, peer.config) == 0.05  # ties: the weaker
+    peer.config.learning.intrinsic_prior = False
+    assert intrinsic_strength(peer.db, peer.config) == 0.0

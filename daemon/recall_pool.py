@@ -1,0 +1,247 @@
+"""Recall's candidates: what every retriever returns for a query, in columns.
+
+Four retrievers: the HNSW index (live chunks; under a narrow filter an exact search of
+the matching chunks), learned keys (daemon.recall_keys), full text (BM25 over content
+and over learned words, both tiers) and an exact search of the cold tier. Every
+candidate is then re-scored exactly from its stored embedding, and carries what ranking
+multiplies by (salience, confidence, size) when a bound needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dreamcycle.daemon.learned_ranking import fusion_weights, intrinsic_strength
+from dreamcycle.daemon.recall_keys import KeyUse, has_keys, key_scores_of
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.pulses.ranking import (
+    NEUTRAL_CONFIDENCE,
+    NEUTRAL_SALIENCE,
+    CandidateColumns,
+    RankingWeights,
+    best_labels,
+    lexical_ranks,
+)
+from dreamcycle.pulses.vectors import Vector
+from dreamcycle.store import read_paths
+from dreamcycle.store.database import tier_stamp
+from dreamcycle.store.filtered_search import nearest_in_filter
+from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.lexical import LEARNED_COLUMN, search_lexical
+
+
+@dataclass(frozen=True)
+class WordMatches:
+    """The full-text retrievers' lists, best first: a chunk's own words, and the words of
+    the questions it learned (every match; ranking keeps those of usable keys)."""
+
+    content: list[int]
+    learned: list[int]
+
+
+def search_words(rt: Runtime, query: str) -> WordMatches:
+    """Both full-text searches of a query; they need no embedding, so they can run while
+    the query is embedded."""
+    pool = rt.config.recall.candidates
+    content = search_lexical(rt.db, query, pool, cold=None)
+    # Learned words count only through a usable key: with no key stored, none can.
+    learned = (
+        search_lexical(rt.db, query, pool, cold=None, column=LEARNED_COLUMN) if has_keys(rt) else []
+    )
+    return WordMatches(content, learned)
+
+
+@dataclass(frozen=True)
+class CandidatePool:
+    """Every candidate of one query as ranking sees it, and the weights to rank it by."""
+
+    columns: CandidateColumns
+    weights: RankingWeights
+    key_scores: dict[int, float]
+    learned_ranks: dict[int, int]
+
+
+def candidate_pool(
+    rt: Runtime,
+    query: str,
+    vector: Vector,
+    *,
+    index: HnswIndex | None = None,
+    exclude: frozenset[int] = frozenset(),
+    assume_cold: frozenset[int] = frozenset(),
+    allowed: frozenset[int] | None = None,
+    words: WordMatches | None = None,
+    min_confidence: float = 0.0,
+    keys: KeyUse = KeyUse.GATED,
+    with_lengths: bool = False,
+) -> CandidatePool | None:
+    """Every retriever's candidates for one query, in columns (None: there are none).
+
+    The arguments are rank_query's; `with_lengths` reads the candidates' lengths even when
+    no learned prior needs them (learning judges one)."""
+    cfg = rt.config.recall
+    db = rt.db
+    pool = cfg.candidates
+    # One read of the database's state serves the index check and both caches.
+    stamp = db.change_stamp()
+    tiers = _tier_sets(rt, stamp)
+    # The cold tier is searched (on a helper thread, in the API) while this one searches
+    # the live tier.
+    cold_candidates = rt.cold_search.begin(rt, stamp, tiers.cold, vector, pool)
+    labels = set(_vector_candidates(rt, vector, pool, index, stamp, allowed))
+    key_scores = key_scores_of(rt, vector, stamp, keys)
+    labels.update(_best(key_scores, pool))
+    found = words if words is not None else search_words(rt, query)
+    lexical = found.content
+    labels.update(lexical)
+    # The words of a learned question count only where the question itself is close to
+    # the query (a usable key): otherwise one question's words would pull its chunk
+    # into every query that shares a word with it.
+    learned = [label for label in found.learned if label in key_scores]
+    labels.update(cold_candidates())
+    labels -= exclude
+    if allowed is not None:
+        labels &= allowed
+    labels -= tiers.tombstoned
+    if not labels:
+        return None
+    weights = _weights(rt)
+    candidates = sorted(labels)
+    cosines = _cosines(rt, candidates, vector)
+    # With every bound at zero salience, confidence and size change no score: they are
+    # then read for the hits alone.
+    lengths = None
+    if (
+        weights.salience_bound > 0
+        or weights.confidence_bound > 0
+        or weights.intrinsic_strength != 0
+        or min_confidence > 0
+        or with_lengths
+    ):
+        saliences, confidences, lengths = read_paths.candidate_numbers(db, candidates)
+    else:
+        saliences = np.full(len(candidates), NEUTRAL_SALIENCE)
+        confidences = np.full(len(candidates), NEUTRAL_CONFIDENCE)
+    label_array = np.array(candidates, dtype=np.int64)
+    if min_confidence > 0:
+        keep = confidences >= min_confidence
+        label_array, cosines = label_array[keep], cosines[keep]
+        saliences, confidences = saliences[keep], confidences[keep]
+        lengths = None if lengths is None else lengths[keep]
+        candidates = label_array.tolist()
+        if not candidates:
+            return None
+    ranks = lexical_ranks([label for label in lexical if label not in exclude])
+    learned_ranks = lexical_ranks([label for label in learned if label not in exclude])
+    columns = CandidateColumns(
+        labels=label_array,
+        cosines=cosines,
+        saliences=saliences,
+        lexical_ranks=_by_candidate(ranks, candidates, 0, np.int64),
+        key_similarities=_by_candidate(key_scores, candidates, np.nan, np.float64),
+        cold=_cold_mask(tiers, assume_cold, label_array),
+        learned_ranks=_by_candidate(learned_ranks, candidates, 0, np.int64),
+        confidences=confidences,
+        lengths=lengths,
+    )
+    return CandidatePool(columns, weights, key_scores, learned_ranks)
+
+
+def _cold_mask(
+    tiers: read_paths.TierSets, assume_cold: frozenset[int], labels: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """Which candidates rank as cold: those in the cold tier, and those assumed to be."""
+    cold = tiers.cold_among(labels)
+    if assume_cold:
+        cold |= np.array([label in assume_cold for label in labels.tolist()], dtype=np.bool_)
+    return cold
+
+
+def _by_candidate(
+    values: Mapping[int, float] | Mapping[int, int],
+    candidates: list[int],
+    missing: float,
+    dtype: type[np.int64] | type[np.float64],
+) -> npt.NDArray[Any]:
+    """Each candidate's value, `missing` where it has none (for a vector alone, the word
+    lists are empty: no lookups then)."""
+    if not values:
+        return np.full(len(candidates), missing, dtype=dtype)
+    return np.array([values.get(c, missing) for c in candidates], dtype=dtype)
+
+
+def _weights(rt: Runtime) -> RankingWeights:
+    """The configured ranking weights with what recall learned on this store: the
+    vector/word split and the strength of the prior over sizes."""
+    vector_weight, lexical_weight = fusion_weights(rt.db, rt.config)
+    return replace(
+        rt.config.recall.weights(),
+        vector_weight=vector_weight,
+        lexical_weight=lexical_weight,
+        intrinsic_strength=intrinsic_strength(rt.db, rt.config),
+    )
+
+
+def _tier_sets(rt: Runtime, stamp: str) -> read_paths.TierSets:
+    """Tombstoned and cold chunks, read once per database state `stamp`."""
+    if read_paths.in_write_transaction(rt.db):
+        return read_paths.tier_sets(rt.db)
+    tiers_at = tier_stamp(stamp)
+    cached: read_paths.TierSets | None = rt.recall_cache.get("tiers", tiers_at)
+    if cached is None:
+        cached = rt.recall_cache.put("tiers", tiers_at, read_paths.tier_sets(rt.db))
+    return cached
+
+
+def _cosines(rt: Runtime, rowids: list[int], vector: Vector) -> npt.NDArray[np.float64]:
+    """The exact cosine of `vector` to each chunk's stored embedding; -1 without one.
+
+    np.vecdot runs the dot kernel of np.dot once per row, so each cosine is the one a
+    loop of np.dot gives to the last bit; a matrix product would sum in another order.
+    """
+    matrix, present = rt.stored_vectors.gather(rt.db, rowids, rt.embedder.index_version)
+    cosines = np.full(len(rowids), -1.0, dtype=np.float64)
+    if len(matrix):
+        cosines[present] = np.vecdot(matrix, vector)
+    return cosines
+
+
+def _best(scores: dict[int, float], n: int) -> list[int]:
+    return [label for label, _ in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def _nearest(
+    labels: npt.NDArray[np.int64], vectors: npt.NDArray[np.float32], vector: Vector, n: int
+) -> list[int]:
+    """The `n` labels whose vectors are closest to `vector`, by exact cosine (ties to the
+    lower label)."""
+    return best_labels(labels, vectors @ vector, n) if len(labels) else []
+
+
+def _vector_candidates(
+    rt: Runtime,
+    vector: Vector,
+    n: int,
+    index: HnswIndex | None,
+    stamp: str,
+    allowed: frozenset[int] | None = None,
+) -> list[int]:
+    index = index if index is not None else rt.saved_index(stamp)
+    if index is None:
+        live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
+        if allowed is not None:
+            keep = np.isin(live, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+            live, vectors = live[keep], vectors[keep]
+        return _nearest(live, vectors, vector, n)
+    if allowed is not None and (
+        len(allowed) ** 2 <= rt.config.recall.exact_filter_scale * index.live_count
+    ):
+        return nearest_in_filter(rt.db, rt.stored_vectors, index, vector, n, allowed)
+    labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
+    found: list[int] = labels[0].tolist()
+    return found
