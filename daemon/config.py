@@ -356,6 +356,7 @@ class LearningConfig:
     fusion: bool = defaults.LEARNING_FUSION
     key_gate: bool = defaults.LEARNING_KEY_GATE
     intrinsic_prior: bool = defaults.LEARNING_INTRINSIC_PRIOR
+    cold_weight: bool = defaults.LEARNING_COLD_WEIGHT
     implicit_saved: float = defaults.LEARNING_IMPLICIT_SAVED
     implicit_summary: float = defaults.LEARNING_IMPLICIT_SUMMARY
     implicit_asked_again: float = defaults.LEARNING_IMPLICIT_ASKED_AGAIN

@@ -256,6 +256,8 @@ LEARNING_FUSION: Final = True
 LEARNING_KEY_GATE: Final = True
 #: Cited successes teach recall a prior over the candidates' sizes (pulses.intrinsic).
 LEARNING_INTRINSIC_PRIOR: Final = True
+#: Cited successes teach recall how far a swept chunk falls (pulses.cold_weight).
+LEARNING_COLD_WEIGHT: Final = True
 #: Weights of the credit inferred from what agent sessions do (daemon/implicit_credit.py),
 #: each the amount one signal credits a chunk with (0: the signal is ignored).
 LEARNING_IMPLICIT_SAVED: Final = 0.5

@@ -1,6 +1,6 @@
 """What recall has learned about ranking on this store, as stored: the vector/word split,
-which similarity bands of learned keys it uses, and the strength of its prior over the
-candidates' sizes.
+which similarity bands of learned keys it uses, the strength of its prior over the
+candidates' sizes, and the weight of a cold chunk's relevance.
 
 Both are derived state, learned by daemon.learning from this peer's own cited
 successes and kept in meta; neither is published. Unreadable means starting again
@@ -14,8 +14,8 @@ import logging
 from typing import Final
 
 from dreamcycle.daemon.config import Config
-from dreamcycle.pulses import fusion, intrinsic
-from dreamcycle.pulses.evidence import InvalidEvidence
+from dreamcycle.pulses import cold_weight, fusion, intrinsic
+from dreamcycle.pulses.evidence import GridEvidence, InvalidEvidence
 from dreamcycle.pulses.key_gate import KeyGate
 from dreamcycle.store.database import Database
 
@@ -27,6 +27,8 @@ FUSION_META_KEY: Final = "recall_fusion_evidence"
 KEY_GATE_META_KEY: Final = "recall_key_gate"
 #: meta key holding what cited successes taught about the prior over candidates' sizes.
 INTRINSIC_META_KEY: Final = "recall_intrinsic_evidence"
+#: meta key holding what cited successes taught about the weight of cold relevance.
+COLD_META_KEY: Final = "recall_cold_evidence"
 
 
 def learns_fusion(config: Config) -> bool:
@@ -89,26 +91,43 @@ def open_key_bands(db: Database, config: Config) -> tuple[bool, ...]:
     return key_gate(db).open_bands()
 
 
-def intrinsic_evidence(db: Database) -> intrinsic.PriorEvidence:
-    """What cited successes taught so far about the prior over sizes (none at first)."""
-    stored = db.get_meta(INTRINSIC_META_KEY)
+def _grid_evidence(db: Database, key: str, grid: tuple[float, ...]) -> GridEvidence:
+    stored = db.get_meta(key)
     if stored is None:
-        return intrinsic.PriorEvidence()
+        return GridEvidence(grid)
     try:
-        return intrinsic.PriorEvidence.from_json(json.loads(stored))
+        return GridEvidence.from_json(json.loads(stored), grid)
     except (ValueError, TypeError) as exc:
         log.warning(
-            "intrinsic prior evidence unreadable; starting again", extra={"reason": str(exc)}
+            "learned ranking unreadable; starting again", extra={"key": key, "reason": str(exc)}
         )
-        return intrinsic.PriorEvidence()
+        return GridEvidence(grid)
 
 
-def store_intrinsic_evidence(db: Database, evidence: intrinsic.PriorEvidence) -> None:
-    db.set_meta(INTRINSIC_META_KEY, json.dumps(evidence.to_json()))
+def intrinsic_evidence(db: Database) -> GridEvidence:
+    """What cited successes taught so far about the prior over sizes (none at first)."""
+    return _grid_evidence(db, INTRINSIC_META_KEY, intrinsic.STRENGTHS)
+
+
+def cold_evidence(db: Database) -> GridEvidence:
+    """What cited successes taught so far about the weight of cold relevance."""
+    return _grid_evidence(db, COLD_META_KEY, cold_weight.WEIGHTS)
+
+
+def store_evidence(db: Database, key: str, evidence: GridEvidence) -> None:
+    db.set_meta(key, json.dumps(evidence.to_json()))
 
 
 def intrinsic_strength(db: Database, config: Config) -> float:
     """The strength of recall's prior over candidates' sizes: learned, or none when off."""
     if not config.learning.intrinsic_prior:
         return 0.0
-    return intrinsic.best_strength(intrinsic_evidence(db))
+    return intrinsic_evidence(db).best(0.0)
+
+
+def cold_factor(db: Database, config: Config) -> float:
+    """The weight of a cold chunk's relevance: learned, or as configured when off."""
+    configured = config.recall.cold_factor
+    if not config.learning.cold_weight:
+        return configured
+    return cold_evidence(db).best(configured)

@@ -10,8 +10,9 @@ the learned parts of recall are judged on it against the unlearned ranking.
 Its cited chunks are ranked with the store's keys and without them, which
 judges the keys' similarity band (pulses.key_gate); and, when no key helped
 find them, every vector/word split is scored on it against the configured one
-(pulses.fusion), and every strength of the prior over candidates' sizes against
-none (pulses.intrinsic). The verdicts are this peer's own and are not published.
+(pulses.fusion), every strength of the prior over candidates' sizes against none
+(pulses.intrinsic) and every weight of the cold tier against the configured one
+(pulses.cold_weight). The verdicts are this peer's own and are not published.
 """
 
 from __future__ import annotations
@@ -24,11 +25,14 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.daemon.learned_ranking import (
+    COLD_META_KEY,
+    INTRINSIC_META_KEY,
+    cold_evidence,
     intrinsic_evidence,
     key_gate,
     learns_fusion,
     split_evidence,
-    store_intrinsic_evidence,
+    store_evidence,
     store_key_gate,
     store_split_evidence,
 )
@@ -36,7 +40,7 @@ from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.recall_keys import KeyUse, key_scores_of
 from dreamcycle.daemon.recall_pool import candidate_pool
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.pulses import fusion, intrinsic
+from dreamcycle.pulses import cold_weight, fusion, intrinsic
 from dreamcycle.pulses.credit import Credit, CreditRule, assign_credit
 from dreamcycle.pulses.evidence import reciprocal_rank_gain
 from dreamcycle.pulses.keys import LearnedKey, learn
@@ -221,32 +225,40 @@ def _judge_learned_ranking(
         return
     if learns_fusion(peer.config):
         _learn_fusion(peer, query, text, cited, stamp)
-    if peer.config.learning.intrinsic_prior:
-        _learn_prior(peer, query, text, cited)
+    if peer.config.learning.intrinsic_prior or peer.config.learning.cold_weight:
+        _learn_rescoring(peer, query, text, cited)
 
 
-def _learn_prior(peer: Peer, query: npt.NDArray[np.float32], text: str, cited: list[int]) -> None:
-    """Score every candidate strength of the prior over sizes by where it would have ranked
-    the chunks a success cited, among the candidates recall had for it without keys."""
+def _learn_rescoring(
+    peer: Peer, query: npt.NDArray[np.float32], text: str, cited: list[int]
+) -> None:
+    """Score every strength of the prior over sizes, and every weight of the cold tier, by
+    where it would have ranked the chunks a success cited, among the candidates recall had
+    for it without keys (each against the unlearned setting)."""
+    learning = peer.config.learning
     pool = candidate_pool(
         peer.runtime, text, query, index=peer.index, keys=KeyUse.NONE, with_lengths=True
     )
-    if pool is None or pool.columns.lengths is None:
+    if pool is None:
         return
-    unprimed = replace(pool.weights, intrinsic_strength=0.0)
-    relevance = {r.label: r.relevance for r in rank_columns(pool.columns, unprimed, None)}
-    labels = pool.columns.labels
+    columns = pool.columns
+    lengths = columns.lengths
+    assert lengths is not None  # asked for
+    # Relevance before any multiplier: each setting is scored on the same footing.
+    unprimed = replace(pool.weights, intrinsic_strength=0.0, cold_factor=1.0)
+    by_label = {r.label: r.relevance for r in rank_columns(columns, unprimed, None)}
+    relevance = np.array([by_label[label] for label in columns.labels.tolist()])
     db = peer.db
-    store_intrinsic_evidence(
-        db,
-        intrinsic.observe(
-            intrinsic_evidence(db),
-            cited,
-            labels,
-            np.array([relevance[label] for label in labels.tolist()], dtype=np.float64),
-            pool.columns.lengths,
-        ),
-    )
+    if learning.intrinsic_prior:
+        gains = intrinsic.gains_of_strengths(cited, columns.labels, relevance, lengths)
+        if gains is not None:
+            store_evidence(db, INTRINSIC_META_KEY, intrinsic_evidence(db).observe(gains))
+    if learning.cold_weight and columns.cold.any():
+        gains = cold_weight.gains_of_weights(
+            cited, columns.labels, relevance, columns.cold, peer.config.recall.cold_factor
+        )
+        if gains is not None:
+            store_evidence(db, COLD_META_KEY, cold_evidence(db).observe(gains))
 
 
 def _learn_fusion(

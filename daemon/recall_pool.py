@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.learned_ranking import fusion_weights, intrinsic_strength
+from dreamcycle.daemon.learned_ranking import cold_factor, fusion_weights, intrinsic_strength
 from dreamcycle.daemon.recall_keys import KeyUse, has_keys, key_scores_of
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import (
@@ -177,13 +177,14 @@ def _by_candidate(
 
 def _weights(rt: Runtime) -> RankingWeights:
     """The configured ranking weights with what recall learned on this store: the
-    vector/word split and the strength of the prior over sizes."""
+    vector/word split, the strength of the prior over sizes, the weight of the cold tier."""
     vector_weight, lexical_weight = fusion_weights(rt.db, rt.config)
     return replace(
         rt.config.recall.weights(),
         vector_weight=vector_weight,
         lexical_weight=lexical_weight,
         intrinsic_strength=intrinsic_strength(rt.db, rt.config),
+        cold_factor=cold_factor(rt.db, rt.config),
     )
 
 

@@ -15,9 +15,12 @@ whose questions change can still change its verdict.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
+
+import numpy as np
+import numpy.typing as npt
 
 #: Questions before a verdict may leave its prior.
 MIN_EVIDENCE: Final = 20
@@ -90,6 +93,77 @@ class PairedGain:
         if isinstance(n, bool) or not isinstance(n, int | float) or int(n) != n:
             raise InvalidEvidence(f"evidence count must be an integer, got {n!r}")
         return cls(int(n), float(mean), float(variance))
+
+
+@dataclass(frozen=True)
+class GridEvidence:
+    """Per candidate value of one learned setting (`grid`), its paired gain over the
+    unlearned value: the setting moves to the value whose gain is clearest, and only once
+    it is clearly above zero."""
+
+    grid: tuple[float, ...]
+    gains: tuple[PairedGain, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.gains:
+            object.__setattr__(self, "gains", tuple(PairedGain() for _ in self.grid))
+        if len(self.gains) != len(self.grid):
+            raise InvalidEvidence(f"expected {len(self.grid)} gains, got {len(self.gains)}")
+
+    @property
+    def evidence(self) -> int:
+        return max((g.n for g in self.gains), default=0)
+
+    def observe(self, gains: Sequence[float]) -> GridEvidence:
+        """After one question: `gains[i]` is what value `grid[i]` gained on it."""
+        if len(gains) != len(self.grid):
+            raise InvalidEvidence(f"expected {len(self.grid)} gains, got {len(gains)}")
+        return GridEvidence(
+            self.grid, tuple(g.add(x) for g, x in zip(self.gains, gains, strict=True))
+        )
+
+    def best(self, unlearned: float) -> float:
+        """The value whose gain over `unlearned` is clearest; `unlearned` until one is
+        clearly better (ties: the value closer to `unlearned`)."""
+        better = [
+            (gain.mean, -abs(value - unlearned), value)
+            for value, gain in zip(self.grid, self.gains, strict=True)
+            if gain.verdict(prior=False) and gain.mean > 0
+        ]
+        return max(better)[2] if better else unlearned
+
+    def to_json(self) -> dict[str, object]:
+        return {"grid": list(self.grid), "gains": [g.to_json() for g in self.gains]}
+
+    @classmethod
+    def from_json(cls, value: object, grid: tuple[float, ...]) -> GridEvidence:
+        """What was stored; a fresh start when it was learned over another grid."""
+        if not isinstance(value, Mapping) or list(value.get("grid", ())) != list(grid):
+            return cls(grid)
+        gains = value.get("gains")
+        if not isinstance(gains, Sequence):
+            raise InvalidEvidence(f"stored gains must be a list, got {gains!r}")
+        return cls(grid, tuple(PairedGain.from_json(g) for g in gains))
+
+
+def rescored_gains(
+    targets: Sequence[int],
+    base: npt.NDArray[np.float64],
+    variants: Sequence[npt.NDArray[np.float64]],
+) -> list[float] | None:
+    """Per variant scoring of the same candidates, the mean over `targets` (candidate
+    positions) of the reciprocal rank it gives minus the one `base` gives; ties count
+    against the target. None without targets."""
+    if not targets:
+        return None
+    gains = []
+    for scores in variants:
+        total = 0.0
+        for target in targets:
+            total += 1.0 / np.count_nonzero(scores >= scores[target])
+            total -= 1.0 / np.count_nonzero(base >= base[target])
+        gains.append(total / len(targets))
+    return gains
 
 
 def reciprocal_rank_gain(

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
-from dreamcycle.pulses.evidence import InvalidEvidence, PairedGain
+from dreamcycle.pulses.evidence import GridEvidence, InvalidEvidence, PairedGain
 
 #: The vector shares recall may learn to use (a grid: a handful of outcomes a day cannot
 #: resolve finer differences).
@@ -48,20 +48,24 @@ class SplitEvidence:
     """Per candidate split, its paired gain over the configured split `configured`."""
 
     configured: float
-    gains: tuple[PairedGain, ...] = tuple(PairedGain() for _ in SHARES)
+    grid: GridEvidence = field(default_factory=lambda: GridEvidence(SHARES))
 
     def __post_init__(self) -> None:
         _check_share(self.configured)
-        if len(self.gains) != len(SHARES):
-            raise InvalidFusion(f"expected {len(SHARES)} split gains, got {len(self.gains)}")
+        if self.grid.grid != SHARES:
+            raise InvalidFusion(f"expected gains for the shares {SHARES}, got {self.grid.grid}")
+
+    @property
+    def gains(self) -> tuple[PairedGain, ...]:
+        return self.grid.gains
 
     @property
     def evidence(self) -> int:
         """Cited chunks seen so far."""
-        return max(g.n for g in self.gains)
+        return self.grid.evidence
 
     def to_json(self) -> dict[str, object]:
-        return {"configured": self.configured, "gains": [g.to_json() for g in self.gains]}
+        return {"configured": self.configured, **self.grid.to_json()}
 
     @classmethod
     def from_json(cls, value: object, configured: float) -> SplitEvidence:
@@ -71,11 +75,8 @@ class SplitEvidence:
             raise InvalidFusion("stored split evidence has no gains")
         if value.get("configured") != configured:
             return cls(configured)
-        gains = value["gains"]
-        if not isinstance(gains, Sequence):
-            raise InvalidFusion(f"split gains must be a list, got {gains!r}")
         try:
-            return cls(configured, tuple(PairedGain.from_json(g) for g in gains))
+            return cls(configured, GridEvidence.from_json(value, SHARES))
         except InvalidEvidence as exc:
             raise InvalidFusion(str(exc)) from None
 
@@ -121,27 +122,20 @@ def observe(
     """`state` after the cited chunks of one decision (chunks neither list holds are skipped)."""
     if not (math.isfinite(rrf_k) and rrf_k >= 0):
         raise InvalidFusion(f"rrf_k must be finite and >= 0, got {rrf_k}")
-    gains = list(state.gains)
+    grid = state.grid
     for target in cited:
         base = fused_rank(target, vector_list, lexical_list, state.configured, rrf_k)
         if base is None:
             continue
-        for i, share in enumerate(SHARES):
-            rank = fused_rank(target, vector_list, lexical_list, share, rrf_k)
-            assert rank is not None
-            gains[i] = gains[i].add(1.0 / rank - 1.0 / base)
-    return SplitEvidence(state.configured, tuple(gains))
+        ranks = [fused_rank(target, vector_list, lexical_list, share, rrf_k) for share in SHARES]
+        grid = grid.observe([1.0 / rank - 1.0 / base for rank in ranks if rank is not None])
+    return SplitEvidence(state.configured, grid)
 
 
 def best_share(state: SplitEvidence) -> float:
     """The split whose gain over the configured one is clearest; the configured one until
     some split is clearly better (ties: the split closer to the configured one)."""
-    better = [
-        (gain.mean, -abs(share - state.configured), share)
-        for share, gain in zip(SHARES, state.gains, strict=True)
-        if gain.verdict(prior=False) and gain.mean > 0
-    ]
-    return max(better)[2] if better else state.configured
+    return state.grid.best(state.configured)
 
 
 def split_weights(share: float, total: float) -> tuple[float, float]:

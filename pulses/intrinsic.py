@@ -20,14 +20,13 @@ clearly above zero, and none until one is.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.pulses.evidence import InvalidEvidence, PairedGain
+from dreamcycle.pulses.evidence import rescored_gains
 
 #: The strengths recall may learn (none is the prior).
 STRENGTHS: Final = (-0.2, -0.1, 0.05, 0.1, 0.2, 0.3)
@@ -72,75 +71,21 @@ def multipliers(percentiles: npt.NDArray[np.float64], strength: float) -> npt.ND
     return result
 
 
-@dataclass(frozen=True)
-class PriorEvidence:
-    """Per candidate strength, its paired gain over no prior."""
-
-    gains: tuple[PairedGain, ...] = tuple(PairedGain() for _ in STRENGTHS)
-
-    def __post_init__(self) -> None:
-        if len(self.gains) != len(STRENGTHS):
-            raise InvalidPrior(f"expected {len(STRENGTHS)} prior gains, got {len(self.gains)}")
-
-    @property
-    def evidence(self) -> int:
-        return max(g.n for g in self.gains)
-
-    def to_json(self) -> dict[str, object]:
-        return {"strengths": list(STRENGTHS), "gains": [g.to_json() for g in self.gains]}
-
-    @classmethod
-    def from_json(cls, value: object) -> PriorEvidence:
-        """What was stored; a fresh start when it was learned for other strengths."""
-        if not isinstance(value, Mapping) or list(value.get("strengths", ())) != list(STRENGTHS):
-            return cls()
-        gains = value.get("gains")
-        if not isinstance(gains, Sequence):
-            raise InvalidPrior(f"prior gains must be a list, got {gains!r}")
-        try:
-            return cls(tuple(PairedGain.from_json(g) for g in gains))
-        except InvalidEvidence as exc:
-            raise InvalidPrior(str(exc)) from None
-
-
-def _rank(target: int, scores: npt.NDArray[np.float64]) -> int:
-    """1-based rank of candidate `target` by score (ties go against it)."""
-    return int(np.count_nonzero(scores >= scores[target]))
-
-
-def observe(
-    state: PriorEvidence,
+def gains_of_strengths(
     cited: Sequence[int],
     labels: npt.NDArray[np.int64],
     relevance: npt.NDArray[np.float64],
     lengths: npt.NDArray[np.floating],
-) -> PriorEvidence:
-    """`state` after the cited chunks of one decision, given every candidate's relevance
-    and length (chunks not among the candidates are skipped)."""
+) -> list[float] | None:
+    """Per strength of STRENGTHS, the reciprocal-rank gain over no prior that it gives the
+    cited chunks among these candidates (None when none of them is a candidate)."""
     if not (len(labels) == len(relevance) == len(lengths)):
         raise InvalidPrior("labels, relevance and lengths differ in length")
     if not np.all(np.isfinite(relevance)):
         raise InvalidPrior("relevance must be finite")
     position = {int(label): i for i, label in enumerate(labels.tolist())}
+    targets = [position[c] for c in cited if c in position]
     percentiles = size_percentiles(lengths)
-    gains = list(state.gains)
-    for target in cited:
-        i = position.get(target)
-        if i is None:
-            continue
-        base = 1.0 / _rank(i, relevance)
-        for k, strength in enumerate(STRENGTHS):
-            scored = relevance * multipliers(percentiles, strength)
-            gains[k] = gains[k].add(1.0 / _rank(i, scored) - base)
-    return PriorEvidence(tuple(gains))
-
-
-def best_strength(state: PriorEvidence) -> float:
-    """The strength whose gain over no prior is clearest; 0 until one is clearly better
-    (ties: the weaker strength)."""
-    better = [
-        (gain.mean, -abs(strength), strength)
-        for strength, gain in zip(STRENGTHS, state.gains, strict=True)
-        if gain.verdict(prior=False) and gain.mean > 0
-    ]
-    return max(better)[2] if better else 0.0
+    return rescored_gains(
+        targets, relevance, [relevance * multipliers(percentiles, s) for s in STRENGTHS]
+    )

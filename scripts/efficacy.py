@@ -130,6 +130,11 @@ VARIANTS: Final = (
         {"learning.intrinsic_prior": False},
     ),
     Variant(
+        "fixed-cold",
+        "defaults with the configured weight of the cold tier, not learned",
+        {"learning.cold_weight": False},
+    ),
+    Variant(
         "no-gate",
         "defaults with every key at least key_min_similarity-close used (no key gate)",
         {"learning.key_gate": False},

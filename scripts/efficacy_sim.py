@@ -26,6 +26,7 @@ from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.keys import init_key
 from dreamcycle.daemon.learned_ranking import (
+    cold_factor,
     fusion_weights,
     intrinsic_strength,
     key_gate,
@@ -254,6 +255,7 @@ def _measure(sim: Simulation, variant: Variant) -> dict[str, Any]:
     }
     metrics["split_evidence"] = split_evidence(sim.rt.db, sim.rt.config).evidence
     metrics["intrinsic_strength"] = intrinsic_strength(sim.rt.db, sim.rt.config)
+    metrics["cold_factor"] = cold_factor(sim.rt.db, sim.rt.config)
     return {
         "name": variant.name,
         "description": variant.description,

@@ -28,8 +28,8 @@ from dreamcycle.daemon.learned_ranking import (
 from dreamcycle.daemon.recall import rank_query
 from dreamcycle.daemon.recall_keys import KeyUse, key_scores_of
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.pulses.evidence import MIN_EVIDENCE, PairedGain
-from dreamcycle.pulses.intrinsic import STRENGTHS, PriorEvidence
+from dreamcycle.pulses.evidence import MIN_EVIDENCE, GridEvidence, PairedGain
+from dreamcycle.pulses.intrinsic import STRENGTHS
 from dreamcycle.pulses.key_gate import BAND_EDGES, KeyGate, band_of
 from dreamcycle.store import keys as key_store
 from tests.test_daemon_learning import QUERY, START_MS, credit, open_peer, rowid_of
@@ -115,7 +115,7 @@ def test_a_success_no_key_found_judges_the_prior_over_sizes(peer: Peer) -> None:
     assert intrinsic_evidence(peer.db).evidence == 1
     assert intrinsic_strength(peer.db, peer.config) == 0.0  # one question is no evidence
     # Clear evidence for the strongest prior: recall ranks with it.
-    clear = PriorEvidence(tuple(PairedGain(MIN_EVIDENCE, 0.3, 0.01) for _ in STRENGTHS))
+    clear = GridEvidence(STRENGTHS, tuple(PairedGain(MIN_EVIDENCE, 0.3, 0.01) for _ in STRENGTHS))
     peer.db.set_meta(INTRINSIC_META_KEY, json.dumps(clear.to_json()))
     assert intrinsic_strength(peer.db, peer.config) == 0.05  # ties: the weaker
     peer.config.learning.intrinsic_prior = False

@@ -410,6 +410,7 @@ def test_enough_successes_move_the_split_and_keep_the_total(peer: Peer) -> None:
         json.dumps(
             {
                 "configured": split_evidence(peer.db, peer.config).configured,
+                "grid": list(SHARES),
                 "gains": [[0, 0.0, 0.0]] * (len(SHARES) - 1) + [clear],
             }
         ),

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dreamcycle.pulses.evidence import MIN_EVIDENCE, PairedGain
+from dreamcycle.pulses.evidence import MIN_EVIDENCE, GridEvidence, PairedGain
 from dreamcycle.pulses.fusion import (
     SHARES,
     InvalidFusion,
@@ -68,9 +68,11 @@ def _clear(mean: float, n: int = MIN_EVIDENCE) -> PairedGain:
 
 
 def test_the_configured_split_stays_until_a_split_is_clearly_better() -> None:
-    few = SplitEvidence(CONFIGURED, (_clear(0.3, MIN_EVIDENCE - 1),) + (PairedGain(),) * 6)
+    few = SplitEvidence(
+        CONFIGURED, GridEvidence(SHARES, (_clear(0.3, MIN_EVIDENCE - 1),) + (PairedGain(),) * 6)
+    )
     assert best_share(few) == CONFIGURED
-    enough = SplitEvidence(CONFIGURED, (_clear(0.3),) + (PairedGain(),) * 6)
+    enough = SplitEvidence(CONFIGURED, GridEvidence(SHARES, (_clear(0.3),) + (PairedGain(),) * 6))
     assert best_share(enough) == SHARES[0]
 
 
@@ -80,16 +82,19 @@ def test_mixed_evidence_keeps_the_configured_split() -> None:
     for i in range(200):
         gain = gain.add(0.51 if i % 2 else -0.49)
     assert gain.mean == pytest.approx(0.01)
-    assert best_share(SplitEvidence(CONFIGURED, (gain,) * len(SHARES))) == CONFIGURED
+    assert (
+        best_share(SplitEvidence(CONFIGURED, GridEvidence(SHARES, (gain,) * len(SHARES))))
+        == CONFIGURED
+    )
 
 
 def test_among_clearly_better_splits_the_best_mean_wins_ties_to_the_closest() -> None:
     gains = [PairedGain()] * len(SHARES)
     gains[1], gains[5] = _clear(0.2), _clear(0.4)
-    assert best_share(SplitEvidence(CONFIGURED, tuple(gains))) == SHARES[5]
+    assert best_share(SplitEvidence(CONFIGURED, GridEvidence(SHARES, tuple(gains)))) == SHARES[5]
     tied = [_clear(0.2)] * len(SHARES)
-    assert best_share(SplitEvidence(CONFIGURED, tuple(tied))) == 0.4
-    assert best_share(SplitEvidence(0.66, tuple(tied))) == 0.7
+    assert best_share(SplitEvidence(CONFIGURED, GridEvidence(SHARES, tuple(tied)))) == 0.4
+    assert best_share(SplitEvidence(0.66, GridEvidence(SHARES, tuple(tied)))) == 0.7
 
 
 def test_the_split_moves_towards_the_list_that_finds_what_agents_cite() -> None:
@@ -143,10 +148,15 @@ def test_any_evidence_leaves_gains_in_range_and_a_share_on_the_grid_or_configure
     ("call", "message"),
     [
         (lambda: observe(SplitEvidence(0.5), [], [], [], rrf_k=math.nan), "rrf_k"),
-        (lambda: SplitEvidence(0.5, (PairedGain(),)), "split gains"),
+        (lambda: SplitEvidence(0.5, GridEvidence((0.5,))), "shares"),
         (lambda: SplitEvidence(1.5), "share"),
         (lambda: SplitEvidence.from_json({"configured": 0.5}, 0.5), "no gains"),
-        (lambda: SplitEvidence.from_json({"configured": 0.5, "gains": [[1, 5, 0]]}, 0.5), "mean"),
+        (
+            lambda: SplitEvidence.from_json(
+                {"configured": 0.5, "grid": list(SHARES), "gains": [[1, 5, 0]] * len(SHARES)}, 0.5
+            ),
+            "mean",
+        ),
         (lambda: split_weights(1.5, 1.0), "share"),
     ],
 )
