@@ -327,7 +327,9 @@ def test_a_cited_outcome_teaches_recall_and_leaves_unrelated_queries_alone(api: 
         "cited": [digests["retry"][:12]],
     }
     api.post("/v1/outcomes", outcome)
-    paraphrase = "how to retry failed S3 writes"
+    # The question asked again in other words: a key serves a question this close to the
+    # one it was learned from (a merely related question is judged by the store first).
+    paraphrase = "how should failed S3 writes be retried"
     before = api.recall(paraphrase, record=False, **scope)["hits"]
     assert before[0]["factors"]["key_similarity"] is None
     wait_until(
