@@ -150,7 +150,7 @@ class EmbeddingQueries(TableQueries):
     def indexed_labels(self, index_version: str) -> npt.NDArray[np.int64]:
         """The labels a live index of `index_version` holds: what `embeddings` lists live."""
         rows = self._all(_INDEXED_LABELS, (index_version,))
-        return np.array([row[0] for row in rows], dtype=np.int64)
+        return np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
 
     def embedding_of_hash(
         self, digest: str, index_version: str | None = None
@@ -171,11 +171,10 @@ class EmbeddingQueries(TableQueries):
         one embedded in that vector space), in one query."""
         if not rowids:
             return {}
-        marks = ",".join("?" * len(rowids))
-        rows = self._all(
-            f"SELECT id, embedding, index_version FROM observations WHERE id IN ({marks}) "
+        rows = self._all_in(
+            "SELECT id, embedding, index_version FROM observations WHERE id IN ({marks}) "
             "AND embedding IS NOT NULL",
-            tuple(rowids),
+            rowids,
         )
         return {
             int(r[0]): blob_to_vector(bytes(r[1]))

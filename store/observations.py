@@ -245,9 +245,8 @@ class ObservationQueries(MetaQueries):
     def observations(self, rowids: Sequence[int]) -> dict[int, Observation]:
         if not rowids:
             return {}
-        marks = ",".join("?" * len(rowids))
-        rows = self._all(
-            f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE id IN ({marks})", tuple(rowids)
+        rows = self._all_in(
+            f"SELECT {_OBSERVATION_COLUMNS} FROM observations WHERE id IN ({{marks}})", rowids
         )
         return {int(r[0]): _observation(r) for r in rows}
 

@@ -9,9 +9,14 @@ transaction and never commit on their own.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
 import apsw
+
+#: Values bound into one `IN (...)` list at most: SQLite refuses a statement of more than
+#: 32,766 parameters, and a sweep of a large store moves more chunks than that at once.
+IN_LIST_BATCH: Final = 10_000
 
 
 class TableQueries:
@@ -23,6 +28,15 @@ class TableQueries:
 
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         return self.conn.execute(sql, params).fetchall()
+
+    def _all_in(self, sql: str, values: Sequence[Any]) -> list[Any]:
+        """The rows of `sql`, whose one `{marks}` stands for an `IN` list of `values`, read
+        a batch of IN_LIST_BATCH values at a time."""
+        rows: list[Any] = []
+        for start in range(0, len(values), IN_LIST_BATCH):
+            part = tuple(values[start : start + IN_LIST_BATCH])
+            rows += self.conn.execute(sql.format(marks=",".join("?" * len(part))), part).fetchall()
+        return rows
 
     def _packed(
         self, value: str, tail: str, params: tuple[Any, ...] = (), *, order_by: str = ""

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dreamcycle.store import read_paths, tiers
+from dreamcycle.store import database, read_paths, tiers
 from dreamcycle.store.attributions import SuccessfulDecision
-from dreamcycle.store.database import Database, NewObservation
+from dreamcycle.store.database import Database, DatabaseError, NewObservation
 from dreamcycle.store.journal import JournalStep
 from dreamcycle.store.outbox import PreparedSegment
 from dreamcycle.store.salience_rows import DecayCandidate
@@ -296,3 +296,29 @@ def test_the_counts_reported_after_each_cycle_follow_every_change_and_only_then_
     finally:
         db.before_each_statement(None)
     assert statements and not any("count(*) FROM tombstones" in sql for sql in statements)
+
+
+def test_rows_of_more_chunks_than_sqlite_binds_at_once_are_read(db: Database) -> None:
+    # A sweep of a large store moves more chunks than SQLite's 32,766 parameters at once.
+    rowids = _admitted_chunks(db, [f"chunk {i}" for i in range(3)], now_ms=1_000)
+    with db.transaction():
+        db.set_embeddings(
+            rowids, np.eye(3, 4, dtype=np.float32), model_id="test", index_version="test/4"
+        )
+    wanted = [*rowids, *range(10_000_000, 10_040_000)]
+    assert sorted(db.observations(wanted)) == rowids
+    assert sorted(db.embeddings_of(wanted)) == rowids
+
+
+def test_a_large_database_opens_without_reading_every_page_yet_damage_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "large.db"
+    Database(path).close()
+    # Every database is "large" here: only the schema and the meta table are checked.
+    monkeypatch.setattr(database, "QUICK_CHECK_MAX_BYTES", 0)
+    Database(path).close()
+    with path.open("r+b") as damaged:
+        damaged.write(b"this is not the header of an SQLite file at all")
+    with pytest.raises(DatabaseError, match=r"not an SQLite database|corrupt|integrity"):
+        Database(path)
