@@ -6,8 +6,10 @@ salience with intrinsic worth, to the cold tier; see plan_sweep.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -155,15 +157,12 @@ def information_content(texts: Sequence[str]) -> list[float]:
     names rare things scores high, whatever its salience.
     """
     documents = [set(_WORD.findall(text.lower())) for text in texts]
-    frequency: dict[str, int] = {}
-    for words in documents:
-        for word in words:
-            frequency[word] = frequency.get(word, 0) + 1
+    frequency = Counter(itertools.chain.from_iterable(documents))
     total = len(documents)
-    return [
-        math.fsum(math.log((total + 1) / (frequency[word] + 0.5)) for word in sorted(words))
-        for words in documents
-    ]
+    # Each word's weight once, not once per text that holds it; fsum is correctly rounded,
+    # so the order of the words in a text does not change its sum.
+    weight = {word: math.log((total + 1) / (count + 0.5)) for word, count in frequency.items()}
+    return [math.fsum(map(weight.__getitem__, words)) for words in documents]
 
 
 def percentile_ranks(values: Sequence[float]) -> list[float]:

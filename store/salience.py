@@ -43,6 +43,8 @@ class SalienceCache:
 
     def refresh(self) -> int:
         """Load chunks added since the last load; returns how many."""
+        if self._undo is None:
+            return self._load_all_after()
         added = 0
         for row in self._db.salience_rows(after_rowid=self._loaded_up_to):
             rowid = row.rowid
@@ -57,6 +59,21 @@ class SalienceCache:
             self._loaded_up_to = rowid
             added += 1
         return added
+
+    def _load_all_after(self) -> int:
+        """`refresh` outside a step that may be undone: whole columns at a time (at start-up
+        every chunk of the store is loaded)."""
+        rows = self._db.salience_columns(after_rowid=self._loaded_up_to)
+        if not rows:
+            return 0
+        ids, saliences, floors, deleted, policies, cold = zip(*rows, strict=True)
+        self._salience.update(zip(ids, map(float, saliences), strict=True))
+        self._floor.update(zip(ids, map(float, floors), strict=True))
+        self._policy.update(zip(ids, map(str, policies), strict=True))
+        self._tombstoned.update(i for i, gone in zip(ids, deleted, strict=True) if gone)
+        self._cold.update(i for i, swept in zip(ids, cold, strict=True) if swept)
+        self._loaded_up_to = int(ids[-1])
+        return len(rows)
 
     def reload(self) -> None:
         self._salience.clear()

@@ -56,6 +56,13 @@ _COLD_ROWIDS: Final = f"SELECT id {COLD_ROWS}"
 
 
 class SalienceQueries(TableQueries):
+    def salience_columns(self, *, after_rowid: int = 0) -> list[tuple[Any, ...]]:
+        """The rows `salience_rows` names, as they come: (rowid, salience, pin floor,
+        tombstoned, deletion policy, cold), in rowid order (a million take seconds less
+        than named rows)."""
+        rows: list[tuple[Any, ...]] = self._all(_SALIENCE_ROWS, (after_rowid,))
+        return rows
+
     def salience_rows(self, *, after_rowid: int = 0) -> Iterator[SalienceRow]:
         """The salience state of every chunk, in rowid order."""
         for rowid, salience, floor, deleted, policy, cold in self._all(
@@ -86,7 +93,10 @@ class SalienceQueries(TableQueries):
         return [
             DecayCandidate(int(r[0]), str(r[1]), str(r[2]), float(r[3]))
             for r in self._all(
-                f"SELECT id, kind, {_DECAY_FROM}, stability FROM observations WHERE {where} "
+                # Named: with a large store's statistics the planner took another index
+                # and sorted every chunk (2.4 s a cycle at a million chunks, 0.07 s so).
+                f"SELECT id, kind, {_DECAY_FROM}, stability FROM observations "
+                f"INDEXED BY observations_decay WHERE {where} "
                 f"ORDER BY {_DECAY_FROM}, id LIMIT ?",
                 tuple(params),
             )
