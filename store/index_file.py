@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import json
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ META_FORMAT: Final = 2
 UNSEALED_META_FORMAT: Final = 1
 #: Random bytes in a save's identity.
 IDENTITY_BYTES: Final = 16
+#: Bytes of an index file hashed at a time when it is verified.
+CHECKSUM_BUFFER_BYTES: Final = 16 * 1024 * 1024
 META_SUFFIX: Final = ".meta.json"
 TEMPORARY_SUFFIX: Final = ".tmp"
 
@@ -183,10 +184,16 @@ def read_meta(path: Path) -> IndexMeta:
 
 
 def _checksum(file: int) -> str:
-    """blake3 of the whole file open as descriptor `file` (non-empty)."""
+    """blake3 of the whole file open as descriptor `file`, read a buffer at a time: a
+    mapped file's pages count as the process's resident memory while it is hashed, which
+    at a million chunks added 1.6 GiB to the peak of every start, beside the index itself."""
     hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    with mmap.mmap(file, 0, access=mmap.ACCESS_READ) as mapped:
-        hasher.update(mapped)
+    buffer = bytearray(CHECKSUM_BUFFER_BYTES)
+    view = memoryview(buffer)
+    offset = 0
+    while read := os.preadv(file, [buffer], offset):
+        hasher.update(view[:read])
+        offset += read
     return hasher.hexdigest()
 
 
