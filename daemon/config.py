@@ -119,6 +119,7 @@ class ZeitgeistConfig:
     liveness_timeout_s: float = defaults.LIVENESS_TIMEOUT_S
     compaction_interval_s: float = defaults.COMPACTION_INTERVAL_S
     adopt_remote_chunks: bool = False
+    rollups: bool = defaults.ZEITGEIST_ROLLUPS
     max_segment_bytes: int = defaults.ZEITGEIST_MAX_SEGMENT_BYTES
     max_segment_expanded_bytes: int = defaults.ZEITGEIST_MAX_SEGMENT_EXPANDED_BYTES
     max_segment_lines: int = defaults.ZEITGEIST_MAX_SEGMENT_LINES
@@ -565,6 +566,11 @@ class Config:
         if self.zeitgeist.dir:
             return Path(os.path.expanduser(self.zeitgeist.dir))
         return self.data_dir / defaults.ZEITGEIST_DIR
+
+    def rollup_wait_ms(self) -> int:
+        """How long a reader waits for a roll-up to hold a new segment: a few of the roll-up
+        writer's cycles (taken to run at this peer's interval)."""
+        return max(1, int(defaults.ROLLUP_WAIT_INTERVALS * self.cycle.interval_s * 1000))
 
     def check(self) -> None:
         for section in dataclasses.fields(self):

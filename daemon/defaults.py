@@ -97,6 +97,13 @@ ZEITGEIST_MAX_SNAPSHOT_EXPANDED_BYTES: Final = zeitgeist_defaults.MAX_SNAPSHOT_E
 ZEITGEIST_MAX_SNAPSHOT_LINES: Final = zeitgeist_defaults.MAX_SNAPSHOT_LINES
 LIVENESS_TIMEOUT_S: Final = zeitgeist_defaults.DEFAULT_LIVENESS_TIMEOUT_MS / 1000
 COMPACTION_INTERVAL_S: Final = 3_600.0
+#: Read other peers' segments from roll-ups (zeitgeist/_log_rollup.py): a constant number
+#: of requests a cycle instead of one GET per peer publishing.
+ZEITGEIST_ROLLUPS: Final = True
+#: How many cycle intervals a reader waits for a roll-up to hold a new segment before it
+#: reads the segment itself (and asks for the roll-up lease): more than one, so the
+#: writer's next cycle has come.
+ROLLUP_WAIT_INTERVALS: Final = 2.0
 S3_REGION: Final = zeitgeist_defaults.DEFAULT_S3_REGION
 S3_PREFIX: Final = "dreamcycle"
 REDIS_URL: Final = "redis://127.0.0.1:6379/0"

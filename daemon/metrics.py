@@ -17,7 +17,9 @@ from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.registry import Collector
 
 REGISTRY: Final = CollectorRegistry()
 NAMESPACE: Final = "dreamcycle"
@@ -130,6 +132,36 @@ EFFICACY = Gauge(
     namespace=NAMESPACE,
     registry=REGISTRY,
 )
+
+
+class _StoreRequests(Collector):
+    """Requests this daemon sent to its zeitgeist store, by operation, as the backend counts
+    them (every attempt, retries included: what the store bills)."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Mapping[str, int]] | None = None
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            f"{NAMESPACE}_zeitgeist_requests",
+            "Requests sent to the zeitgeist store, by operation (S3: ListObjectsV2, "
+            "GetObject, PutObject, HeadObject, DeleteObjects; Redis: its commands)",
+            labels=["operation"],
+        )
+        for operation, count in sorted((self.source() if self.source else {}).items()):
+            family.add_metric([operation], count)
+        yield family
+
+
+STORE_REQUESTS: Final = _StoreRequests()
+REGISTRY.register(STORE_REQUESTS)
+
+
+def count_store_requests(backend: object) -> None:
+    """Expose the request counts of `backend` (S3 and Redis count theirs; the directory
+    sends none)."""
+    counter = getattr(backend, "requests", None)
+    STORE_REQUESTS.source = None if counter is None else counter.snapshot
 
 
 #: Phase stats that describe a level (how many chunks are live, the sweep's threshold),

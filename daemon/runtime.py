@@ -56,10 +56,8 @@ class DataDirUnlockable(RuntimeError):
 
 
 def open_backend(config: Config, retry: RetryPolicy | None = None) -> LogBackend:
-    """The configured zeitgeist backend (imported lazily: each pulls its own client library).
-
-    `retry` replaces the networked backends' default retry policy (a shorter deadline for
-    a diagnosis that should not wait out an outage)."""
+    """The configured zeitgeist backend (imported lazily: each pulls its own client library);
+    `retry` replaces the networked backends' retry policy (shorter, for a diagnosis)."""
     zg = config.zeitgeist
     if zg.backend == "dir":
         from dreamcycle.zeitgeist.directory import DirectoryBackend
@@ -279,6 +277,7 @@ class Runtime:
         """Everything a dream cycle needs: index, salience, clock, the shared log."""
         index, reason = self.open_index(progress=_log_rebuild_progress)
         inner = open_backend(self.config)
+        metrics.count_store_requests(inner)
         backend_health = BackendHealth(inner.name)
         # Refuse a store that would silently overwrite log entries before writing any; one
         # that does not answer at start-up is probed again before its first write.
@@ -305,6 +304,8 @@ class Runtime:
             snapshot_limits=self.config.zeitgeist.snapshot_limits(),
             on_refused=_count_refused,
         )
+        if self.config.zeitgeist.rollups:  # every peer's reads, whatever the number of peers
+            zeitgeist.configure_rollups(wait_ms=self.config.rollup_wait_ms())
         return Peer(
             self,
             index,

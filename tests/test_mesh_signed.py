@@ -59,7 +59,12 @@ from dreamcycle.zeitgeist.entries import (
     encode_segment,
 )
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key, segment_key
+from dreamcycle.zeitgeist.keys import (
+    SEGMENT_PREFIX,
+    is_rollup_key,
+    parse_segment_key,
+    segment_key,
+)
 from dreamcycle.zeitgeist.signing import Signer, generate_key
 from scripts.local_servers import RunningS3
 from tests.daemon_helpers import (
@@ -245,7 +250,7 @@ def own_segments(bucket: Any, peer_id: str) -> list[str]:
     return [
         key
         for key in bucket.list_after(SEGMENT_PREFIX, "")
-        if parse_segment_key(key).peer_id == peer_id
+        if not is_rollup_key(key) and parse_segment_key(key).peer_id == peer_id
     ]
 
 

@@ -140,6 +140,15 @@ class LogCore:
         self._own_claims_high: int | None = None
         self._own_claims_listed = False
 
+    def _segment_bytes_read(self, key: str, data: bytes) -> None:
+        """Told of a segment's bytes as fetched (the roll-up writer keeps them)."""
+
+    def _segment_published(self, key: str, data: bytes) -> None:
+        """Told of a segment this peer published (the roll-up writer keeps it)."""
+
+    def _listed(self, keys: list[str]) -> None:
+        """Told of every key a poll listed under `seg/` (roll-ups among them)."""
+
     def _refused(
         self, object_key: str, label: str, detail: str, count: int = 1, *, counter: str = ""
     ) -> None:

@@ -28,6 +28,7 @@ from dreamcycle.zeitgeist.keys import (
     claim_prefix,
     parse_claim_key,
     parse_segment_key,
+    rollups_below,
     snapshot_key,
 )
 from dreamcycle.zeitgeist.snapshot import fold_entries
@@ -62,12 +63,15 @@ class CompactionReport:
     segments_deleted: int = 0
     claims_deleted: int = 0
     snapshots_deleted: int = 0
+    rollups_deleted: int = 0
 
 
 @dataclass(frozen=True)
 class _Lease:
     etag: str
     expires_ms: int
+    #: The lease object: compaction's, or the roll-up writer's (zeitgeist/_log_rollup.py).
+    key: str = LEASE_KEY
 
 
 @dataclass
@@ -168,14 +172,18 @@ class LogCompaction(LogReader, LogHeartbeats):
             if previous is not None
             else []
         )
+        # Roll-ups holding only folded segments: their copies are in the snapshot now.
+        rollups = rollups_below(self.backend.list_after(SEGMENT_PREFIX, ""), horizon)
         self.backend.delete(segments)
         self.backend.delete(claims)
         self.backend.delete(older)
+        self.backend.delete(rollups)
         return replace(
             report,
             segments_deleted=len(segments),
             claims_deleted=len(claims),
             snapshots_deleted=len(older),
+            rollups_deleted=len(rollups),
         )
 
     def _gather_below(self, horizon: int) -> _Gathered:
@@ -219,12 +227,12 @@ class LogCompaction(LogReader, LogHeartbeats):
     def _lease_body(self, expires_ms: int) -> bytes:
         return canonical_json({"holder": self.peer_id, "expires_ms": expires_ms})
 
-    def _acquire_lease(self, now_ms: int) -> _Lease | None:
+    def _acquire_lease(self, now_ms: int, *, key: str = LEASE_KEY) -> _Lease | None:
         try:
-            current = self.backend.read_versioned(LEASE_KEY, max_bytes=MAX_LEASE_BYTES)
+            current = self.backend.read_versioned(key, max_bytes=MAX_LEASE_BYTES)
         except ObjectTooLarge as exc:
             # Without its bytes there is no version to swap against: held, in effect.
-            self._refused(LEASE_KEY, OBJECT_TOO_LARGE, f"{exc}; not compacting")
+            self._refused(key, OBJECT_TOO_LARGE, f"{exc}; not taking it")
             return None
         if current is not None:
             holder, expires_ms = _parse_lease(current.data)
@@ -233,16 +241,16 @@ class LogCompaction(LogReader, LogHeartbeats):
         expires_ms = now_ms + self.lease_ttl_ms
         expect = None if current is None else current.etag
         try:
-            etag = self.backend.write_versioned(LEASE_KEY, self._lease_body(expires_ms), expect)
+            etag = self.backend.write_versioned(key, self._lease_body(expires_ms), expect)
         except PreconditionFailed:
             return None
-        return _Lease(etag=etag, expires_ms=expires_ms)
+        return _Lease(etag=etag, expires_ms=expires_ms, key=key)
 
     def _still_holding(self, lease: _Lease) -> bool:
         """Re-assert the lease with a compare-and-swap before deleting anything."""
         try:
             self.backend.write_versioned(
-                LEASE_KEY, self._lease_body(lease.expires_ms), expect=lease.etag
+                lease.key, self._lease_body(lease.expires_ms), expect=lease.etag
             )
         except PreconditionFailed:
             self.counters["compaction_lease_lost"] += 1
@@ -251,14 +259,14 @@ class LogCompaction(LogReader, LogHeartbeats):
 
     def _release_lease(self, lease: _Lease) -> None:
         try:
-            current = self.backend.read_versioned(LEASE_KEY, max_bytes=MAX_LEASE_BYTES)
+            current = self.backend.read_versioned(lease.key, max_bytes=MAX_LEASE_BYTES)
         except ObjectTooLarge:
             return  # replaced by something that is not a lease of ours
         if current is None or _parse_lease(current.data)[0] != self.peer_id:
             return
         # Losing this race means someone else took the lease over; it is theirs now.
         with contextlib.suppress(PreconditionFailed):
-            self.backend.write_versioned(LEASE_KEY, self._lease_body(0), expect=current.etag)
+            self.backend.write_versioned(lease.key, self._lease_body(0), expect=current.etag)
 
 
 def _parse_lease(data: bytes) -> tuple[str | None, int]:

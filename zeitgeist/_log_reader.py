@@ -30,6 +30,7 @@ from dreamcycle.zeitgeist.keys import (
     SEGMENT_PREFIX,
     SNAPSHOT_PREFIX,
     InvalidKey,
+    is_rollup_key,
     parse_segment_key,
     parse_snapshot_key,
     segment_listing_start,
@@ -72,7 +73,11 @@ class LogReader(LogCore):
         # What this listing holds and was applied: keys that left the window (or were
         # compacted away) drop out of the memory by not being listed.
         still_known: set[str] = set()
-        for key in self.backend.list_after(SEGMENT_PREFIX, segment_listing_start(start_hlc)):
+        listing = self.backend.list_after(SEGMENT_PREFIX, segment_listing_start(start_hlc))
+        self._listed(listing)
+        for key in listing:
+            if is_rollup_key(key):
+                continue  # read through read_rollups (zeitgeist/_log_rollup.py)
             if key in known:
                 still_known.add(key)  # observed and applied when first listed
                 continue
@@ -107,14 +112,31 @@ class LogReader(LogCore):
         newest snapshot). Every refusal, of the segment or of its lines, is counted and
         logged once.
         """
-        return self._read_decoded(key, self.segment_limits)
+        return self._read_decoded(key, self.segment_limits, on_bytes=self._segment_bytes_read)
 
-    def _read_decoded(self, key: str, limits: SegmentLimits) -> DecodedSegment:
+    def _read_decoded(
+        self,
+        key: str,
+        limits: SegmentLimits,
+        *,
+        on_bytes: Callable[[str, bytes], None] | None = None,
+    ) -> DecodedSegment:
         try:
             try:
                 data = self.backend.read(key, max_bytes=limits.compressed_bytes)
             except ObjectTooLarge as exc:
                 raise CorruptSegment(str(exc), Refusal.SEGMENT_TOO_LARGE) from None
+        except CorruptSegment as exc:
+            self._refused(key, exc.refusal, str(exc))
+            raise
+        if on_bytes is not None:
+            on_bytes(key, data)
+        return self._decode_counted(key, data, limits)
+
+    def _decode_counted(self, key: str, data: bytes, limits: SegmentLimits) -> DecodedSegment:
+        """`data` decoded as object `key` within `limits`, every refusal counted and logged
+        once (a segment read from the log, or its copy in a roll-up)."""
+        try:
             decoded = decode_segment(data, limits)
         except CorruptSegment as exc:
             self._refused(key, exc.refusal, str(exc))

@@ -98,6 +98,7 @@ class LogWriter(LogCore):
                     f"another process is publishing as peer {self.peer_id}: "
                     f"segment {prepared.key} exists with different content"
                 ) from None
+        self._segment_published(prepared.key, prepared.data)
         elapsed_ms = self._wall_ms() - HybridLogicalClock.physical_ms(prepared.hlc)
         return PublishResult(key=prepared.key, late=elapsed_ms > self.window_ms // 2)
 

@@ -6,9 +6,12 @@ snap/<hlc 16 hex>-<peer_id>.ndjson.gz              compacted state
 peers/<peer_id>.json                               heartbeat
 lease/compactor.json                               compaction lease
 claim/<peer_id>/<seq 8 hex>                        fencing claim of one segment
+seg/<last hlc>-<peer_id>-<first hlc>.roll         roll-up: recent segments, verbatim
+lease/rollup.json                                  lease of the roll-up writer
 ```
 Fixed-width lowercase hex makes lexical order equal numeric order, so a listing
-of `seg/` is already in HLC order.
+of `seg/` is already in HLC order. Roll-ups sort among the segments by their last HLC, so
+the one listing a poll makes finds both.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ SNAPSHOT_PREFIX: Final = "snap/"
 HEARTBEAT_PREFIX: Final = "peers/"
 CLAIM_PREFIX: Final = "claim/"
 LEASE_KEY: Final = "lease/compactor.json"
+ROLLUP_LEASE_KEY: Final = "lease/rollup.json"
+ROLLUP_SUFFIX: Final = ".roll"
 #: Where a backend's probe() writes a throw-away key, and removes it.
 PROBE_PREFIX: Final = "probe/"
 
@@ -51,6 +56,9 @@ _HEARTBEAT_RE: Final = re.compile(
     rf"{re.escape(HEARTBEAT_PREFIX)}{_PEER}{re.escape(HEARTBEAT_SUFFIX)}"
 )
 _CLAIM_RE: Final = re.compile(rf"{re.escape(CLAIM_PREFIX)}{_PEER}/{_SEQ}")
+_ROLLUP_RE: Final = re.compile(
+    rf"{re.escape(SEGMENT_PREFIX)}{_HLC}-{_PEER}-{_HLC}{re.escape(ROLLUP_SUFFIX)}"
+)
 
 
 class InvalidPeerId(ValueError):
@@ -142,6 +150,64 @@ class ClaimKey:
         return f"{claim_prefix(self.peer_id)}{_format_seq(self.seq)}"
 
 
+@dataclass(frozen=True, order=True)
+class RollupKey:
+    """A roll-up of the segments keyed `first_hlc` .. `last_hlc`, written by `peer_id`."""
+
+    last_hlc: int
+    first_hlc: int
+    peer_id: str
+
+    def __post_init__(self) -> None:
+        check_hlc(self.last_hlc, "roll-up last hlc")
+        check_hlc(self.first_hlc, "roll-up first hlc")
+        validate_peer_id(self.peer_id)
+        if self.first_hlc > self.last_hlc:
+            raise InvalidKey(f"roll-up range {self.first_hlc:x}..{self.last_hlc:x} is reversed")
+
+    @property
+    def key(self) -> str:
+        return (
+            f"{SEGMENT_PREFIX}{format_hlc(self.last_hlc)}-{self.peer_id}-"
+            f"{format_hlc(self.first_hlc)}{ROLLUP_SUFFIX}"
+        )
+
+    def covers(self, hlc: int) -> bool:
+        return self.first_hlc <= hlc <= self.last_hlc
+
+
+def rollup_key(last_hlc: int, first_hlc: int, peer_id: str) -> str:
+    return RollupKey(last_hlc, first_hlc, peer_id).key
+
+
+def is_rollup_key(key: str) -> bool:
+    """Whether a key listed under `seg/` names a roll-up rather than a segment."""
+    return key.startswith(SEGMENT_PREFIX) and key.endswith(ROLLUP_SUFFIX)
+
+
+def parse_rollup_key(key: str) -> RollupKey:
+    shape = "seg/<16 hex last hlc>-<peer id>-<16 hex first hlc>.roll"
+    last_hex, peer_id, first_hex = _match(_ROLLUP_RE, key, "roll-up", shape).groups()
+    return RollupKey(
+        parse_hlc(last_hex), parse_hlc(first_hex), _peer_in_key(peer_id, key, "roll-up")
+    )
+
+
+def rollups_below(keys: list[str], horizon_hlc: int) -> list[str]:
+    """The roll-ups among `keys` (a listing of `seg/`) that hold only segments keyed below
+    `horizon_hlc` (and any roll-up key that does not parse: nothing this layer wrote)."""
+    below = []
+    for key in keys:
+        if not is_rollup_key(key):
+            continue
+        try:
+            if parse_rollup_key(key).last_hlc < horizon_hlc:
+                below.append(key)
+        except InvalidKey:
+            below.append(key)
+    return below
+
+
 def segment_key(hlc: int, peer_id: str, seq: int) -> str:
     return SegmentKey(hlc, peer_id, seq).key
 
@@ -198,20 +264,26 @@ __all__ = [
     "CLAIM_PREFIX",
     "HEARTBEAT_PREFIX",
     "LEASE_KEY",
+    "ROLLUP_LEASE_KEY",
     "SEGMENT_PREFIX",
     "SNAPSHOT_PREFIX",
     "ClaimKey",
     "InvalidKey",
     "InvalidPeerId",
+    "RollupKey",
     "SegmentKey",
     "SnapshotKey",
     "claim_key",
     "claim_prefix",
     "heartbeat_key",
+    "is_rollup_key",
     "parse_claim_key",
     "parse_heartbeat_key",
+    "parse_rollup_key",
     "parse_segment_key",
     "parse_snapshot_key",
+    "rollup_key",
+    "rollups_below",
     "segment_key",
     "segment_listing_start",
     "snapshot_key",

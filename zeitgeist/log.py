@@ -21,6 +21,10 @@ Guarantees:
   and compaction start from min(cursor, now) - window), and a snapshot is taken only
   if sealed, not dated after now, holding no entry dated after itself, and holding
   everything the snapshot before it held.
+* With roll-ups configured, the holder of the roll-up lease copies recent segments into
+  one sealed object that the other peers read instead of every segment (a constant
+  number of requests a cycle, whatever the number of peers); a copy is used only if its
+  own writer's seal holds, and a segment no roll-up holds in time is read directly.
 * Every refusal (a malformed key, a key from the future, a segment or line beyond
   its limits) is counted each time and logged once per object.
 * No object is read whole before its size is checked: every read is bounded by the
@@ -34,8 +38,9 @@ process would do, so it is refused with FencedOut.
 
 The parts live in private modules, put together here as `Zeitgeist`: `_log_base`
 (settings, refusals, bounded reads), `_log_writer` (claims, publish, fencing),
-`_log_reader` (polls, cursors, snapshots to trust), `_log_heartbeats` (liveness) and
-`_log_compaction` (snapshots written under a lease); the defaults of its settings are in
+`_log_reader` (polls, cursors, snapshots to trust), `_log_heartbeats` (liveness),
+`_log_compaction` (snapshots written under a lease) and `_log_rollup` (roll-ups of recent
+segments, written under a lease of their own); the defaults of its settings are in
 zeitgeist/defaults.py.
 """
 
@@ -54,7 +59,6 @@ from dreamcycle.zeitgeist._log_compaction import (
     MAX_LEASE_BYTES,
     CompactionOutcome,
     CompactionReport,
-    LogCompaction,
 )
 from dreamcycle.zeitgeist._log_heartbeats import (
     HEARTBEAT_FORMAT_VERSION,
@@ -62,6 +66,7 @@ from dreamcycle.zeitgeist._log_heartbeats import (
     Heartbeat,
     InvalidHeartbeat,
 )
+from dreamcycle.zeitgeist._log_rollup import LogRollups, RolledUp, RollupReport
 from dreamcycle.zeitgeist._log_writer import (
     FORGED_CLAIMS_CHECKED,
     MAX_CLAIM_BYTES,
@@ -103,11 +108,13 @@ __all__ = [
     "PreparedSegment",
     "PublishResult",
     "RefusalCounter",
+    "RolledUp",
+    "RollupReport",
     "Zeitgeist",
     "ZeitgeistError",
     "logger",
 ]
 
 
-class Zeitgeist(LogWriter, LogCompaction):
+class Zeitgeist(LogWriter, LogRollups):
     """One peer's view of the shared log. All methods block; run them in worker threads."""

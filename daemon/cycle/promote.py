@@ -3,7 +3,8 @@
 Reads: prepared segments (written before a crash or an outage), the outbox's unpublished
 entries. Writes: each segment is prepared (sequence number, bytes, HLC) in a transaction
 before it is written to the log, and marked published after; the heartbeat; compaction when
-due; efficacy and audit checkpoints; the index file when it changed and
+due; a roll-up of recent segments when this peer holds the roll-up lease; efficacy and
+audit checkpoints; the index file when it changed and
 `index.save_interval_s` passed.
 A crash inside: a prepared segment is published again byte for byte at the next cycle
 (entries are idempotent); while the log is unreachable, entries wait in the outbox.
@@ -37,13 +38,16 @@ MAX_REPUBLISH: Final = 2
 
 
 def run(peer: Peer, st: CycleState) -> dict[str, Any]:
-    """Publish this cycle's own entries, heartbeat, compact when due, checkpoint the
+    """Publish this cycle's own entries, heartbeat, roll up recent segments when this peer
+    writes roll-ups, compact when due, checkpoint the
     journal and prune it when due, and write the index when it changed and
     `index.save_interval_s` passed (the service writes it at stop too)."""
     stats: dict[str, Any] = {"published_entries": 0, "segments": 0, "republished": 0}
     try:
         publish_outbox(peer, st, stats)
         _heartbeat(peer)
+        rolled = peer.zeitgeist.roll_up(st.now_ms)
+        stats["rolled_up"] = 0 if rolled is None else rolled.segments
         stats["compacted"] = _maybe_compact(peer, st)
     except BackendError as exc:
         log.warning("publishing stalled; entries stay queued", extra={"error": str(exc)})

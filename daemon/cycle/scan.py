@@ -1,7 +1,7 @@
 """Phase 1, scan: what is new in the log, and what this peer queued itself.
 
-Reads: the log (LIST after the cursor, GET of new segments; the newest snapshot on first
-start or after a long absence), the outbox's unapplied entries, new chunks' salience.
+Reads: the log (LIST after the cursor, GET of new segments, or of the roll-ups that hold
+them; the newest snapshot on first start or after a long absence), the outbox's unapplied entries, new chunks' salience.
 Writes: own segments seen in the listing are recorded (they are never applied from the log);
 corrupt segments are recorded as read, with one rejection. Nothing else.
 A crash inside: the next cycle lists and fetches the same segments again.
@@ -18,8 +18,9 @@ from dreamcycle.daemon.hlc_recovery import recover_hlc
 from dreamcycle.daemon.keys import count_rejection
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.zeitgeist.backend import BackendError, UnreadableObject
-from dreamcycle.zeitgeist.entries import CorruptSegment, decode_entry
+from dreamcycle.zeitgeist.entries import CorruptSegment, DecodedSegment, decode_entry
 from dreamcycle.zeitgeist.keys import parse_segment_key
+from dreamcycle.zeitgeist.log import RolledUp, Zeitgeist
 from dreamcycle.zeitgeist.signing import Rejection
 
 log = logging.getLogger("dreamcycle.cycle")
@@ -28,7 +29,7 @@ log = logging.getLogger("dreamcycle.cycle")
 def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     """New log segments (after the cursor, inside the window) and local unapplied entries."""
     zg, db = peer.zeitgeist, peer.db
-    fetched = rejected_lines = 0
+    fetched = 0
     # Before anything is stamped this cycle: a wall clock back from a jump ahead.
     recover_hlc(peer, st.now_ms)
     try:
@@ -54,7 +55,15 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
                 db.record_segment(key, entries=0, rejected=0, skipped=0, now_ms=st.now_ms)
     foreign = [k for k in keys if k not in own_set]
     waiting = foreign[peer.config.cycle.max_segments :]
-    for index, key in enumerate(foreign[: peer.config.cycle.max_segments]):
+    batch = foreign[: peer.config.cycle.max_segments]
+    rolled = _from_rollups(peer, batch)
+    # Waited for (no roll-up holds them yet): read by a later cycle, the cursor kept before.
+    st.unread_keys.extend(rolled.deferred)
+    for key, decoded in rolled.segments.items():
+        _keep(zg, st, key, decoded)
+    deferred = set(rolled.deferred)
+    direct = [k for k in batch if k not in rolled.segments and k not in deferred]
+    for index, key in enumerate(direct):
         try:
             decoded = zg.fetch(key)
         except CorruptSegment as exc:
@@ -76,19 +85,12 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
         except BackendError as exc:
             log.warning("zeitgeist unreachable mid-scan", extra={"key": key, "error": str(exc)})
             peer.snapshot_check_due = True
-            waiting = foreign[index:]
+            waiting = sorted([*direct[index:], *waiting])
             break
-        # Rejected lines were counted and logged, once per segment, by fetch.
-        seal_problem = zg.seal_problem(key, decoded)
-        if seal_problem is not None:
-            st.seal_problems[key] = seal_problem
-        st.segments.append(
-            FetchedSegment(
-                key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values())
-            )
-        )
+        _keep(zg, st, key, decoded)
         fetched += 1
-        rejected_lines += len(decoded.rejected)
+    st.unread_keys.sort()
+    rejected_lines = sum(segment.rejected for segment in st.segments)
     # Own segments move the cursor too, but never past a foreign one still waiting.
     limit = key_hlc(waiting[0]) if waiting else None
     st.own_keys = [k for k in own if limit is None or key_hlc(k) < limit]
@@ -98,6 +100,8 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     return {
         "listed": len(keys),
         "fetched": fetched,
+        "from_rollups": len(rolled.segments),
+        "awaiting_rollup": len(rolled.deferred),
         "rejected_lines": rejected_lines,
         # Entries of unknown versions or kinds: skipped, counted, never fatal.
         "skipped_entries": sum(segment.skipped for segment in st.segments),
@@ -105,6 +109,27 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
         "local": len(st.local),
         "new_chunks": new_chunks,
     }
+
+
+def _from_rollups(peer: Peer, keys: list[str]) -> RolledUp:
+    """What roll-ups hold of `keys`, and which to wait for; nothing if they cannot be read
+    now (the segments are then read one by one)."""
+    try:
+        return peer.zeitgeist.read_rollups(keys)
+    except BackendError as exc:
+        log.warning("roll-ups unreadable; reading segments", extra={"error": str(exc)})
+        return RolledUp()
+
+
+def _keep(zg: Zeitgeist, st: CycleState, key: str, decoded: DecodedSegment) -> None:
+    """A segment read (from the log or from a roll-up) for this cycle, its seal judged."""
+    # Rejected lines were counted and logged, once per segment, when it was decoded.
+    seal_problem = zg.seal_problem(key, decoded)
+    if seal_problem is not None:
+        st.seal_problems[key] = seal_problem
+    st.segments.append(
+        FetchedSegment(key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values()))
+    )
 
 
 def _read_snapshot(peer: Peer, st: CycleState) -> None:
