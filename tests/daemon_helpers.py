@@ -11,7 +11,6 @@ methods are the one place that knows how a user runs the commands.
 from __future__ import annotations
 
 import base64
-import fcntl
 import functools
 import json
 import os
@@ -35,7 +34,10 @@ import numpy.typing as npt
 import pytest
 
 from dreamcycle.daemon.cycle_thread import idle_is_reversible
-from dreamcycle.zeitgeist.signing import Signer
+
+# Re-exported: the tests that provision keys import them from here.
+from scripts.mesh_peers import provision_key as provision_key
+from scripts.mesh_peers import trust_key as trust_key
 
 if TYPE_CHECKING:
     from dreamcycle.daemon.service import Service
@@ -404,39 +406,6 @@ class Peer:
         """
         with closing(sqlite3.connect(self.database_path, timeout=WAIT_TIMEOUT_S)) as conn:
             return [line for line in conn.iterdump() if "sqlite_stat" not in line]
-
-
-def provision_key(data_dir: Path, peer_id: str, keyring_path: Path) -> None:
-    """What `dreamcycle keys init` and an operator distributing the keyring do, in process
-    (a command per peer would cost a second each): a key file in the data directory, its
-    public key in the shared keyring. Peers set up side by side take turns on the keyring."""
-    from dreamcycle.daemon.defaults import KEYS_KEY_FILE
-    from dreamcycle.daemon.keys import write_private_key
-    from dreamcycle.zeitgeist.signing import generate_key
-
-    key_path = data_dir / KEYS_KEY_FILE
-    if key_path.exists():
-        return
-    key = generate_key()
-    try:
-        write_private_key(key_path, key)
-    except FileExistsError:
-        return  # provisioned by a command started beside this one
-    except OSError:
-        return  # a data directory that cannot hold files: the command under test says so
-    trust_key(keyring_path, Signer(peer_id, key))
-
-
-def trust_key(keyring_path: Path, signer: Signer, roles: Sequence[str] = ("peer",)) -> None:
-    """Add `signer`'s public key, trusted for `roles`, to the keyring at `keyring_path`
-    (others may do so too)."""
-    from dreamcycle.daemon.keys import read_keyring, write_keyring
-
-    keyring_path.parent.mkdir(parents=True, exist_ok=True)
-    with (keyring_path.parent / f".{keyring_path.name}.lock").open("a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        keyring = read_keyring(keyring_path)
-        write_keyring(keyring_path, keyring.with_key(signer.trusted_key(roles)))
 
 
 def pulse_seed(peer: Peer, pulse_id: str) -> npt.NDArray[np.float32]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import json
 import math
 import threading
 import time
@@ -35,22 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-import numpy as np
 import pytest
 
 from dreamcycle.daemon.clock import SystemClock
 from dreamcycle.daemon.keys import read_keyring
-from dreamcycle.pulses.memory import InMemorySalience
-from dreamcycle.pulses.propagate import UpdateRule, propagate
-from dreamcycle.pulses.pulse import SalientPulse
-from dreamcycle.store.database import initial_salience
-from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.timefmt import ms_from_iso
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key
+from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, is_rollup_key, parse_segment_key
 from dreamcycle.zeitgeist.log import CompactionOutcome, CompactionReport, Zeitgeist
 from dreamcycle.zeitgeist.signing import Signer, Verifier, generate_key
 from scripts.local_servers import RunningS3
+from scripts.mesh_check import compare_replicas, journal_pulse_order
 from tests.daemon_helpers import (
     Daemon,
     Peer,
@@ -273,12 +267,6 @@ def longest_cycle_s(peers: Sequence[Peer]) -> float:
     return longest
 
 
-def journal_pulse_order(peer: Peer) -> list[str]:
-    return [
-        str(r[0]) for r in peer.query("SELECT ref FROM journal WHERE kind = 'pulse' ORDER BY seq")
-    ]
-
-
 def check_exactly_once(peer: Peer, emitted: set[str]) -> None:
     """Applied equals emitted: nothing lost, nothing rejected, nothing applied twice."""
     statuses = dict(peer.query("SELECT pulse_id, status FROM applied_pulses"))
@@ -286,109 +274,6 @@ def check_exactly_once(peer: Peer, emitted: set[str]) -> None:
     assert set(statuses.values()) == {"applied"}, f"{peer.peer_id}: {statuses}"
     order = journal_pulse_order(peer)
     assert sorted(order) == sorted(emitted), f"{peer.peer_id} journals each pulse exactly once"
-
-
-# ---- replaying a peer's order in-process ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class Replay:
-    salience: dict[str, float]  # content hash -> salience
-    clamped: frozenset[str]  # chunks where at least one update was clamped
-
-
-@dataclass(frozen=True)
-class ReplicaComparison:
-    same_order: bool
-    differing: int
-    explained_by_clamping: int
-    rounding_only: int
-    max_difference: float
-
-
-def admitted_chunks(peer: Peer) -> list[tuple[int, str, float, bytes, str]]:
-    """(rowid, content hash, pin floor, embedding blob, index version) in admission order."""
-    rows = peer.query(
-        "SELECT o.id, o.content_hash, o.pin_floor, o.embedding, o.index_version "
-        "FROM journal j JOIN observations o ON o.id = json_extract(j.body, '$.rowid') "
-        "WHERE j.kind = 'chunk' ORDER BY j.seq"
-    )
-    return [(int(r[0]), str(r[1]), float(r[2]), bytes(r[3]), str(r[4])) for r in rows]
-
-
-def journal_pulses(peer: Peer) -> dict[str, SalientPulse]:
-    rows = peer.query("SELECT ref, body FROM journal WHERE kind = 'pulse'")
-    return {str(ref): SalientPulse.from_json(json.loads(body)["pulse"]) for ref, body in rows}
-
-
-def replay(
-    chunks_of: Peer, order: Sequence[str], pulses: Mapping[str, SalientPulse], workdir: Path
-) -> Replay:
-    """Build the index as `chunks_of` built it, then apply `order` as the daemon does."""
-    chunks = admitted_chunks(chunks_of)
-    vectors = np.stack([np.frombuffer(blob, dtype="<f4") for _, _, _, blob, _ in chunks])
-    index = HnswIndex.create(
-        workdir / f"replay-{uuid.uuid4().hex}.hnsw", vectors.shape[1], chunks[0][4]
-    )
-    state = InMemorySalience()
-    importance = {
-        int(i): int(v) for i, v in chunks_of.query("SELECT id, importance FROM observations")
-    }
-    for rowid, _, floor, _, _ in chunks:
-        state.add(rowid, initial_salience(importance[rowid]))  # as ingest stored it
-        if floor > 0:
-            state.pin(rowid, floor)
-    index.add(np.array([c[0] for c in chunks], dtype=np.int64), vectors.astype(np.float32))
-    clamped: set[int] = set()
-    for pulse_id in order:
-        for change in propagate(pulses[pulse_id], index, state, UpdateRule.BFS).changes:
-            if change.after != change.before + change.delta:
-                clamped.add(change.label)
-    hash_of = {rowid: digest for rowid, digest, _, _, _ in chunks}
-    return Replay(
-        salience={hash_of[label]: state.salience(label) for label in hash_of},
-        clamped=frozenset(hash_of[label] for label in clamped),
-    )
-
-
-def compare_replicas(reference: Peer, other: Peer, workdir: Path) -> ReplicaComparison:
-    """Assert `other` agrees with `reference` except where the order of application matters."""
-    ref_chunks, other_chunks = admitted_chunks(reference), admitted_chunks(other)
-    assert [(c[1], c[2], c[3]) for c in ref_chunks] == [(c[1], c[2], c[3]) for c in other_chunks], (
-        f"{reference.peer_id} and {other.peer_id} must admit the same chunks, with the same "
-        "embeddings, in the same order (else their k-NN graphs differ)"
-    )
-    pulses = {**journal_pulses(reference), **journal_pulses(other)}
-    ref_order, other_order = journal_pulse_order(reference), journal_pulse_order(other)
-    stored_ref, stored_other = reference.salience(), other.salience()
-    replay_ref = replay(reference, ref_order, pulses, workdir)
-    replay_other = replay(reference, other_order, pulses, workdir)
-    # The replays reproduce what each daemon stored, bit for bit: so any difference
-    # between the peers comes from the order of application and nothing else.
-    assert replay_ref.salience == stored_ref, f"replaying {reference.peer_id}'s order"
-    assert replay_other.salience == stored_other, f"replaying {other.peer_id}'s order"
-    differences = {
-        digest: abs(stored_ref[digest] - stored_other[digest])
-        for digest in stored_ref
-        if stored_ref[digest] != stored_other[digest]
-    }
-    max_difference = max(differences.values(), default=0.0)
-    clamped = replay_ref.clamped | replay_other.clamped
-    rounding = {digest: diff for digest, diff in differences.items() if digest not in clamped}
-    comparison = ReplicaComparison(
-        same_order=ref_order == other_order,
-        differing=len(differences),
-        explained_by_clamping=len(differences) - len(rounding),
-        rounding_only=len(rounding),
-        max_difference=max_difference,
-    )
-    print(f"{reference.peer_id} vs {other.peer_id}: {comparison}")
-    if comparison.same_order:
-        assert max_difference == 0.0, f"same order, yet salience differs: {comparison}"
-    assert all(diff <= ROUNDING_TOLERANCE for diff in rounding.values()), (
-        f"chunks that hit no clamp differ by more than rounding: {rounding}"
-    )
-    return comparison
 
 
 # ---- compaction ---------------------------------------------------------------------------
@@ -427,7 +312,10 @@ def compact_past(
 
 
 def segment_keys(server: RunningS3, prefix: str) -> list[str]:
-    return server.backend(prefix).list_after(SEGMENT_PREFIX, "")
+    """The segments in the bucket (roll-ups, listed beside them, left out)."""
+    return [
+        k for k in server.backend(prefix).list_after(SEGMENT_PREFIX, "") if not is_rollup_key(k)
+    ]
 
 
 # ---- the test ------------------------------------------------------------------------------
@@ -493,7 +381,7 @@ def test_four_peers_share_one_zeitgeist_on_s3(
             "SELECT sum(changed) FROM applied_pulses WHERE origin_peer != ?", (peer.peer_id,)
         )
         assert changed_by_others > 0, f"no remote pulse changed a chunk of {peer.peer_id}"
-    compare_replicas(peers["p1"], peers["p2"], tmp_path)
+    compare_replicas(peers["p1"], peers["p2"], tmp_path, ROUNDING_TOLERANCE)
 
     # Compaction folds round one (and the chunk announcements) into a snapshot.
     before = set(segment_keys(s3_server, prefix))
@@ -515,7 +403,7 @@ def test_four_peers_share_one_zeitgeist_on_s3(
     )
     assert [str(row[0]) for row in bootstrapped] == [report.snapshot_key]
     check_exactly_once(p4, set(emitted))
-    compare_replicas(peers["p1"], p4, tmp_path)
+    compare_replicas(peers["p1"], p4, tmp_path, ROUNDING_TOLERANCE)
 
     for daemon in daemons:
         assert daemon.terminate() == 0, daemon.log_tail()
