@@ -157,14 +157,22 @@ def _set_aside_unusable(path: Path, problem: str) -> Path:
 
 def read_keyring(path: Path) -> Keyring:
     """The keyring at `path` (empty when there is none); InvalidKeyring names the problem."""
+    found = _read_keyring_file(path)
+    return Keyring() if found is None else found
+
+
+def _read_keyring_file(path: Path) -> Keyring | None:
+    """The keyring at `path`, None when there is no file; InvalidKeyring names the problem."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
-        return Keyring()
+        return None
     except OSError as exc:
         raise InvalidKeyring(f"keyring {path} cannot be read: {exc}") from None
     try:
-        return Keyring.from_json(json.loads(text))
+        # Decoded here, not by read_text: a file cut inside a multi-byte character is
+        # refused like any other broken file, not raised past the caller.
+        return Keyring.from_json(json.loads(data.decode("utf-8")))
     except ValueError as exc:
         raise InvalidKeyring(f"keyring {path}: {exc}") from None
 
@@ -177,10 +185,20 @@ def write_keyring(path: Path, keyring: Keyring) -> None:
     os.replace(temporary, path)
 
 
+#: What `os.stat` tells of the keyring file (inode, mtime, size); None when there is none.
+_FileStamp = tuple[int, int, int] | None
+
+
 class KeyringFile:
     """The keyring file, read again when it changes (`keys trust` and `keys revoke` take
-    effect in the running daemon's next cycle). A file that becomes unreadable keeps the
-    keyring read last, with an error logged once per change.
+    effect in the running daemon's next cycle).
+
+    Once a keyring was read, a file that goes missing, cannot be read or is not a valid
+    keyring keeps the keyring read last, with one line logged per change of the file: an
+    operator replacing it by hand, or a copy caught half-written, must not leave trusted
+    peers' entries refused (`unknown_key`), since a refused entry is never read again. The
+    file is read again at every call until it is good. A data directory that never had a
+    keyring starts with an empty one.
 
     This peer's own key verifies its own entries (met again in snapshots) without being
     listed in the file.
@@ -189,15 +207,23 @@ class KeyringFile:
     def __init__(self, path: Path, own: Signer | None) -> None:
         self.path = path
         self.own = own
-        self._stamp: tuple[int, int, int] | None = None
-        self.keyring = self._with_own(read_keyring(path))
+        # Taken before the read: a change made while reading is read again next time.
         self._stamp = self._stat()
+        found = _read_keyring_file(path)
+        #: Whether a keyring file was read: from then on a missing one is not an empty one.
+        self._held_file = found is not None
+        #: Whether `keyring` is what the file at `_stamp` holds (else it is read again).
+        self._settled = True
+        self.keyring = self._with_own(Keyring() if found is None else found)
 
-    def _stat(self) -> tuple[int, int, int] | None:
+    def _stat(self) -> _FileStamp:
         try:
             info = self.path.stat()
         except FileNotFoundError:
             return None
+        except OSError:
+            # Unreadable metadata is a change too: the read that follows says why.
+            return (-1, -1, -1)
         return (info.st_ino, info.st_mtime_ns, info.st_size)
 
     def _with_own(self, keyring: Keyring) -> Keyring:
@@ -208,16 +234,29 @@ class KeyringFile:
 
     def current(self) -> Keyring:
         stamp = self._stat()
-        if stamp == self._stamp:
+        if stamp == self._stamp and self._settled:
             return self.keyring
+        changed = stamp != self._stamp
         self._stamp = stamp
         try:
-            self.keyring = self._with_own(read_keyring(self.path))
+            found = _read_keyring_file(self.path)
         except InvalidKeyring as exc:
-            log.error("keyring unchanged: the new file is refused", extra={"error": str(exc)})
-        else:
-            log.info("keyring reloaded", extra={"keys": len(self.keyring.keys)})
+            self._keep(changed, logging.ERROR, "the new file is refused", str(exc))
+            return self.keyring
+        if found is None and self._held_file:
+            self._keep(changed, logging.WARNING, "the file is missing", f"no file {self.path}")
+            return self.keyring
+        self._settled = True
+        self._held_file = found is not None
+        self.keyring = self._with_own(Keyring() if found is None else found)
+        log.info("keyring reloaded", extra={"keys": len(self.keyring.keys)})
         return self.keyring
+
+    def _keep(self, changed: bool, level: int, why: str, error: str) -> None:
+        """Go on with the keyring read last; read the file again at the next call."""
+        self._settled = False
+        if changed:
+            log.log(level, f"keyring unchanged: {why}", extra={"error": error})
 
 
 def open_keys(config: Config) -> tuple[Signer | None, Verifier]:
