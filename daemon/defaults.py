@@ -377,8 +377,8 @@ KEYS_MODE: Final = "strict"
 KEYS_MODES: Final = ("strict", "permissive")
 #: Mode of the private key file; a key that group or others may read is refused.
 KEY_FILE_MODE: Final = 0o600
-#: A remote chunk is adopted only if its embedding and this peer's embedding of its content
-#: (same model) have at least this cosine. The int8 model gives the same text a cosine of
+#: A remote chunk is adopted only if its embedding and this peer's embedding of its title
+#: and content (same model) have at least this cosine. The int8 model gives the same text a cosine of
 #: 1.0 with itself whatever the batch (measured: 64 texts alone, batched, reordered, beside
 #: longer ones); two different documentation paragraphs reach 0.964.
 EMBEDDING_MATCH_MIN_COSINE: Final = 0.98

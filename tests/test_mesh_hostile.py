@@ -8,7 +8,8 @@ the bucket, holding bob's key for what needs a trusted signature:
   keeps publishing under the next free numbers (bob applies her pulse) and counts each
   forged claim (`forged_claim`);
 - signs, as bob, an assert whose embedding is another chunk's: not adopted, counted
-  (`embedding_mismatch`), while an honest assert in the same segment is adopted;
+  (`embedding_mismatch`), while an honest assert in the same segment, titled and embedded
+  with its title as every peer embeds a chunk, is adopted;
 - signs, as bob, ten pulses stamped within one window of bob's time: those within the
   budget apply, the rest are refused and counted (`over_budget`);
 - and the same segment carries thirty older pulses of bob's, three in each of ten
@@ -27,6 +28,7 @@ import pytest
 from dreamcycle.daemon.clock import SystemClock
 from dreamcycle.daemon.defaults import PULSE_BUDGET_WINDOW_S
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse
+from dreamcycle.store.database import embedding_text
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
 from dreamcycle.zeitgeist.entries import AssertEntry, Entry, PulseEntry
@@ -56,6 +58,8 @@ PER_WINDOW: Final = 3
 FLOOD: Final = 10
 CATCH_UP_WINDOWS: Final = 10
 WINDOW_MS: Final = int(PULSE_BUDGET_WINDOW_S * 1000)
+#: The title of bob's asserts: a peer embeds a chunk's title with its content.
+ASSERT_TITLE: Final = "adopted?"
 
 
 def bob_pulse(victim: Peer, at_ms: int, n: int) -> PulseEntry:
@@ -83,7 +87,7 @@ def bob_assert(text: str, embedding: np.ndarray, index_version: str, hlc: int) -
         hlc=hlc,
         origin="bob",
         content_hash=content_hash(text),
-        title="adopted?",
+        title=ASSERT_TITLE,
         content=text,
         obs_type="manual",
         project=None,
@@ -159,7 +163,12 @@ def test_forged_claims_mismatched_embeddings_and_floods_are_refused(
         elsewhere = next(iter(alice.embeddings().values()))
         stamp = hlc_from_ms(now_ms)
         structural: list[Entry] = [
-            bob_assert(honest_text, embedder.embed_one(honest_text), index_version, stamp),
+            bob_assert(
+                honest_text,
+                embedder.embed_one(embedding_text(ASSERT_TITLE, honest_text)),
+                index_version,
+                stamp,
+            ),
             bob_assert(forged_text, elsewhere, index_version, stamp + 1),
         ]
         hlc = HybridLogicalClock.physical_ms

@@ -2,7 +2,8 @@
 
 A remote chunk is adopted only when this peer is configured to, under the same index
 version, with a content hash that matches its content, and with an embedding that is what
-this peer's own model makes of that content (a forged embedding would steer pulses).
+this peer's own model makes of that chunk (a forged embedding would steer pulses): of the
+text every peer embeds for a chunk, its title with its content (`embedding_text`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dreamcycle.daemon.defaults import EMBEDDING_MATCH_MIN_COSINE
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.vectors import Vector
-from dreamcycle.store.database import NewObservation
+from dreamcycle.store.database import NewObservation, embedding_text
 from dreamcycle.store.hashing import content_hash
 from dreamcycle.zeitgeist.entries import AssertEntry
 
@@ -47,8 +48,13 @@ def adoption_problem(peer: Peer, entry: AssertEntry) -> EntryOutcome | None:
     return None
 
 
+def origin_text(entry: AssertEntry) -> str:
+    """What the origin embedded for the chunk an assert carries, so what is compared."""
+    return embedding_text(entry.title, entry.content)
+
+
 def embed_adoptable(peer: Peer, st: CycleState) -> dict[str, Vector]:
-    """Entry id -> this peer's embedding of the content, for every remote assert that may be
+    """Entry id -> this peer's embedding of the chunk, for every remote assert that may be
     adopted: one batch per cycle. A chunk already held needs none (nothing is adopted)."""
     db = peer.db
     wanted = [
@@ -62,7 +68,7 @@ def embed_adoptable(peer: Peer, st: CycleState) -> dict[str, Vector]:
     if not wanted:
         return {}
     started = time.perf_counter()
-    vectors = peer.embedder.embed([entry.content for entry in wanted])
+    vectors = peer.embedder.embed([origin_text(entry) for entry in wanted])
     metrics.PHASE_EVENTS.labels("reconsolidate", "asserts_embedded").inc(len(wanted))
     log.debug(
         "asserts embedded for comparison",
@@ -72,14 +78,14 @@ def embed_adoptable(peer: Peer, st: CycleState) -> dict[str, Vector]:
 
 
 def embedding_mismatch(claimed: Vector, local: Vector) -> str | None:
-    """Why an assert's embedding is not its content's under this model, if so."""
+    """Why an assert's embedding is not its chunk's under this model, if so."""
     norm = float(np.linalg.norm(claimed)) * float(np.linalg.norm(local))
     cosine = float(np.dot(claimed, local)) / norm if norm > 0 and np.isfinite(norm) else 0.0
     if cosine >= EMBEDDING_MATCH_MIN_COSINE:
         return None
     return (
         f"{hostile.EMBEDDING_MISMATCH}: cosine {cosine:.4f} to this peer's embedding of "
-        f"the content, below {EMBEDDING_MATCH_MIN_COSINE}"
+        f"the chunk, below {EMBEDDING_MATCH_MIN_COSINE}"
     )
 
 
@@ -91,13 +97,13 @@ def adopt(
     local_vector: Vector | None,
 ) -> EntryOutcome:
     """Take a remote chunk into the local store, when this peer is configured to and its
-    embedding is what this peer's model makes of its content."""
+    embedding is what this peer's model makes of the chunk."""
     problem = adoption_problem(peer, entry)
     if problem is not None:
         return problem
     db = peer.db
     if local_vector is None and db.observation_by_hash(entry.content_hash) is None:
-        local_vector = peer.embedder.embed_one(entry.content)  # not foreseen by the batch
+        local_vector = peer.embedder.embed_one(origin_text(entry))  # not foreseen by the batch
     if local_vector is not None:
         mismatch = embedding_mismatch(np.asarray(entry.embedding, dtype=np.float32), local_vector)
         if mismatch is not None:
