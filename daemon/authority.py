@@ -13,6 +13,12 @@ A trusted peer can still be wrong or compromised, so a remote entry is refused
   "operator";
 - a pulse or an outcome in it names a peer other than its signer.
 
+An assert is not refused for its pin: an honest peer's asserts carry the pins its own
+users set. Unless its key is marked "operator", the chunk is adopted without the pin
+(`unauthorised_protection`), since a pin planted that way would refuse every other
+peer's tombstone of the chunk. No entry carries a deletion policy: an adopted chunk
+always takes the default one.
+
 Entries this peer queued itself (the outbox) or signed with its own key are its
 own decisions and pass. The rules read this peer's store at the time the entry
 applies, so they are checked in the phase that applies it.
@@ -27,6 +33,7 @@ from dreamcycle.daemon.keys import count_rejection
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.zeitgeist.entries import (
+    AssertEntry,
     AttributionEntry,
     Entry,
     OutcomeEntry,
@@ -54,14 +61,35 @@ def refusal(peer: Peer, entry: Entry, *, local: bool) -> str | None:
     if local or _own(peer, entry):
         return None
     verdict = _problem(peer, entry)
-    if verdict is None:
-        return None
+    return None if verdict is None else recorded(entry, verdict)
+
+
+def recorded(entry: Entry, verdict: Verdict, message: str = "entry refused") -> str:
+    """`verdict` counted and logged as an authority refusal; the reason to record."""
     count_rejection(verdict.reason)
     log.warning(
-        "entry refused",
+        message,
         extra={"entry": entry.id, "kind": entry.KIND, "origin": entry.origin, "why": str(verdict)},
     )
     return f"authority: {verdict}"
+
+
+def unauthorised_protection(peer: Peer, entry: AssertEntry) -> Verdict | None:
+    """Why the pin an assert carries may not come with the chunk it adopts, if so (neither
+    counted nor logged: the caller records it once the chunk is adopted without it).
+
+    An assert under this peer's own name adopts nothing (its chunk is held here already),
+    so only other origins are judged.
+    """
+    if entry.pin_floor <= 0 or entry.origin == peer.peer_id or _own(peer, entry):
+        return None
+    if _holds(peer, entry, OPERATOR):
+        return None
+    return Verdict(
+        Rejection.NOT_OPERATOR,
+        f"{entry.origin} may not pin {entry.content_hash[:12]} (pin_floor {entry.pin_floor:g} "
+        "not adopted; not an operator key)",
+    )
 
 
 def _own(peer: Peer, entry: Entry) -> bool:

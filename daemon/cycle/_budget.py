@@ -3,6 +3,8 @@
 An origin may move `pulses.origin_budget` salience per window; the longest prefix of a
 window's pulses that fits is admitted (pulses/budget.py), however they arrive in batches,
 and a window closes at its first refusal (store/budget.py keeps both per window).
+Pulses dated beyond the accepted clock skew ahead are refused before any is charged: each
+could open a window of its own that nothing else fills, and would outlive its TTL.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.budget import admit_within_budget, cost_units
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.store import budget
-from dreamcycle.zeitgeist.entries import PulseEntry
+from dreamcycle.zeitgeist.entries import PulseEntry, Refusal
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
 
 log = logging.getLogger("dreamcycle.cycle")
@@ -33,6 +35,46 @@ def budget_window(ts_ms: int, now_ms: int) -> int:
     return charged_ms - charged_ms % BUDGET_WINDOW_MS
 
 
+def refuse_from_the_future(
+    peer: Peer, st: CycleState, pulses: list[PulseEntry], queued_here: set[str]
+) -> int:
+    """Other peers' pulses whose own time is further ahead of this cycle's now than the
+    allowed clock skew are rejected (recorded with the reason, counted); how many.
+
+    A pulse's time is its own field, not its entry's HLC (which interleave bounds), and it
+    sets both the budget window the pulse is charged to and the start of its TTL: dated
+    ahead without limit, each pulse would open a fresh window and never expire. An honest
+    peer stamps a pulse no later than its entry, so this refuses none whose entry applies.
+    This host's own pulses pass, as in interleave: its clock stamped them.
+    """
+    max_future_ms = peer.zeitgeist.max_future_ms
+    horizon_ms = st.now_ms + max_future_ms
+    refused: dict[str, int] = {}
+    for entry in pulses:
+        pulse = entry.pulse
+        pulse_ms = HybridLogicalClock.physical_ms(pulse.ts)
+        if (
+            pulse_ms <= horizon_ms
+            or entry.id in st.rejected
+            or entry.id in queued_here
+            or peer.db.pulse_seen(pulse.pulse_id)
+        ):
+            continue
+        hostile.count(Refusal.FROM_THE_FUTURE)
+        st.rejected[entry.id] = (
+            f"{Refusal.FROM_THE_FUTURE}: pulse time {pulse_ms} ms is more than the allowed "
+            f"skew of {max_future_ms // 1000} s ahead of this peer's {st.now_ms} ms"
+        )
+        refused[entry.origin] = refused.get(entry.origin, 0) + 1
+    for origin, count in refused.items():
+        if hostile.LOGGED.first_time(f"future-pulses/{origin}"):
+            log.warning(
+                "pulses dated beyond the allowed clock skew refused",
+                extra={"origin": origin, "refused": count, "max_future_ms": max_future_ms},
+            )
+    return sum(refused.values())
+
+
 def charge_budgets(
     peer: Peer, st: CycleState, pulses: list[PulseEntry], queued_here: set[str]
 ) -> dict[str, budget.Charge]:
@@ -44,6 +86,8 @@ def charge_budgets(
     budget, and what a window admitted or closed in earlier cycles counts (stored per window).
     An expired pulse is charged too, so a peer that reads it late admits what one that read
     it in time did, unless it is past the look-back (it would only close the present window).
+    Call `refuse_from_the_future` first: the windows charged then lie between the look-back
+    and the allowed skew around now, never further ahead.
     """
     db, allowance = peer.db, peer.config.pulses.origin_budget
     groups: dict[tuple[str, int], list[PulseEntry]] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import numpy as np
@@ -180,7 +180,17 @@ def _reconsolidate(
 
 
 def _assert(peer: Peer, st: CycleState, entry: AssertEntry, effects: _Effects) -> EntryOutcome:
-    return adopt(peer, st, entry, effects.adopted, effects.expected.get(entry.id))
+    expected = effects.expected.get(entry.id)
+    verdict = authority.unauthorised_protection(peer, entry)
+    if verdict is None:
+        return adopt(peer, st, entry, effects.adopted, expected)
+    # The chunk is an ordinary signal and is adopted; its pin would refuse every other
+    # peer's tombstone of it, which needs an operator key. The copy has another id, but
+    # only the original is recorded.
+    outcome = adopt(peer, st, replace(entry, pin_floor=0.0), effects.adopted, expected)
+    if outcome != (EntryStatus.APPLIED, None):
+        return outcome  # not adopted here: no pin was refused
+    return EntryStatus.APPLIED, authority.recorded(entry, verdict, "adopted without its pin")
 
 
 def _attribution(

@@ -16,7 +16,12 @@ from __future__ import annotations
 from typing import Any, Final
 
 from dreamcycle.daemon import authority, implicit_credit
-from dreamcycle.daemon.cycle._budget import BUDGET_LOOKBACK_MS, budget_window, charge_budgets
+from dreamcycle.daemon.cycle._budget import (
+    BUDGET_LOOKBACK_MS,
+    budget_window,
+    charge_budgets,
+    refuse_from_the_future,
+)
 from dreamcycle.daemon.cycle._entry import isolated, record
 from dreamcycle.daemon.cycle._position import cursor, key_hlc, persist_clock
 from dreamcycle.daemon.cycle.state import CURSOR_META_KEY, CycleState, EntryOutcome, EntryStatus
@@ -51,6 +56,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     pulses = sorted(
         [e for e in st.ordered if isinstance(e, PulseEntry)] + derived, key=entry_order_key
     )
+    stats["from_the_future"] = refuse_from_the_future(peer, st, pulses, queued_here)
     charges = charge_budgets(peer, st, pulses, queued_here)
     stats["over_budget"] = sum(not c.admitted for c in charges.values())
     for start in range(0, len(pulses), PULSES_PER_TRANSACTION):
