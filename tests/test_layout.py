@@ -80,3 +80,44 @@ def test_long_modules_say_why_they_are_one(package: str) -> None:
         if "one module" not in doc.lower():
             unexplained.append(f"{path.relative_to(REPO)} ({source.count(chr(10))} lines)")
     assert unexplained == []
+
+
+#: The longest cell a Markdown table of ARCHITECTURE.md may hold: detail goes in the lists below.
+MAX_TABLE_CELL: Final = 300
+#: A heading naming a benchmark run by letter ("run T", "runs AN and AO", "runs L, M and N").
+LETTERED_RUN: Final = re.compile(r"\b[Rr]uns?\s+[A-Z]{1,2}\b")
+
+
+def _table_cells(markdown: str) -> list[str]:
+    """Every cell of every Markdown table row, split on pipes that are not escaped."""
+    cells: list[str] = []
+    for line in markdown.splitlines():
+        row = line.strip()
+        if row.startswith("|"):
+            cells += [cell.strip() for cell in re.split(r"(?<!\\)\|", row.strip("|"))]
+    return cells
+
+
+def _headings(markdown: str) -> list[str]:
+    """The Markdown headings, outside fenced code blocks."""
+    headings: list[str] = []
+    fenced = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line):
+            headings.append(line)
+    return headings
+
+
+def test_architecture_table_cells_are_short() -> None:
+    cells = _table_cells((REPO / "ARCHITECTURE.md").read_text())
+    assert cells, "ARCHITECTURE.md has no table"
+    assert [cell[:80] for cell in cells if len(cell) > MAX_TABLE_CELL] == []
+
+
+def test_benchmarks_give_current_figures_and_leave_lettered_runs_to_the_history() -> None:
+    current = _headings((REPO / "docs" / "benchmarks.md").read_text())
+    history = _headings((REPO / "docs" / "benchmarks-history.md").read_text())
+    assert [heading for heading in current if LETTERED_RUN.search(heading)] == []
+    assert any(LETTERED_RUN.search(heading) for heading in history)
