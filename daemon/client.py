@@ -17,7 +17,7 @@ them, know no other.
 The blocking client is the one agents call around every step, and the CLIs with it:
 through urllib3 the bare server's floor took 0.3-0.4 ms less per request at the median
 than through httpx's client, and 0.6-0.8 ms less at p99, beside a recall by vector over
-the Unix socket of 3.4-3.8 ms at the median (docs/benchmarks.md, runs AN and AO). The
+the Unix socket of 3.4-3.8 ms at the median (docs/benchmarks-history.md, runs AN and AO). The
 asynchronous client needs httpx for trio and asyncio alike; it is imported when that
 client is made.
 

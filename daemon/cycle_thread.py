@@ -8,7 +8,7 @@ the kernel preempts it as soon as a normal thread (the event loop, a request's w
 wakes, and it runs on what CPU is left over. At 100,000 chunks, with cycles back to back
 beside them, that made recall by text, context bundles and saves over HTTP 2 to 6 ms
 quicker at p99 than at normal priority, left recall by vector and filtered recall within
-their spread, and ran 27 % fewer cycles (docs/benchmarks.md, runs AK and AL). Ten nice
+their spread, and ran 27 % fewer cycles (docs/benchmarks-history.md, runs AK and AL). Ten nice
 steps had not helped (run AI): under EEVDF a woken thread preempts one of lower weight
 only when its own deadline comes first, while any normal thread that wakes preempts a
 SCHED_IDLE one at once. The API builds the cold tier's graph in a second such thread

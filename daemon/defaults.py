@@ -44,7 +44,7 @@ ZEITGEIST_DIR: Final = "zeitgeist"
 CYCLE_INTERVAL_S: Final = 30.0
 #: How long a statement of the cycle waits at most for the API's requests in flight
 #: (daemon/requests_first.py); 0: never. scripts/bench_recall.py compared it with 0 while
-#: cycles ran (docs/benchmarks.md, run Y); 20 ms and the two bounds below were not compared
+#: cycles ran (docs/benchmarks-history.md, run Y); 20 ms and the two bounds below were not compared
 #: with other values there.
 CYCLE_GIVE_WAY_S: Final = 0.02
 #: Beyond this, a request in flight would hold a cycle up for long (config check).
@@ -57,7 +57,7 @@ CYCLE_WAIT_PER_RUN: Final = 4.0
 CYCLE_WAIT_CREDIT_WAITS: Final = 50
 #: The cycle's CPU priority (daemon/cycle_thread.py): "idle" runs it under SCHED_IDLE,
 #: behind the API's requests; "normal" level with them. Chosen by scripts/bench_recall.py
-#: at 100k chunks, cycles back to back beside the HTTP figures (docs/benchmarks.md, runs AK
+#: at 100k chunks, cycles back to back beside the HTTP figures (docs/benchmarks-history.md, runs AK
 #: and AL): recall by text 16.1 / 18.4 ms p99, context bundle 18.2 / 20.7, save, then
 #: recall 41.1 / 46.9; recall by vector 8.30 / 7.78, within the spread of its rounds; 27 %
 #: fewer cycles.
@@ -231,7 +231,7 @@ COLD_GRAPH_SKIP_MAX: Final = 256
 #: priority once it has run this long: other processes then keep every core busy, and
 #: while no graph is ready the whole cold tier is searched exactly. A build of 60,000 cold
 #: chunks took 24-27 s under SCHED_IDLE beside requests back to back on two cores, 16-20 s
-#: at normal priority (docs/benchmarks.md, runs AP and AQ): this is over four times that.
+#: at normal priority (docs/benchmarks-history.md, runs AP and AQ): this is over four times that.
 COLD_GRAPH_IDLE_LIMIT_S: Final = 120.0
 RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
 RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND

@@ -7,7 +7,7 @@ as long at their 99th percentile in process, and up to three times over HTTP. No
 cycle does is urgent, so before each statement on its connection (apsw's exec tracer
 calls `before_statement`), it waits while a request is in flight. In process, on 30,000
 chunks, that kept every figure within 1.2-1.7x of its idle p99; over HTTP the gain was
-within the noise (docs/benchmarks.md, run Y).
+within the noise (docs/benchmarks-history.md, run Y).
 
 Two bounds keep that from stalling anything:
 

@@ -736,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="send the daemon a pulse every this many seconds while its cycles run "
-        "(default: one per cycle, as in process); runs up to run Z in docs/benchmarks.md "
+        "(default: one per cycle, as in process); runs up to run Z in docs/benchmarks-history.md "
         "sent one every 0.05 s",
     )
     parser.add_argument(

@@ -82,7 +82,7 @@ def tier_stamp(change_stamp: str) -> str:
     keys of chunks not tombstoned) is kept per this part: a save or an admission adds a
     live chunk and moves the whole stamp, and re-reading the cold tier then made the next
     recall read every cold embedding (save then recall 0.5 s at
-    100,000 chunks, 60 % cold: docs/benchmarks.md, runs S).
+    100,000 chunks, 60 % cold: docs/benchmarks-history.md, runs S).
     """
     return change_stamp.split(":", 2)[-1]
 

@@ -1,6 +1,6 @@
 """What recall reads per tier (the cold tier's vectors) is read again when a tier changes,
 not after every save: re-reading it made the first recall after a save read every cold
-embedding (docs/benchmarks.md, runs S)."""
+embedding (docs/benchmarks-history.md, runs S)."""
 
 from __future__ import annotations
 

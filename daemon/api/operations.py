@@ -201,7 +201,7 @@ class Operations:
     def _core_to_spare(self) -> bool:
         """Whether a helper thread would have a core of its own beside the caller's: a
         running cycle takes one. On two cores, a helper searching the cold graph while a
-        cycle ran made recall by vector slower, not faster (docs/benchmarks.md, runs W and X)."""
+        cycle ran made recall by vector slower, not faster (docs/benchmarks-history.md, runs W and X)."""
         peer = self._peer
         cycling = peer is not None and peer.cycling
         return self._cores >= 2 + int(cycling)
@@ -285,7 +285,7 @@ class Operations:
         small cold tier's embeddings, learned keys) is cached. Such a recall waits on
         nothing (a read snapshot, the index's read lock, the cold graph) and takes about a
         millisecond at 100,000 chunks, as long as the trip to a worker thread and back adds
-        (docs/benchmarks.md, run AG)."""
+        (docs/benchmarks-history.md, run AG)."""
         peer = self._peer
         return (
             request.query is None
