@@ -271,17 +271,19 @@ def _evidence_lost(
     """Held-out evidence in the cold tier, and the part of it the sweep cost.
 
     Lost = cold evidence that recall finds in the top 10 when cold chunks count
-    fully (as if nothing had been swept) but not with the configured cold factor:
-    evidence that nobody would have found anyway is not lost to the sweep.
+    fully (as if nothing had been swept) but not with the cold weight recall uses
+    (configured or learned): evidence that nobody would have found anyway is not lost
+    to the sweep.
     """
     db = sim.rt.db
-    recall_config = sim.rt.config.recall
-    configured = recall_config.cold_factor
-    recall_config.cold_factor = 1.0
+    recall_config, learning = sim.rt.config.recall, sim.rt.config.learning
+    configured, learned = recall_config.cold_factor, learning.cold_weight
+    # Both: a learned weight replaces the configured one whatever it is.
+    recall_config.cold_factor, learning.cold_weight = 1.0, False
     try:
         unswept = [_ranking(sim, q, q.text) for q in test]
     finally:
-        recall_config.cold_factor = configured
+        recall_config.cold_factor, learning.cold_weight = configured, learned
     swept = lost = total = 0
     for question, ranking, baseline in zip(test, heldout, unswept, strict=True):
         for chunk in question.evidence:
