@@ -94,6 +94,9 @@ VARIANTS: Final = (
         {"recall.confidence_bound": 0.1},
     ),
     Variant("cold-0.5", "defaults with cold chunks at half relevance", {"recall.cold_factor": 0.5}),
+    # The protocol's sweep share runs from 20 % to 60 %: the default is chosen between them.
+    Variant("sweep-20", "defaults sweeping the bottom 20 %", {"sweep.percentile": 20.0}),
+    Variant("sweep-40", "defaults sweeping the bottom 40 %", {"sweep.percentile": 40.0}),
     Variant(
         "keys-0.9",
         "defaults, keys only for queries >= 0.9-similar",
@@ -130,9 +133,9 @@ VARIANTS: Final = (
         {"learning.intrinsic_prior": False},
     ),
     Variant(
-        "fixed-cold",
-        "defaults with the configured weight of the cold tier, not learned",
-        {"learning.cold_weight": False},
+        "learned-cold",
+        "defaults with the weight of the cold tier learned from cited successes",
+        {"learning.cold_weight": True},
     ),
     Variant(
         "no-gate",
