@@ -129,6 +129,9 @@ class LogCore:
         self._logged = LogOnce()
         #: This peer's wall clock (as an HLC) when it last listed segments.
         self._listed_at_hlc: int | None = None
+        #: The times of the segment keys refused since that listing (their seal failed):
+        #: they move neither the clock nor a cursor (zeitgeist/_log_reader.py).
+        self._refused_hlcs: set[int] = set()
         #: Segment keys of the last listing that the caller said were applied: a record of
         #: a segment applied is never removed, so a later poll that lists them again
         #: neither parses nor asks about them.

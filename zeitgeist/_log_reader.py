@@ -7,6 +7,12 @@ a reader past real segments: keys dated beyond the allowed clock skew are deferr
 cursor never moves beyond the wall clock of the poll that listed its segment, and a
 snapshot is taken only if it is sealed, not dated after now, holds no entry dated
 after itself, and holds everything the snapshot before it held.
+
+Nor can a key drag the reader's clock: with a verifier, a segment's time is observed
+only once the segment (or its copy in a roll-up) was read and its seal held
+(`check_read`), so that a key listed, still to be read or refused moves neither the
+clock nor (`cursor_for`) a cursor. A writer without a trusted key cannot make the mesh
+stamp its entries up to the allowed skew ahead of the present.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from dreamcycle.zeitgeist.keys import (
     parse_snapshot_key,
     segment_listing_start,
 )
+from dreamcycle.zeitgeist.signing import Verdict
 from dreamcycle.zeitgeist.snapshot import Snapshot
 
 
@@ -52,7 +59,13 @@ class LogReader(LogCore):
         """How far applying a segment (or snapshot) keyed `key_hlc` may move a cursor: to its
         key, but not beyond the wall clock of the poll that listed it. A key dated ahead
         (within the allowed skew) then cannot make the next polls start after real segments
-        written meanwhile; a cursor kept lower only lists a little more again."""
+        written meanwhile; a cursor kept lower only lists a little more again.
+
+        A segment refused since the last poll (its seal failed, `check_read`) moves no
+        cursor: 0 here, below any cursor (a segment of the same time is then held back
+        with it, and listed again)."""
+        if key_hlc in self._refused_hlcs:
+            return 0
         listed_at = self._now_hlc() if self._listed_at_hlc is None else self._listed_at_hlc
         return min(key_hlc, listed_at)
 
@@ -60,13 +73,17 @@ class LogReader(LogCore):
         """Unapplied segment keys from `listing_start(cursor_hlc)` on, ascending; one listing.
 
         Keys stamped more than `max_future_ms` ahead of this peer's wall clock are
-        deferred (not returned, not observed) until the wall clock comes close.
-        `is_applied` must keep saying True once it has (an applied segment is recorded
-        for good): such a key is remembered, and later polls neither observe it again nor
-        ask about it.
+        deferred (not returned) until the wall clock comes close. A key listed is not
+        observed by the clock: `check_read` does that once its segment was read and its
+        seal held. Only a log without a verifier, which trusts every object it reads,
+        observes the keys it lists. `is_applied` must keep saying True once it has (an
+        applied segment is recorded for good): such a key is remembered, and later polls
+        neither parse it again nor ask about it.
         """
         start_hlc = self.listing_start(cursor_hlc)
         self._listed_at_hlc = self._now_hlc()
+        self._refused_hlcs = set()
+        trusts_all = self.verifier is None
         fresh: list[str] = []
         horizon_ahead = hlc_from_ms(self._wall_ms() + self.max_future_ms)
         known = self._known_applied
@@ -79,7 +96,7 @@ class LogReader(LogCore):
             if is_rollup_key(key):
                 continue  # read through read_rollups (zeitgeist/_log_rollup.py)
             if key in known:
-                still_known.add(key)  # observed and applied when first listed
+                still_known.add(key)  # applied when first listed
                 continue
             try:
                 parsed = parse_segment_key(key)
@@ -87,7 +104,7 @@ class LogReader(LogCore):
                 self._refused(key, Refusal.MALFORMED_KEY, str(exc), counter="segment_key_malformed")
                 continue
             if parsed.hlc > horizon_ahead:
-                # Observing it would drag every clock (and cursor) of the mesh that far
+                # Reading it would drag every clock (and cursor) of the mesh that far
                 # ahead; the key is left for a later poll, once the wall clock is near it.
                 self._refused(
                     key,
@@ -96,13 +113,31 @@ class LogReader(LogCore):
                     counter="segment_from_the_future",
                 )
                 continue
-            self.clock.observe(parsed.hlc)
+            if trusts_all:
+                self.clock.observe(parsed.hlc)
             if is_applied(key):
                 still_known.add(key)
             else:
                 fresh.append(key)
         self._known_applied = still_known
         return fresh
+
+    def check_read(self, key: str, decoded: DecodedSegment) -> Verdict | None:
+        """Why segment `key`, as read (from the log, or its copy in a roll-up), is refused
+        (its seal fails), if so. Otherwise its time is observed by this peer's clock: the
+        one place a segment of another peer moves it.
+
+        A refused segment's time is remembered until the next poll, so that it moves no
+        cursor either (`cursor_for`). In permissive mode an unsigned segment (or one sealed
+        by an unknown key) is not refused, and observed as before.
+        """
+        problem = self.seal_problem(key, decoded)
+        hlc = parse_segment_key(key).hlc
+        if problem is None:
+            self.clock.observe(hlc)
+        else:
+            self._refused_hlcs.add(hlc)
+        return problem
 
     def fetch(self, key: str) -> DecodedSegment:
         """Read and decode one segment within `segment_limits`.

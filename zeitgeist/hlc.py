@@ -2,7 +2,9 @@
 
 Zeitgeist keys sort by this value, so a peer's clock must never go backwards and
 must never fall below any value it has read from another peer; otherwise a reader
-could place one of its segments before entries it had already seen.
+could place one of its segments before entries it had already seen. "Read" means read
+and verified: a key only listed, or an object whose seal failed, is not observed, so
+that a writer without a trusted key cannot drag the clock ahead (zeitgeist/_log_reader.py).
 """
 
 from __future__ import annotations
@@ -106,7 +108,8 @@ class HybridLogicalClock:
             self._last = min(self._last, value)
 
     def observe(self, remote: int) -> None:
-        """Record a value read from another peer; later now() values exceed it."""
+        """Record a value read from another peer (in an object that verified); later
+        now() values exceed it."""
         check_hlc(remote, "observed hlc")
         with self._lock:
             if remote > self._last:

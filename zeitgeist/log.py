@@ -21,6 +21,10 @@ Guarantees:
   and compaction start from min(cursor, now) - window), and a snapshot is taken only
   if sealed, not dated after now, holding no entry dated after itself, and holding
   everything the snapshot before it held.
+* Only what verifies moves a reader's clock: a segment's key time is observed once the
+  segment (or its copy in a roll-up) was read and its seal held, not when it is listed,
+  and a refused segment moves no cursor either (a log without a verifier trusts every
+  object, and observes the keys it lists).
 * With roll-ups configured, the holder of the roll-up lease copies recent segments into
   one sealed object that the other peers read instead of every segment (a constant
   number of requests a cycle, whatever the number of peers); a copy is used only if its

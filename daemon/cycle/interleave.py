@@ -1,7 +1,8 @@
 """Phase 3, interleave: one deterministic order for every entry, duplicates dropped.
 
 Reads: the entries scan gathered, which of them were applied before. Writes: nothing
-durable; observes entry HLCs into this peer's clock (persisted by phases 5 and 8).
+durable; observes entry HLCs into this peer's clock (persisted by phases 5 and 8), only
+of entries classify did not refuse: an unsigned or forged entry moves no clock.
 Entries from other peers stamped further ahead than the allowed skew are refused.
 A crash inside: nothing to redo.
 """
@@ -36,7 +37,8 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
             if entry.id not in local_ids:
                 st.rejected[entry.id] = f"hlc {entry.hlc:016x} is more than the allowed skew ahead"
             continue
-        peer.clock.observe(entry.hlc)
+        if entry.id not in st.rejected:
+            peer.clock.observe(entry.hlc)
     merged.sort(key=entry_order_key)
     st.ordered = merged
     return {"entries": len(merged), "duplicates": duplicates}

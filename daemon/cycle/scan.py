@@ -4,6 +4,9 @@ Reads: the log (LIST after the cursor, GET of new segments, or of the roll-ups t
 them; the newest snapshot on first start or after a long absence), the outbox's unapplied entries, new chunks' salience.
 Writes: own segments seen in the listing are recorded (they are never applied from the log);
 corrupt segments are recorded as read, with one rejection. Nothing else.
+The clock observes a foreign segment's time only once it was read and its seal held
+(`Zeitgeist.check_read`): a key listed, waited for or refused moves neither the clock nor
+the cursor, and neither does a segment under this peer's name that it did not write.
 A crash inside: the next cycle lists and fetches the same segments again.
 """
 
@@ -43,12 +46,17 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
         keys = []
     own = [k for k in keys if parse_segment_key(k).peer_id == peer.peer_id]
     own_set = set(own)
+    forged: set[str] = set()
     for key in own:
-        if not db.segment_written(key):
-            # Never read (no peer applies its own segments from the log), but someone who
-            # can write the bucket is publishing under this peer's name.
-            count_rejection(Rejection.NOT_WRITTEN_HERE)
-            log.warning("segment under this peer's name not written here", extra={"key": key})
+        if db.segment_written(key):
+            zg.clock.observe(key_hlc(key))  # sealed here, by this peer's own clock
+            continue
+        # Never read (no peer applies its own segments from the log), but someone who
+        # can write the bucket is publishing under this peer's name: its time moves
+        # neither the clock nor the cursor.
+        forged.add(key)
+        count_rejection(Rejection.NOT_WRITTEN_HERE)
+        log.warning("segment under this peer's name not written here", extra={"key": key})
     if own:
         with db.transaction():
             for key in own:
@@ -93,7 +101,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     rejected_lines = sum(segment.rejected for segment in st.segments)
     # Own segments move the cursor too, but never past a foreign one still waiting.
     limit = key_hlc(waiting[0]) if waiting else None
-    st.own_keys = [k for k in own if limit is None or key_hlc(k) < limit]
+    st.own_keys = [k for k in own if k not in forged and (limit is None or key_hlc(k) < limit)]
     for _entry_id, body in db.outbox_unapplied():
         st.local.append(decode_entry(body))
     new_chunks = peer.salience.refresh()
@@ -122,9 +130,10 @@ def _from_rollups(peer: Peer, keys: list[str]) -> RolledUp:
 
 
 def _keep(zg: Zeitgeist, st: CycleState, key: str, decoded: DecodedSegment) -> None:
-    """A segment read (from the log or from a roll-up) for this cycle, its seal judged."""
+    """A segment read (from the log or from a roll-up) for this cycle, its seal judged;
+    its time observed by the clock only if the seal holds."""
     # Rejected lines were counted and logged, once per segment, when it was decoded.
-    seal_problem = zg.seal_problem(key, decoded)
+    seal_problem = zg.check_read(key, decoded)
     if seal_problem is not None:
         st.seal_problems[key] = seal_problem
     st.segments.append(
