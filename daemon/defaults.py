@@ -385,8 +385,9 @@ KEY_FILE_MODE: Final = 0o600
 #: 1.0 with itself whatever the batch (measured: 64 texts alone, batched, reordered, beside
 #: longer ones); two different documentation paragraphs reach 0.964.
 EMBEDDING_MATCH_MIN_COSINE: Final = 0.98
-#: Claims under this peer's name that its key did not seal, skipped in one publish at most;
-#: the segment waits for the next cycle after that (each costs two requests).
+#: Times one publish finds its claim or segment key taken by an object this peer's key did
+#: not seal (each time it skips the whole run of forged claims in the way, so only a writer
+#: racing its claims makes it happen again); the segment then waits for the next cycle.
 FORGED_CLAIMS_PER_PUBLISH: Final = 64
 #: Rejected objects remembered so each is logged once (the counter counts them all).
 REJECTION_LOG_MEMORY: Final = zeitgeist_defaults.LOGGED_OBJECTS_MEMORY

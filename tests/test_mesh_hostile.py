@@ -5,7 +5,7 @@ as separate processes and trust each other's keys. An attacker with write access
 the bucket, holding bob's key for what needs a trusted signature:
 
 - writes five claim files for alice's next sequence numbers: alice is not fenced out,
-  keeps publishing under the next free numbers (bob applies her pulse) and counts each
+  keeps publishing under the next free number (bob applies her pulse) and counts each
   forged claim (`forged_claim`);
 - signs, as bob, an assert whose embedding is another chunk's: not adopted, counted
   (`embedding_mismatch`), while an honest assert in the same segment, titled and embedded
@@ -15,10 +15,23 @@ the bucket, holding bob's key for what needs a trusted signature:
 - and the same segment carries thirty older pulses of bob's, three in each of ten
   windows, as a peer catching up after an outage reads them all at once: every one
   applies.
+
+Then two attacks by a writer of the bucket holding no key, each against a real alice
+that must keep cycling, publishing what bob applies, and never exit: 300 forged claims
+at her next sequence numbers while she is stopped, and junk written at the segment key
+each of her fresh claims names, by an attacker watching her claims who wins every race
+(a proxy between alice and the S3 server).
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
+import socket
+import threading
+import urllib.parse
+from collections import deque
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -34,8 +47,9 @@ from dreamcycle.store.hashing import content_hash
 from dreamcycle.zeitgeist.entries import AssertEntry, Entry, PulseEntry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from dreamcycle.zeitgeist.keys import claim_key, segment_key
+from dreamcycle.zeitgeist.s3 import S3Backend
 from scripts.local_servers import RunningS3
-from tests.daemon_helpers import Peer, emitted_id, wait_until, write_jsonl
+from tests.daemon_helpers import Daemon, Peer, emitted_id, wait_until, write_jsonl
 from tests.test_mesh_s3 import ingest_all, make_peer, mesh_settings, wait_started
 from tests.test_mesh_signed import (
     ATTACK_SEQ,
@@ -51,6 +65,10 @@ from tests.test_mesh_signed import (
 pytestmark = pytest.mark.slow
 
 FORGED_CLAIMS: Final = 5
+#: Forged claims written while alice is stopped, far more than one skip used to pass.
+MANY_FORGED_CLAIMS: Final = 300
+#: Races on alice's claims the watching attacker wins.
+JUNK_WRITES: Final = 2
 #: Pulses of the defaults below may each move 0.3 * (0.9 + 0.81) = 0.513 salience at
 #: most: a budget of 2 admits three of them per window.
 BUDGET: Final = "2.0"
@@ -152,8 +170,8 @@ def test_forged_claims_mismatched_embeddings_and_floods_are_refused(
         counts = rejected_counts(port)
         assert counts.get("forged_claim") == FORGED_CLAIMS, counts
         superseded = alice.scalar("SELECT count(*) FROM segments_out WHERE status = 'superseded'")
-        assert superseded == FORGED_CLAIMS
-        assert alice_daemon.log().count("not written here; publishing under the next") == 5
+        assert superseded == 1  # the whole run of forged claims skipped at once
+        assert alice_daemon.log().count("not written here; publishing under the next") == 1
 
         # As bob (his key stolen): a mismatched and an honest assert, a flood, a catch-up.
         now_ms = SystemClock().now_ms()
@@ -213,3 +231,206 @@ def test_forged_claims_mismatched_embeddings_and_floods_are_refused(
         assert counts.get("over_budget") == FLOOD - PER_WINDOW, counts
         assert alice_daemon.terminate() == 0
         assert bob_daemon.terminate() == 0
+
+
+# ---- writers of the bucket without a key: forged claims, junk at a fresh segment key ------
+
+
+class ClaimRacingProxy:
+    """A loopback TCP proxy between one peer and the S3 server, standing for an attacker who
+    watches `claim/<peer>/` and wins the race: when the server accepts a PUT of one of the
+    peer's claims (the next `armed` of them), junk is written at the segment key that claim
+    names before the answer is passed on, so the peer's create of its segment finds it."""
+
+    def __init__(self, server: RunningS3, bucket: S3Backend, prefix: str, peer_id: str) -> None:
+        endpoint = urllib.parse.urlsplit(server.endpoint_url)
+        self.upstream = (endpoint.hostname or "127.0.0.1", endpoint.port or 80)
+        self.bucket = bucket
+        path = re.escape(f"/{server.bucket}/{prefix}/claim/{peer_id}/")
+        self.claim_put = re.compile(rb"PUT " + path.encode() + rb"([0-9a-f]{8})[ ?]")
+        self.peer_id = peer_id
+        self.armed = 0
+        self.junked: list[str] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._closed.set()
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+                upstream = socket.create_connection(self.upstream)
+            except OSError:
+                return
+            # The claims PUT on this connection, answers awaited (one request at a time).
+            pending: deque[str] = deque()
+            threading.Thread(
+                target=self._requests, args=(client, upstream, pending), daemon=True
+            ).start()
+            threading.Thread(
+                target=self._answers, args=(upstream, client, pending), daemon=True
+            ).start()
+
+    def _requests(
+        self, client: socket.socket, upstream: socket.socket, pending: deque[str]
+    ) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                for match in self.claim_put.finditer(data):
+                    pending.append(f"claim/{self.peer_id}/{match[1].decode()}")
+                upstream.sendall(data)
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_WR)
+
+    def _answers(self, upstream: socket.socket, client: socket.socket, pending: deque[str]) -> None:
+        held = b""
+        with contextlib.suppress(OSError):
+            while data := upstream.recv(65536):
+                if pending:
+                    held += data
+                    if b"\r\n\r\n" not in held:
+                        continue
+                    if not held.startswith(b"HTTP/1.1 1"):  # 100 Continue: the body follows
+                        self._race(pending.popleft(), accepted=held.startswith(b"HTTP/1.1 200"))
+                    data, held = held, b""
+                client.sendall(data)
+        with contextlib.suppress(OSError):
+            client.close()
+        upstream.close()
+
+    def _race(self, claim: str, *, accepted: bool) -> None:
+        with self._lock:
+            if not accepted or self.armed <= 0:
+                return
+            self.armed -= 1
+        named = self.bucket.read(claim).rsplit(b"\n", 1)[-1].decode()
+        self.bucket.create(named, b"junk written by someone watching the claims")
+        self.junked.append(named)
+
+
+@contextlib.contextmanager
+def running(peer: Peer) -> Iterator[Daemon]:
+    with peer.start("--interval", CYCLE_INTERVAL) as daemon:
+        daemon.wait_ready()
+        yield daemon
+        assert daemon.returncode() is None, daemon.log_tail()
+        assert daemon.terminate() == 0, daemon.log_tail()
+
+
+def emit_applied(alice: Peer, bob: Peer, text: str, logs: Callable[[], str]) -> None:
+    emitted = emitted_id(alice.pulse_emit("pulse", "--text", text, "--kind", "decay"))
+    wait_until(
+        lambda: bob.pulse_status(emitted) == "applied",
+        what=f"alice's pulse {text!r} applied on bob",
+        context=logs,
+    )
+
+
+def cycles_later(peer: Peer, cycles: int, logs: Callable[[], str]) -> None:
+    target = peer.cycles_done() + cycles
+    wait_until(lambda: peer.cycles_done() >= target, what=f"{cycles} cycles", context=logs)
+
+
+def prepared_segments(peer: Peer) -> int:
+    return int(peer.scalar("SELECT count(*) FROM segments_out WHERE status = 'prepared'"))
+
+
+def two_peers(
+    s3_server: RunningS3, tmp_path: Path, prefix: str
+) -> tuple[Peer, Peer, S3Backend, int]:
+    """alice (metrics on the port returned) and bob on one prefix, their chunks ingested."""
+    settings = mesh_settings(s3_server, prefix)
+    alice, bob = make_peer(tmp_path, "alice", settings), make_peer(tmp_path, "bob", settings)
+    port = free_port()
+    alice.settings["DREAMCYCLE_METRICS_LISTEN"] = f"127.0.0.1:{port}"
+    chunks = write_jsonl(tmp_path / "chunks.jsonl", chunk_rows())
+    ingest_all([(alice, chunks), (bob, chunks)])
+    return alice, bob, s3_server.backend(prefix), port
+
+
+def test_hundreds_of_forged_claims_neither_fence_nor_stall_a_peer(
+    s3_server: RunningS3, tmp_path: Path
+) -> None:
+    alice, bob, bucket, port = two_peers(s3_server, tmp_path, f"claims-{tmp_path.name}")
+    with bob.start("--interval", CYCLE_INTERVAL) as bob_daemon:
+        with running(alice) as alice_daemon:
+            wait_started([alice, bob], [alice_daemon, bob_daemon])
+            wait_until(
+                lambda: alice.scalar(
+                    "SELECT count(*) FROM segments_out WHERE status = 'published'"
+                ),
+                what="alice's first segment",
+                context=alice_daemon.log_tail,
+            )
+        # alice stopped: her next 300 numbers claimed, with junk or a plausible segment key.
+        seq = int(alice.scalar("SELECT max(seq) FROM segments_out"))
+        for n in range(1, MANY_FORGED_CLAIMS + 1):
+            named = segment_key(hlc_from_ms(SystemClock().now_ms()) + n, "alice", seq + n)
+            bucket.create(claim_key("alice", seq + n), b"seg/forged" if n % 2 else named.encode())
+
+        with running(alice) as alice_daemon:
+
+            def logs() -> str:
+                return "\n".join(d.log_tail() for d in (alice_daemon, bob_daemon))
+
+            first = emitted_id(alice.pulse_emit("pulse", "--text", "exceptions", "--kind", "decay"))
+            cycles_later(alice, 1, logs)
+            second = emitted_id(alice.pulse_emit("pulse", "--text", "loops", "--kind", "decay"))
+            # Each published within a cycle: nothing stays prepared for later cycles.
+            cycles_later(alice, 2, logs)
+            assert prepared_segments(alice) == 0
+            wait_until(
+                lambda: all(bob.pulse_status(e) == "applied" for e in (first, second)),
+                what="alice's pulses, published past the forged claims, applied on bob",
+                context=logs,
+            )
+            counts = rejected_counts(port)
+            assert counts.get("forged_claim") == MANY_FORGED_CLAIMS, counts
+            assert alice_daemon.log().count("not written here; publishing under the next") == 1
+        superseded = alice.scalar("SELECT count(*) FROM segments_out WHERE status = 'superseded'")
+        assert superseded == 1
+        # Every start after: her own claim is now above the forged ones.
+        with running(alice) as alice_daemon:
+            emit_applied(alice, bob, "context managers", alice_daemon.log_tail)
+        assert bob_daemon.returncode() is None, bob_daemon.log_tail()
+        assert bob_daemon.terminate() == 0
+
+
+def test_junk_at_a_peers_fresh_segment_keys_neither_fences_nor_stops_it(
+    s3_server: RunningS3, tmp_path: Path
+) -> None:
+    prefix = f"junk-{tmp_path.name}"
+    alice, bob, bucket, port = two_peers(s3_server, tmp_path, prefix)
+    proxy = ClaimRacingProxy(s3_server, bucket, prefix, "alice")
+    alice.settings["DREAMCYCLE_ZEITGEIST_S3_ENDPOINT_URL"] = proxy.url
+    try:
+        with bob.start("--interval", CYCLE_INTERVAL) as bob_daemon:
+            with running(alice) as alice_daemon:
+
+                def logs() -> str:
+                    return "\n".join(d.log_tail() for d in (alice_daemon, bob_daemon))
+
+                wait_started([alice, bob], [alice_daemon, bob_daemon])
+                proxy.armed = JUNK_WRITES
+                emit_applied(alice, bob, "exceptions", logs)
+                assert len(proxy.junked) == JUNK_WRITES
+                cycles_later(alice, 2, logs)
+                assert prepared_segments(alice) == 0
+                counts = rejected_counts(port)
+                assert counts.get("not_written_here") == JUNK_WRITES, counts
+                skips = alice_daemon.log().count("segment key not written here")
+                assert skips == JUNK_WRITES  # one line each
+            # Every start after, the junk still there: alice goes on, bob reads past it.
+            with running(alice) as alice_daemon:
+                emit_applied(alice, bob, "loops", alice_daemon.log_tail)
+            assert bob_daemon.returncode() is None, bob_daemon.log_tail()
+            assert bob_daemon.terminate() == 0
+    finally:
+        proxy.close()
+    assert all(key in bucket.list_after("seg/", "") for key in proxy.junked)

@@ -25,11 +25,13 @@ from dreamcycle.daemon.cycle.state import (
     FatalCycleError,
 )
 from dreamcycle.daemon.defaults import FORGED_CLAIMS_PER_PUBLISH, MAX_ENTRIES_PER_SEGMENT
+from dreamcycle.daemon.keys import count_rejection
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.zeitgeist.backend import BackendError
 from dreamcycle.zeitgeist.entries import Entry, decode_entry, decode_segment
 from dreamcycle.zeitgeist.keys import claim_key
 from dreamcycle.zeitgeist.log import ClaimTaken, FencedOut, Heartbeat, PreparedSegment
+from dreamcycle.zeitgeist.signing import Rejection
 
 log = logging.getLogger("dreamcycle.cycle")
 
@@ -61,25 +63,31 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
 
 def publish_outbox(peer: Peer, st: CycleState, stats: dict[str, Any]) -> None:
     db = peer.db
-    # Segments prepared before a crash or an outage go first, byte for byte.
+    # Segments prepared before a crash or an outage go first, byte for byte. One left
+    # prepared stops this cycle's publishing: a later sequence number published before it
+    # would fence this peer out (publish refuses a number below one it already claimed).
     for seq, key, data, hlc in db.prepared_segments():
-        publish(peer, PreparedSegment(key=key, data=data, hlc=hlc, seq=seq), stats)
+        if not publish(peer, PreparedSegment(key=key, data=data, hlc=hlc, seq=seq), stats):
+            return
     while not st.stop_requested() and (pending := db.outbox_unpublished(MAX_ENTRIES_PER_SEGMENT)):
         entries = [decode_entry(body) for _, body in pending]
         prepared = _prepare(peer, entries, [entry_id for entry_id, _ in pending], st.now_ms)
         started = time.monotonic()
-        publish(peer, prepared, stats)
+        done = publish(peer, prepared, stats)
         metrics.PUBLISH_SECONDS.observe(time.monotonic() - started)
         stats["published_entries"] += len(pending)
+        if not done:
+            return
 
 
-def publish(peer: Peer, prepared: PreparedSegment, stats: dict[str, Any]) -> None:
+def publish(peer: Peer, prepared: PreparedSegment, stats: dict[str, Any]) -> bool:
     """Write a prepared segment. One that lands late (readers may have moved past its
     key's time) gets a copy under a fresh key, prepared in the same transaction that
     marks the original published, so a crash cannot lose the copy. Entries are
-    idempotent: the copy is harmless."""
+    idempotent: the copy is harmless. False when a segment (or copy) stays prepared, to
+    go out first next cycle, before anything this cycle would prepare after it."""
     db, current = peer.db, prepared
-    forged_claims = 0
+    taken = 0
     attempt = 0
     while attempt <= MAX_REPUBLISH:
         try:
@@ -87,36 +95,60 @@ def publish(peer: Peer, prepared: PreparedSegment, stats: dict[str, Any]) -> Non
         except FencedOut as exc:
             raise FatalCycleError(str(exc)) from exc
         except ClaimTaken as exc:
-            forged_claims += 1
+            # Each one skips every forged claim in the way (or a junk segment): only a
+            # writer of the bucket racing this peer's claims makes it happen again.
+            taken += 1
             current = _skip_forged_claim(peer, current, exc)
-            if forged_claims >= FORGED_CLAIMS_PER_PUBLISH:
-                return  # the copy stays prepared and goes out first next cycle
+            if taken >= FORGED_CLAIMS_PER_PUBLISH:
+                return False  # the copy stays prepared and goes out first next cycle
             continue
         attempt += 1
         stats["segments"] += 1
         with db.transaction():
             db.finish_segment(current.seq, "published")
             if not result.late:
-                return
+                return True
             current = _prepare(peer, decode_segment(current.data).entries, [], peer.now_ms())
         stats["republished"] += 1
     # Still late: the last copy stays prepared and goes out first next cycle.
+    return False
 
 
 def _skip_forged_claim(peer: Peer, current: PreparedSegment, taken: ClaimTaken) -> PreparedSegment:
-    """Prepare the segment's entries again under the next sequence number: a claim this
-    peer's key did not seal is a forgery, and fencing on it would let anyone who can write
-    the bucket stop this peer. The forged claim is counted and logged once."""
-    hostile.count(hostile.FORGED_CLAIM)
-    claim = claim_key(peer.peer_id, taken.seq)
-    if hostile.LOGGED.first_time(claim):
-        log.warning(
-            "claim under this peer's name not written here; publishing under the next sequence",
-            extra={"key": claim, "reason": str(taken.verdict)},
-        )
+    """Prepare the segment's entries again under the first free sequence number the writer
+    found (`taken.next_seq`, past every forged claim in the way): a claim this peer's key
+    did not seal is a forgery, and an object at its segment key that this peer's key did
+    not seal is junk; fencing on either would let anyone who can write the bucket stop
+    this peer. Forged claims count as `forged_claim`, junk as `not_written_here`, and each
+    is logged once (one line for a run of forged claims skipped together)."""
+    if taken.junk_segment is not None:
+        count_rejection(Rejection.NOT_WRITTEN_HERE)
+        if hostile.LOGGED.first_time(taken.junk_segment):
+            log.warning(
+                "object at this peer's segment key not written here; publishing under the "
+                "next sequence",
+                extra={"key": taken.junk_segment, "reason": str(taken.verdict)},
+            )
+    else:
+        metrics.ENTRIES_REJECTED.labels(hostile.FORGED_CLAIM).inc(taken.skipped)
+        claim = claim_key(peer.peer_id, taken.seq)
+        if hostile.LOGGED.first_time(claim):
+            log.warning(
+                "claim under this peer's name not written here; publishing under the next "
+                "free sequence",
+                extra={
+                    "key": claim,
+                    "skipped": taken.skipped,
+                    "next_seq": taken.next_seq,
+                    "reason": str(taken.verdict),
+                },
+            )
     entries = decode_segment(current.data).entries
     with peer.db.transaction():
         peer.db.finish_segment(current.seq, "superseded")
+        # The next counter value is `taken.next_seq`: every number before it is claimed.
+        if int(peer.db.get_meta(PUBLISH_SEQ_META_KEY) or "0") < taken.next_seq - 1:
+            peer.db.set_meta(PUBLISH_SEQ_META_KEY, str(taken.next_seq - 1))
         return _prepare(peer, entries, [e.id for e in entries], peer.now_ms())
 
 
