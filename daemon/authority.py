@@ -8,6 +8,12 @@ A trusted peer can still be wrong or compromised, so a remote entry is refused
   made, unless its key is marked "observer" (only the decision's peer knows what
   was recalled; this peer never turns a foreign claim about its own decision into
   pulses under its own name);
+- it is a learned key whose decision no attribution of its signer names here (nor
+  this peer's own), or naming a chunk that attribution did not return: a key says
+  "this chunk answers this question", and only a recall the signer published says
+  which chunks its question returned. An outcome for a decision not known here is
+  not refused: it waits, bounded by its TTL, for the decision's peer to convert it
+  (daemon/learning.py);
 - it tombstones or supersedes (a Forget pulse included) a chunk that is pinned or
   kept with deletion policy `never`, or changes a pin, unless its key is marked
   "operator";
@@ -129,8 +135,12 @@ def _problem(peer: Peer, entry: Entry) -> Verdict | None:
                 f"outcome names observer {entry.observer_peer}, signed by {entry.origin}",
             )
         return _decision(peer, entry, entry.decision_hash)
-    if isinstance(entry, AttributionEntry | RetrievalKeyEntry):
+    if isinstance(entry, AttributionEntry):
         return _decision(peer, entry, entry.decision_hash)
+    if isinstance(entry, RetrievalKeyEntry):
+        if entry.origin == peer.peer_id:
+            return None  # applies nothing: learned when the outcome was converted here
+        return _decision(peer, entry, entry.decision_hash) or _attributed_key(peer, entry)
     if isinstance(entry, PulseEntry):
         pulse = entry.pulse
         if pulse.origin_peer != entry.origin:
@@ -179,3 +189,32 @@ def _decision(peer: Peer, entry: Entry, decision_hash: str) -> Verdict | None:
         f"{entry.KIND} for decision {decision_hash[:12]} of {attribution.peer} "
         f"by {entry.origin} (not an observer key)",
     )
+
+
+def _attributed_key(peer: Peer, entry: RetrievalKeyEntry) -> Verdict | None:
+    """A learned key teaches only what a recall its signer published returned.
+
+    Its decision must be one whose attribution the signer published (applied here before
+    the key: phase 4 applies a batch's attributions first) or one of this peer's own, and
+    its chunk one that attribution lists. A key for a decision not known here is refused,
+    not kept waiting: its decision's peer published the attribution before the key.
+    """
+    decision = entry.decision_hash[:12]
+    attribution = peer.db.attribution(entry.decision_hash)
+    if attribution is None:
+        return Verdict(
+            Rejection.UNATTRIBUTED_KEY,
+            f"learned key for decision {decision} by {entry.origin}: no attribution of it here",
+        )
+    if attribution.peer not in (entry.origin, peer.peer_id):
+        return Verdict(
+            Rejection.UNATTRIBUTED_KEY,
+            f"learned key for decision {decision} of {attribution.peer} by {entry.origin}",
+        )
+    if entry.chunk_hash not in attribution.chunk_hashes:
+        return Verdict(
+            Rejection.UNATTRIBUTED_KEY,
+            f"learned key by {entry.origin} names chunk {entry.chunk_hash[:12]}, which "
+            f"decision {decision} did not return",
+        )
+    return None

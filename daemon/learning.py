@@ -147,7 +147,7 @@ def learn_from_credits(
     _judge_learned_ranking(peer, attribution, credits, stamp)
     if not cfg.keys:
         return len(pulses)
-    for decision_hash, asked, credited in _key_lessons(outcome, attribution, credits, also_keys_of):
+    for asked, credited in _key_lessons(attribution, credits, also_keys_of):
         query = asked.query_embedding
         if query is None:
             continue
@@ -157,7 +157,10 @@ def learn_from_credits(
             key_entry = RetrievalKeyEntry(
                 hlc=outcome.ts,
                 origin=peer.peer_id,
-                decision_hash=decision_hash,
+                # Published under the decision whose recall returned the chunk, also for an
+                # earlier question of the session: other peers take a key only for a chunk
+                # the named decision's attribution returned (daemon/authority.py).
+                decision_hash=outcome.decision_hash,
                 chunk_hash=credit.chunk_hash,
                 embedding=query,
                 text=asked.query_text if cfg.share_key_text else None,
@@ -175,17 +178,16 @@ def learn_from_credits(
 
 
 def _key_lessons(
-    outcome: Outcome,
     attribution: AttributionRecord,
     credits: Sequence[Credit],
     earlier: Sequence[AttributionRecord],
-) -> list[tuple[str, AttributionRecord, list[Credit]]]:
-    """(decision, its attribution, credits) whose query each credited chunk learns."""
-    lessons = [(outcome.decision_hash, attribution, list(credits))]
+) -> list[tuple[AttributionRecord, list[Credit]]]:
+    """(attribution, credits): whose query each credited chunk learns."""
+    lessons = [(attribution, list(credits))]
     helped = [c for c in credits if c.amount > 0]
     for record in earlier:
         if helped and record.decision_hash:
-            lessons.append((record.decision_hash, record, helped))
+            lessons.append((record, helped))
     return lessons
 
 

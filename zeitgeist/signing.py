@@ -67,6 +67,9 @@ class Rejection(enum.StrEnum):
     NOT_OPERATOR = "not_operator"
     #: A pulse (or an outcome's observer) naming a peer other than its signer.
     CLAIMS_OTHER_PEER = "claims_other_peer"
+    #: A learned key for a decision its signer published no attribution of here (nor this
+    #: peer recorded), or naming a chunk that the decision's attribution did not return.
+    UNATTRIBUTED_KEY = "unattributed_key"
 
 
 @dataclass(frozen=True)

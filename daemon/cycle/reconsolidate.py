@@ -1,4 +1,5 @@
-"""Phase 4, reconsolidate: every structural entry applied, in the interleaved order.
+"""Phase 4, reconsolidate: every structural entry applied, in the interleaved order
+(a batch's attributions first, so that the outcomes and keys of their decisions find them).
 
 Reads: the ordered entries (pulses are left to phase 5), the chunks they name.
 Writes, in one transaction: each entry's effect in its own savepoint (tombstones,
@@ -61,8 +62,12 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     local_ids = {e.id for e in st.local}
     # Outside the transaction: embedding is slow, and writers wait on the lock.
     effects = _Effects(expected=embed_adoptable(peer, st))
+    # A batch's attributions first (in their order): a decision's outcomes and learned keys
+    # are judged against its attribution, and a key carries its outcome's HLC, which an
+    # observer whose clock lags may have stamped before the attribution's.
+    ordered = sorted(st.ordered, key=lambda e: not isinstance(e, AttributionEntry))
     with db.transaction():
-        for entry in st.ordered:
+        for entry in ordered:
             if isinstance(entry, PulseEntry):
                 continue
             handler = HANDLERS.get(type(entry), _unhandled)
