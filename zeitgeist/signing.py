@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
@@ -28,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from dreamcycle.zeitgeist.entries import KEY_ID_HEX_LEN, Entry, SegmentSeal
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
 from dreamcycle.zeitgeist.keys import InvalidPeerId, validate_peer_id
+from dreamcycle.zeitgeist.rejections import Rejection as Rejection  # its public face too
 
 KEYRING_FORMAT_VERSION: Final = 1
 PUBLIC_KEY_BYTES: Final = 32
@@ -41,35 +41,6 @@ E = TypeVar("E", bound=Entry)
 
 class InvalidKeyring(ValueError):
     """A keyring (or one of its keys) that cannot be used; the message names the problem."""
-
-
-class Rejection(enum.StrEnum):
-    """Why a signed object was not accepted; the label of the rejection counter."""
-
-    UNSIGNED = "unsigned"
-    UNKNOWN_KEY = "unknown_key"
-    BAD_SIGNATURE = "bad_signature"
-    REVOKED_KEY = "revoked_key"
-    SIGNER_NOT_ORIGIN = "signer_not_origin"
-    KEY_NOT_YET_VALID = "key_not_yet_valid"
-    KEY_EXPIRED = "key_expired"
-    #: A seal naming another object: a segment copied under a different key.
-    WRONG_OBJECT = "wrong_object"
-    #: A seal whose digest is not that of the lines it precedes.
-    DIGEST_MISMATCH = "digest_mismatch"
-    #: A segment under this peer's own name that this peer did not write.
-    NOT_WRITTEN_HERE = "not_written_here"
-    # Authority: a valid signature by a key without the right to make the change.
-    #: An outcome, attribution or learned key for a decision another peer made.
-    NOT_DECISION_OWNER = "not_decision_owner"
-    #: Deleting or superseding a chunk that is pinned or kept `never`, or changing a
-    #: pin, by a key not marked "operator".
-    NOT_OPERATOR = "not_operator"
-    #: A pulse (or an outcome's observer) naming a peer other than its signer.
-    CLAIMS_OTHER_PEER = "claims_other_peer"
-    #: A learned key for a decision its signer published no attribution of here (nor this
-    #: peer recorded), or naming a chunk that the decision's attribution did not return.
-    UNATTRIBUTED_KEY = "unattributed_key"
 
 
 @dataclass(frozen=True)
