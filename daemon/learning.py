@@ -11,8 +11,10 @@ Its cited chunks are ranked with the store's keys and without them, which
 judges the keys' similarity band (pulses.key_gate); and, when no key helped
 find them, every vector/word split is scored on it against the configured one
 (pulses.fusion), every strength of the prior over candidates' sizes against none
-(pulses.intrinsic) and every weight of the cold tier against the configured one
-(pulses.cold_weight). The verdicts are this peer's own and are not published.
+(pulses.intrinsic) and, when `learning.cold_weight` is on (off by default: cited
+chunks stay live, so they are no witnesses for the answers the sweep moved), every
+weight of the cold tier against the configured one (pulses.cold_weight). The verdicts
+are this peer's own and are not published.
 """
 
 from __future__ import annotations
