@@ -20,16 +20,13 @@ import pytest
 
 from dreamcycle.daemon import metrics
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.ingest import ingest
 from dreamcycle.daemon.recall import recall
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.store.database import NewObservation
 from dreamcycle.zeitgeist.entries import AttributionEntry, OutcomeEntry, RetrievalKeyEntry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
 from tests.test_daemon_robustness import (
     entry_status,
-    open_peer,
-    paragraphs,
+    ingested_peer,
     publish_as,
     wall_clock_ms,
 )
@@ -49,12 +46,8 @@ def rejections(reason: str) -> float:
 
 @pytest.fixture
 def peer(tmp_path: Path) -> Iterator[Peer]:
-    peer = open_peer(tmp_path)
-    ingest(peer.runtime, [[NewObservation(content=text) for text in paragraphs(CHUNKS)]])
-    run_cycle_blocking(peer)
-    yield peer
-    peer.close()
-    peer.runtime.close()
+    with ingested_peer(tmp_path, CHUNKS) as opened:
+        yield opened
 
 
 def ranking(peer: Peer) -> list[str]:

@@ -6,6 +6,7 @@ and directory zeitgeist; another peer's segments are written with the real log l
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from pydoc_data.topics import topics
@@ -78,14 +79,23 @@ def open_peer(tmp_path: Path, **settings: object) -> Peer:
     return Runtime.open(load_config(environ={}, overrides=overrides)).open_peer()
 
 
+@contextlib.contextmanager
+def ingested_peer(tmp_path: Path, chunks: int = CHUNKS, **settings: object) -> Iterator[Peer]:
+    """A peer holding `chunks` paragraphs of real text, after one cycle; closed after."""
+    peer = open_peer(tmp_path, **settings)
+    try:
+        ingest(peer.runtime, [[NewObservation(content=text) for text in paragraphs(chunks)]])
+        run_cycle_blocking(peer)
+        yield peer
+    finally:
+        peer.close()
+        peer.runtime.close()
+
+
 @pytest.fixture
 def peer(tmp_path: Path) -> Iterator[Peer]:
-    peer = open_peer(tmp_path)
-    ingest(peer.runtime, [[NewObservation(content=text) for text in paragraphs(CHUNKS)]])
-    run_cycle_blocking(peer)
-    yield peer
-    peer.close()
-    peer.runtime.close()
+    with ingested_peer(tmp_path) as opened:
+        yield opened
 
 
 def publish_as(

@@ -38,7 +38,7 @@ from dreamcycle.zeitgeist.entries import (
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from tests.test_daemon_robustness import (
     entry_status,
-    open_peer,
+    ingested_peer,
     paragraphs,
     publish_as,
     wall_clock_ms,
@@ -68,27 +68,16 @@ def scalar(peer: Peer, sql: str) -> Any:
     return row[0]
 
 
-def open_ingested(tmp_path: Path, **settings: object) -> Peer:
-    peer = open_peer(tmp_path, **settings)
-    ingest(peer.runtime, [[NewObservation(content=text) for text in paragraphs(CHUNKS)]])
-    run_cycle_blocking(peer)
-    return peer
-
-
 @pytest.fixture
 def budgeted(tmp_path: Path) -> Iterator[Peer]:
-    peer = open_ingested(tmp_path, **{"pulses.origin_budget": BUDGET})
-    yield peer
-    peer.close()
-    peer.runtime.close()
+    with ingested_peer(tmp_path, CHUNKS, **{"pulses.origin_budget": BUDGET}) as peer:
+        yield peer
 
 
 @pytest.fixture
 def adopting(tmp_path: Path) -> Iterator[Peer]:
-    peer = open_ingested(tmp_path, **{"zeitgeist.adopt_remote_chunks": True})
-    yield peer
-    peer.close()
-    peer.runtime.close()
+    with ingested_peer(tmp_path, CHUNKS, **{"zeitgeist.adopt_remote_chunks": True}) as peer:
+        yield peer
 
 
 # ---- pulses dated beyond the allowed skew ----------------------------------------------
