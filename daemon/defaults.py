@@ -266,7 +266,7 @@ LEARNING_INTRINSIC_PRIOR: Final = True
 #: Cited successes could teach recall how far a swept chunk falls (pulses.cold_weight),
 #: but they are biased witnesses: a cited chunk was rewarded, so it stays live, while new
 #: questions' answers were never cited and are swept like anything else. Learned, the
-#: weight fell to 0.7 and buried them (docs/efficacy.md); off, recall.cold_factor holds.
+#: weight buried them (docs/efficacy.md); off, recall.cold_factor holds.
 LEARNING_COLD_WEIGHT: Final = False
 #: Weights of the credit inferred from what agent sessions do (daemon/implicit_credit.py),
 #: each the amount one signal credits a chunk with (0: the signal is ignored).
