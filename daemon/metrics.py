@@ -56,6 +56,14 @@ PUBLISH_SECONDS = Histogram(
     namespace=NAMESPACE,
     registry=REGISTRY,
 )
+SEGMENTS_REFUSED = Counter(
+    "segments_refused",
+    "Segments read from the log and refused by their seal (unsigned, unknown or revoked "
+    "key, bad signature, ...) before any of their entries was decoded, by reason",
+    ["reason"],
+    namespace=NAMESPACE,
+    registry=REGISTRY,
+)
 ENTRIES_REJECTED = Counter(
     "entries_rejected",
     "Remote entries refused before applying (unsigned, unknown or revoked key, bad "

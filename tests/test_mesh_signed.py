@@ -18,10 +18,12 @@ decision of her own. The attacker writes, straight into the bucket:
   key.
 
 Nothing of alice's memory changes; alice records no outcome for her decision and
-publishes no pulse for it; every forged entry is recorded as rejected with its
-reason; every kind of rejection is counted by reason in
-dreamcycle_entries_rejected_total on alice (and, for the segments under alice's
-name, which alice never reads, on bob); signature failures are logged once per
+publishes no pulse for it; the segments whose seal fails are refused before a line
+is decoded, their entries recorded nowhere and counted by reason in
+dreamcycle_segments_refused_total; every entry refused by authority is recorded as
+rejected with its reason and counted in dreamcycle_entries_rejected_total on alice
+(and, for the segments under alice's name, which alice never reads, on bob); seal
+failures are logged once per
 object. bob's next real pulse still reaches alice. Then a key trusted as operator
 with `dreamcycle keys trust --role operator` while alice runs (the keyring is read
 again without a restart) does delete a pinned chunk: the rule is authority, not a
@@ -81,6 +83,7 @@ pytestmark = pytest.mark.slow
 
 CYCLE_INTERVAL: Final = "1"
 METRIC: Final = "dreamcycle_entries_rejected_total"
+SEAL_METRIC: Final = "dreamcycle_segments_refused_total"
 TOPICS: Final = ("for", "while", "try", "with", "raise")
 PINNED_TOPIC: Final = "try"
 NEVER_TOPIC: Final = "with"
@@ -95,10 +98,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def rejected_counts(port: int) -> dict[str, float]:
+def rejected_counts(port: int, metric: str = METRIC) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode("utf-8")
-    pattern = rf'^{METRIC}{{reason="([a-z_]+)"}} ([0-9.e+]+)$'
+    pattern = rf'^{metric}{{reason="([a-z_]+)"}} ([0-9.e+]+)$'
     return {m[1]: float(m[2]) for m in re.finditer(pattern, text, re.MULTILINE)}
 
 
@@ -315,44 +318,42 @@ def test_forgeries_and_wrong_authority_change_nothing(s3_server: RunningS3, tmp_
         )
         bucket.create(under_alice[2], real)
 
-        forged = unsigned + unknown + wrong_authority
-
         def all_recorded() -> dict[str, tuple[str, str]] | None:
-            found = entry_statuses(alice, forged)
-            return found if len(found) == len(forged) else None
+            found = entry_statuses(alice, wrong_authority)
+            return found if len(found) == len(wrong_authority) else None
 
         statuses = wait_until(all_recorded, what="alice to record every forged entry", context=logs)
-        reasons = {entry.id: statuses[entry.id] for entry in forged}
-        for entries, expected in (
-            (unsigned, ["unsigned"] * 9),
-            (unknown, ["unknown_key"] * 9),
-            (
-                wrong_authority,
-                ["not_operator"] * 5
-                + ["not_decision_owner", "not_decision_owner", "claims_other_peer"],
-            ),
-        ):
-            for entry, reason in zip(entries, expected, strict=True):
-                status, recorded = reasons[entry.id]
-                assert status == "rejected" and reason in recorded, (entry.KIND, recorded)
+        expected = ["not_operator"] * 5 + [
+            "not_decision_owner",
+            "not_decision_owner",
+            "claims_other_peer",
+        ]
+        for entry, reason in zip(wrong_authority, expected, strict=True):
+            status, recorded = statuses[entry.id]
+            assert status == "rejected" and reason in recorded, (entry.KIND, recorded)
 
         def counted() -> dict[str, float] | None:
             found = rejected_counts(ports["alice"])
+            sealed = rejected_counts(ports["alice"], SEAL_METRIC)
             wanted = {
-                "unsigned": 9,
-                "unknown_key": 9,
                 "not_operator": 5,
                 "not_decision_owner": 2,
                 "claims_other_peer": 1,
                 "not_written_here": 3,
             }
-            return found if all(found.get(r, 0) >= n for r, n in wanted.items()) else None
+            enough = all(found.get(r, 0) >= n for r, n in wanted.items()) and all(
+                sealed.get(r, 0) >= 1 for r in ("unsigned", "unknown_key")
+            )
+            return {**found, **{f"seal:{r}": n for r, n in sealed.items()}} if enough else None
 
         alice_counts = wait_until(counted, what="alice to count every rejection", context=logs)
         assert alice_counts["not_written_here"] == 3, alice_counts
+        # The unsigned segment and the stranger's were refused by their seals before a line
+        # was decoded: none of their entries is recorded anywhere (a flood costs no row).
+        assert entry_statuses(alice, unsigned + unknown) == {}
 
         def bob_counted() -> dict[str, float] | None:
-            found = rejected_counts(ports["bob"])
+            found = rejected_counts(ports["bob"], SEAL_METRIC)
             enough = all(found.get(r, 0) >= 1 for r in ("unsigned", "unknown_key", "wrong_object"))
             return found if enough else None
 
@@ -363,9 +364,9 @@ def test_forgeries_and_wrong_authority_change_nothing(s3_server: RunningS3, tmp_
         assert memory_state(alice) == before
         for oversized in (unsigned[-1], unknown[-1]):
             assert isinstance(oversized, PulseEntry)
-            assert alice.pulse_status(oversized.pulse.pulse_id) == "rejected"
-        # Signature failures are logged once per object, not per entry or per cycle.
-        assert alice_daemon.log().count("entries rejected") == 2, alice_daemon.log_tail()
+            assert alice.pulse_status(oversized.pulse.pulse_id) is None
+        # Seal failures are logged once per object, not per entry or per cycle.
+        assert alice_daemon.log().count("segment refused by its seal") == 2, alice_daemon.log_tail()
         # Her decision: no foreign outcome recorded, no pulse published in her name for it,
         # and the attribution is still her own.
         outcomes = alice.query(

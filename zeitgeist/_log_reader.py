@@ -30,6 +30,7 @@ from dreamcycle.zeitgeist.entries import (
     SegmentLimits,
     TombstoneEntry,
     decode_segment,
+    read_seal,
 )
 from dreamcycle.zeitgeist.hlc import check_hlc, hlc_from_ms
 from dreamcycle.zeitgeist.keys import (
@@ -170,8 +171,17 @@ class LogReader(LogCore):
 
     def _decode_counted(self, key: str, data: bytes, limits: SegmentLimits) -> DecodedSegment:
         """`data` decoded as object `key` within `limits`, every refusal counted and logged
-        once (a segment read from the log, or its copy in a roll-up)."""
+        once (a segment read from the log, or its copy in a roll-up).
+
+        With a verifier, the seal is checked first (`read_seal`): an object it refuses is
+        returned with its seal and no entry, never decoded, and its verdict is the one
+        `seal_problem` gives the caller.
+        """
         try:
+            if self.verifier is not None:
+                sealed = read_seal(data, limits)
+                if self.seal_problem(key, sealed) is not None:
+                    return sealed
             decoded = decode_segment(data, limits)
         except CorruptSegment as exc:
             self._refused(key, exc.refusal, str(exc))

@@ -6,6 +6,10 @@ newer peer may have written it), and the rest of the segment still decodes. A se
 beyond its SegmentLimits (bytes before and after decompression, lines) is refused
 whole. Lines are read one at a time from the decompressor, so memory follows the
 longest line and the entries kept, not the number of lines.
+
+`read_seal` reads only the seal and the digest of what it covers, in one streaming
+pass that parses no line: a reader checks it before decoding a segment, so an object
+no trusted key sealed costs one pass of bounded memory, and no entry is built from it.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ from dreamcycle.zeitgeist.defaults import (
 MAX_LINE_BYTES: Final = 16 * 1024 * 1024
 #: Bytes read from the decompressor at a time while skipping the rest of an over-long line.
 _SKIP_CHUNK_BYTES: Final = 1024 * 1024
+#: Bytes read from the decompressor at a time while a seal's digest is computed.
+_DIGEST_CHUNK_BYTES: Final = 1024 * 1024
 #: Longest unknown kind name kept verbatim as a counter label.
 MAX_KIND_LABEL: Final = 64
 
@@ -209,6 +215,27 @@ class _LineReader:
                     self._skip_rest_of_line()
                     yield None
 
+    def seal_and_digest(self) -> tuple[SegmentSeal | None, str]:
+        """The seal on the first line (None if it holds none) and the digest of every byte
+        after it, as decoding would hash them; every other line is only counted."""
+        with self._stream:
+            first = self._read(MAX_LINE_BYTES + 1)
+            self.hasher = blake3.blake3()
+            line = first[:-1] if first.endswith(b"\n") else first
+            seal = None
+            if line.startswith(b"{") and len(line) <= MAX_LINE_BYTES:
+                try:
+                    seal = _seal_or_none(line.decode("utf-8"))
+                except UnicodeDecodeError:
+                    seal = None
+            if seal is None:
+                return None, ""
+            self._count_lines(1)
+            while chunk := self._stream.read(_DIGEST_CHUNK_BYTES):
+                self._counted(chunk)
+                self._count_lines(chunk.count(b"\n"))
+            return seal, self.hasher.hexdigest()
+
     def _count_lines(self, count: int) -> None:
         self.lines += count
         if self.lines > self.limits.lines:
@@ -240,11 +267,7 @@ def decode_segment(data: bytes, limits: SegmentLimits = SEGMENT_LIMITS) -> Decod
     Raises CorruptSegment (its `refusal` says why) for a segment that is not gzip'd
     UTF-8, or is beyond `limits`; a line beyond a limit is rejected alone.
     """
-    if len(data) > limits.compressed_bytes:
-        raise CorruptSegment(
-            f"segment has {len(data)} bytes, more than the limit of {limits.compressed_bytes}",
-            Refusal.SEGMENT_TOO_LARGE,
-        )
+    _check_compressed_size(data, limits)
     decoded = DecodedSegment()
     reader = _LineReader(data, limits)
     try:
@@ -271,6 +294,32 @@ def decode_segment(data: bytes, limits: SegmentLimits = SEGMENT_LIMITS) -> Decod
     if decoded.seal is not None:
         decoded.body_digest = reader.hasher.hexdigest()
     return decoded
+
+
+def read_seal(data: bytes, limits: SegmentLimits = SEGMENT_LIMITS) -> DecodedSegment:
+    """A segment's seal and the digest of the bytes after it, with no entry decoded.
+
+    The same seal and digest `decode_segment` gives (so the same verdict on it), from a
+    pass that holds one chunk of the decompressed payload at a time and parses only the
+    first line. Raises CorruptSegment as `decode_segment` does for a payload that is not
+    gzip or is beyond `limits`.
+    """
+    _check_compressed_size(data, limits)
+    sealed = DecodedSegment()
+    reader = _LineReader(data, limits)
+    try:
+        sealed.seal, sealed.body_digest = reader.seal_and_digest()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CorruptSegment(f"segment is not valid gzip: {exc or type(exc).__name__}") from None
+    return sealed
+
+
+def _check_compressed_size(data: bytes, limits: SegmentLimits) -> None:
+    if len(data) > limits.compressed_bytes:
+        raise CorruptSegment(
+            f"segment has {len(data)} bytes, more than the limit of {limits.compressed_bytes}",
+            Refusal.SEGMENT_TOO_LARGE,
+        )
 
 
 def _seal_or_none(line: str) -> SegmentSeal | None:

@@ -91,6 +91,7 @@ from dreamcycle.zeitgeist._segment_codec import (
     SegmentLimits,
     decode_segment,
     encode_segment,
+    read_seal,
 )
 from dreamcycle.zeitgeist._segment_seal import Sealer, SegmentSeal, payload_digest
 from dreamcycle.zeitgeist.defaults import (
@@ -160,4 +161,5 @@ __all__ = [
     "entry_order_key",
     "parse_json",
     "payload_digest",
+    "read_seal",
 ]

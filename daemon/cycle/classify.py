@@ -4,7 +4,8 @@ Reads: the entries scan gathered, the signing keyring (through the entry gate), 
 waiting for admission. Writes: admitted chunks (embedding, journal step, assert entry in
 the outbox), one transaction per embedding batch, each added to the live index after it
 commits. Refusals are kept in the cycle's state and recorded by the phase that meets the
-entry. A crash inside: batches committed stay admitted; the rest are admitted next cycle.
+entry; an entry whose signature fails is dropped from the cycle instead, recorded nowhere.
+A crash inside: batches committed stay admitted; the rest are admitted next cycle.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ from dreamcycle.zeitgeist.entries import PulseEntry
 
 def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     """Check signatures and pulses, embed new local chunks in batches, queue their asserts."""
-    st.rejected.update(
-        peer.entry_gate.screen(st.segments, st.seal_problems, (e.id for e in st.local))
-    )
+    unsigned = _drop_unsigned(peer, st)
     for entry in st.all_entries():
         if entry.id in st.rejected:
             continue
@@ -33,7 +32,27 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
             if reason is not None:
                 st.rejected[entry.id] = reason
     admitted = _admit_pending(peer, st)
-    return {"rejected_pulses": len(st.rejected), "admitted": admitted}
+    return {"rejected_pulses": len(st.rejected), "unsigned": unsigned, "admitted": admitted}
+
+
+def _drop_unsigned(peer: Peer, st: CycleState) -> int:
+    """Remove every entry whose signature (or segment seal) fails from the cycle.
+
+    Counted (per reason, by the entry gate) and left out of everything after: such an
+    entry moves no clock and is recorded nowhere, so a flood of them costs no row, and a
+    forged copy of a real entry or pulse id cannot mark the real one as seen. A segment
+    keeps the number it lost, recorded with it.
+    """
+    refused = peer.entry_gate.screen(st.segments, st.seal_problems, (e.id for e in st.local))
+    if not refused:
+        return 0
+    dropped = 0
+    for segment in st.segments:
+        kept = [e for e in segment.entries if e.id not in refused]
+        segment.rejected += len(segment.entries) - len(kept)
+        dropped += len(segment.entries) - len(kept)
+        segment.entries = kept
+    return dropped
 
 
 def _pulse_problem(peer: Peer, pulse: SalientPulse) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from dreamcycle.daemon import hostile, metrics
 from dreamcycle.daemon.cycle._position import cursor, key_hlc
 from dreamcycle.daemon.cycle.state import CycleState, FetchedSegment
 from dreamcycle.daemon.hlc_recovery import recover_hlc
@@ -136,6 +137,9 @@ def _keep(zg: Zeitgeist, st: CycleState, key: str, decoded: DecodedSegment) -> N
     seal_problem = zg.check_read(key, decoded)
     if seal_problem is not None:
         st.seal_problems[key] = seal_problem
+        metrics.SEGMENTS_REFUSED.labels(seal_problem.reason.value).inc()
+        if hostile.LOGGED.first_time(f"seal/{key}"):
+            log.warning("segment refused by its seal", extra={"key": key, "why": str(seal_problem)})
     st.segments.append(
         FetchedSegment(key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values()))
     )
