@@ -200,8 +200,11 @@ class DirectoryBackend:
             with open(path, "rb") as stream:
                 size = os.fstat(stream.fileno()).st_size
                 # The size first, so a huge file is refused unread; the bounded read
-                # still holds if the file grows in between.
-                data = b"" if size > max_bytes else stream.read(max_bytes + 1)
+                # still holds if the file grows in between. A read asks for the file's size
+                # (plus one), not the bound: Python allocates what a read asks for.
+                data = b"" if size > max_bytes else stream.read(min(size, max_bytes) + 1)
+                if size < len(data) <= max_bytes:
+                    data += stream.read(max_bytes + 1 - len(data))  # it grew meanwhile
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise KeyError(key) from None
         except OSError as exc:

@@ -311,8 +311,14 @@ class S3Backend:
                 raise
             body = response["Body"]
             try:
-                # Read inside the attempt so a connection dropped mid-body is retried.
-                data = body.read(max_bytes + 1)
+                # Read inside the attempt so a connection dropped mid-body is retried. Asked
+                # for the length the store announced (plus one), not the bound: a read
+                # allocates what it asks for.
+                length = response.get("ContentLength")
+                wanted_bytes = max_bytes if not isinstance(length, int) else min(length, max_bytes)
+                data = body.read(wanted_bytes + 1)
+                if wanted_bytes < len(data) <= max_bytes:
+                    data += body.read(max_bytes + 1 - len(data))  # longer than announced
             finally:
                 body.close()
             if len(data) > max_bytes:
