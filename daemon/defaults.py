@@ -391,6 +391,11 @@ EMBEDDING_MATCH_MIN_COSINE: Final = 0.98
 FORGED_CLAIMS_PER_PUBLISH: Final = 64
 #: Rejected objects remembered so each is logged once (the counter counts them all).
 REJECTION_LOG_MEMORY: Final = zeitgeist_defaults.LOGGED_OBJECTS_MEMORY
+#: Segments refused for want of a trusted key are read again once the keyring trusts it
+#: (a peer added after it published): those dated up to this long ago, and at most this
+#: many, the newest kept. Any other refusal is for good and kept nowhere.
+AWAIT_KEY_FOR_MS: Final = 7 * 24 * 3600 * 1000
+AWAIT_KEY_SEGMENTS: Final = 10_000
 
 #: The largest values settings may hold, whatever their own rules: beyond them a value is
 #: a slip (`1e308`, `inf`, a count with twenty digits) that would overflow later, in

@@ -3,6 +3,9 @@
 Both are keyed (a segment by its key, an entry by its id) and written once, in the
 transaction that applied them: an entry or a segment read again is skipped, never applied
 twice. A segment is recorded only once all its entries are.
+
+`segments_awaiting_key` holds the few segments refused because their seal's key was not
+trusted yet, to be read again once it is: at most a bounded number, for a bounded time.
 """
 
 from __future__ import annotations
@@ -23,6 +26,22 @@ _RECORD_ENTRY: Final = (
     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (entry_id) DO NOTHING"
 )
 
+_AWAIT_KEY: Final = (
+    "INSERT INTO segments_awaiting_key (key, key_id, segment_hlc) VALUES (?, ?, ?) "
+    "ON CONFLICT (key) DO NOTHING"
+)
+_AWAITED_KEY_IDS: Final = "SELECT DISTINCT key_id FROM segments_awaiting_key"
+_AWAITING_FOR_KEY: Final = (
+    "SELECT key FROM segments_awaiting_key WHERE key_id = ? ORDER BY segment_hlc, key LIMIT ?"
+)
+_STOP_AWAITING: Final = "DELETE FROM segments_awaiting_key WHERE key = ?"
+_FORGET_AWAITING_BEFORE: Final = "DELETE FROM segments_awaiting_key WHERE segment_hlc < ?"
+# The newest `limit` are kept: an old segment is likelier compacted away meanwhile.
+_KEEP_NEWEST_AWAITING: Final = (
+    "DELETE FROM segments_awaiting_key WHERE key NOT IN "
+    "(SELECT key FROM segments_awaiting_key ORDER BY segment_hlc DESC, key DESC LIMIT ?)"
+)
+
 
 class AppliedLogQueries(TableQueries):
     def segment_applied(self, key: str) -> bool:
@@ -40,3 +59,22 @@ class AppliedLogQueries(TableQueries):
         self, entry_id: str, *, kind: str, hlc: int, origin: str, status: str, reason: str | None
     ) -> None:
         self.conn.execute(_RECORD_ENTRY, (entry_id, kind, hlc, origin, status, reason))
+
+    def await_key(self, key: str, *, key_id: str, segment_hlc: int) -> None:
+        """Read segment `key` again once key `key_id` is trusted (see `keys_awaited`)."""
+        self.conn.execute(_AWAIT_KEY, (key, key_id, segment_hlc))
+
+    def keys_awaited(self) -> list[str]:
+        return [row[0] for row in self._all(_AWAITED_KEY_IDS)]
+
+    def segments_awaiting(self, key_id: str, limit: int) -> list[str]:
+        """The oldest `limit` segments refused for want of key `key_id`."""
+        return [row[0] for row in self._all(_AWAITING_FOR_KEY, (key_id, limit))]
+
+    def stop_awaiting(self, key: str) -> None:
+        self.conn.execute(_STOP_AWAITING, (key,))
+
+    def bound_awaiting(self, *, oldest_hlc: int, most: int) -> None:
+        """Forget segments dated before `oldest_hlc`, then all but the newest `most`."""
+        self.conn.execute(_FORGET_AWAITING_BEFORE, (oldest_hlc,))
+        self.conn.execute(_KEEP_NEWEST_AWAITING, (most,))

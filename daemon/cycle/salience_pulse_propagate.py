@@ -5,7 +5,7 @@ last cycle (daemon.implicit_credit), the ordered pulse entries, each
 origin's budget window, the live index (k-NN for the BFS). Writes: pulses derived from
 outcomes (outbox), each pulse's salience changes with its journal step and its row in
 `pulses_applied`, budget charges; then, in one last transaction, the segments read this
-cycle, the cursor and the HLC. Pulses commit in batches of PULSES_PER_TRANSACTION, so
+cycle (and those to read again once their key is trusted), the cursor and the HLC. Pulses commit in batches of PULSES_PER_TRANSACTION, so
 pulse-emit, recall and ingest never wait on one long transaction.
 A crash inside: batches committed stay applied; the segments and the cursor are not
 recorded yet, so the next cycle reads them again and skips the pulses already recorded.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from dreamcycle.daemon import authority, implicit_credit
+from dreamcycle.daemon import authority, defaults, implicit_credit
 from dreamcycle.daemon.cycle._budget import (
     BUDGET_LOOKBACK_MS,
     budget_window,
@@ -33,6 +33,7 @@ from dreamcycle.pulses.propagate import UpdateRule, propagate
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.store import budget, tiers
 from dreamcycle.zeitgeist.entries import PulseEntry, entry_order_key
+from dreamcycle.zeitgeist.hlc import hlc_from_ms
 
 #: Pulses applied per transaction: other writers wait at most this long for the lock.
 PULSES_PER_TRANSACTION: Final = 500
@@ -92,6 +93,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
             position = max(position, peer.zeitgeist.cursor_for(key_hlc(segment.key)))
         for key in st.own_keys:
             position = max(position, peer.zeitgeist.cursor_for(key_hlc(key)))
+        _record_awaiting_keys(peer, st)
         if st.unread_keys:
             # Never past a segment still to be read: the next listings hold it again.
             held = peer.zeitgeist.cursor_for(key_hlc(st.unread_keys[0]))
@@ -100,6 +102,19 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
         persist_clock(peer)
         budget.forget_windows_before(db, budget_window(st.now_ms - BUDGET_LOOKBACK_MS, st.now_ms))
     return stats
+
+
+def _record_awaiting_keys(peer: Peer, st: CycleState) -> None:
+    """Segments refused for want of a key: kept to read again (bounded in age and number);
+    those read again this cycle leave the wait."""
+    db = peer.db
+    for key in st.read_again:
+        db.stop_awaiting(key)
+    for key, key_id in st.awaiting_key.items():
+        db.await_key(key, key_id=key_id, segment_hlc=key_hlc(key))
+    if st.awaiting_key:
+        oldest = hlc_from_ms(max(0, st.now_ms - defaults.AWAIT_KEY_FOR_MS))
+        db.bound_awaiting(oldest_hlc=oldest, most=defaults.AWAIT_KEY_SEGMENTS)
 
 
 def _apply_pulse_entry(

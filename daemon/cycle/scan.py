@@ -98,6 +98,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
             break
         _keep(zg, st, key, decoded)
         fetched += 1
+    read_again = 0 if waiting else _read_again_with_new_keys(peer, st)
     st.unread_keys.sort()
     rejected_lines = sum(segment.rejected for segment in st.segments)
     # Own segments move the cursor too, but never past a foreign one still waiting.
@@ -115,9 +116,44 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
         # Entries of unknown versions or kinds: skipped, counted, never fatal.
         "skipped_entries": sum(segment.skipped for segment in st.segments),
         "unreadable": len(st.unread_keys),
+        "read_again": read_again,
         "local": len(st.local),
         "new_chunks": new_chunks,
     }
+
+
+def _read_again_with_new_keys(peer: Peer, st: CycleState) -> int:
+    """Segments refused earlier for want of a key that the keyring now trusts, read again
+    (at most a cycle's `max_segments`): a peer trusted after it published is heard.
+
+    Left for the next cycle when the log cannot be read now; dropped from the wait when
+    the segment is gone (compacted: its entries are in the snapshot) or is not a segment.
+    """
+    verifier, db = peer.zeitgeist.verifier, peer.db
+    if verifier is None:
+        return 0
+    verifier.refresh()
+    trusted = [key_id for key_id in db.keys_awaited() if key_id in verifier.keyring.keys]
+    room = peer.config.cycle.max_segments
+    read = 0
+    for key_id in trusted:
+        for key in db.segments_awaiting(key_id, room - read):
+            try:
+                decoded = peer.zeitgeist.fetch(key)
+            except (CorruptSegment, KeyError):
+                st.read_again.append(key)
+                continue
+            except BackendError as exc:  # UnreadableObject included
+                log.warning(
+                    "segment to read again unreadable", extra={"key": key, "error": str(exc)}
+                )
+                return read
+            st.read_again.append(key)
+            _keep(peer.zeitgeist, st, key, decoded)
+            read += 1
+        if read >= room:
+            break
+    return read
 
 
 def _from_rollups(peer: Peer, keys: list[str]) -> RolledUp:
@@ -140,6 +176,8 @@ def _keep(zg: Zeitgeist, st: CycleState, key: str, decoded: DecodedSegment) -> N
         metrics.SEGMENTS_REFUSED.labels(seal_problem.reason.value).inc()
         if hostile.LOGGED.first_time(f"seal/{key}"):
             log.warning("segment refused by its seal", extra={"key": key, "why": str(seal_problem)})
+        if seal_problem.reason is Rejection.UNKNOWN_KEY and decoded.seal is not None:
+            st.awaiting_key[key] = decoded.seal.key_id
     st.segments.append(
         FetchedSegment(key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values()))
     )
