@@ -1,7 +1,7 @@
 """How recall searches the cold tier: exactly while it is small, through a graph once large.
 
 An exact search reads every cold embedding per query, a cost that grows with the tier
-(about 2.3 ms at 60,000 cold chunks, docs/benchmarks.md). From `recall.cold_graph_from`
+(scripts/bench_recall.py `--cold-share` measures it). From `recall.cold_graph_from`
 cold chunks on, the daemon's API searches an HNSW graph of the cold tier instead
 (store/cold_graph.py), approximately, as the live tier is searched through its index.
 

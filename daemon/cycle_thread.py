@@ -5,14 +5,15 @@ the requests beside it, and a request woken meanwhile waits for the scheduler to
 a core. Linux keeps the scheduling policy per thread, and the threads hnswlib starts for
 a batch inherit it, so the cycle's work runs in one thread of its own under SCHED_IDLE:
 the kernel preempts it as soon as a normal thread (the event loop, a request's worker)
-wakes, and it runs on what CPU is left over. At 100,000 chunks, with cycles back to back
-beside them, that made recall by text, context bundles and saves over HTTP 2 to 6 ms
-quicker at p99 than at normal priority, left recall by vector and filtered recall within
-their spread, and ran 27 % fewer cycles (docs/benchmarks-history.md, runs AK and AL). Ten nice
-steps had not helped (run AI): under EEVDF a woken thread preempts one of lower weight
-only when its own deadline comes first, while any normal thread that wakes preempts a
-SCHED_IDLE one at once. The API builds the cold tier's graph in a second such thread
-(daemon/api/operations.py), a core's work for tens of seconds that no request waits for.
+wakes, and it runs on what CPU is left over. With cycles back to back beside them, that
+gave recall by text, context bundles and saves over HTTP shorter tails than at normal
+priority, left recall by vector and filtered recall within their spread, and ran fewer
+cycles (scripts/bench_recall.py `--cpu-priority` compares the two). Ten nice steps had
+not helped: under EEVDF a woken thread preempts one of lower weight only when its own
+deadline comes first, while any normal thread that wakes preempts a SCHED_IDLE one at
+once. The API builds the cold tier's graph in a second such thread
+(daemon/api/operations.py), a long stretch of a core's work that no request waits for
+(scripts/bench_cold_build.py times requests beside it).
 
 Threads a call starts and keeps (onnxruntime's, with the embedding model) would stay
 under SCHED_IDLE for good, so whatever starts them runs `at_normal_priority`: the service

@@ -1,13 +1,13 @@
 """The dream cycle gives way to the API's requests, one database statement at a time.
 
 Requests and the cycle share one interpreter. A cycle alternates between Python and
-SQLite many times a millisecond, and each return to Python takes the GIL back from a
-request that holds it: with cycles back to back beside them, requests took up to twice
-as long at their 99th percentile in process, and up to three times over HTTP. Nothing a
-cycle does is urgent, so before each statement on its connection (apsw's exec tracer
-calls `before_statement`), it waits while a request is in flight. In process, on 30,000
-chunks, that kept every figure within 1.2-1.7x of its idle p99; over HTTP the gain was
-within the noise (docs/benchmarks-history.md, run Y).
+SQLite over and over, and each return to Python takes the GIL back from a request that
+holds it: with cycles back to back beside them, requests' 99th percentiles grew well past
+their idle ones, in process and more so over HTTP. Nothing a cycle does is urgent, so
+before each statement on its connection (apsw's exec tracer calls `before_statement`),
+it waits while a request is in flight. In process, that brought every figure's tail back
+near its idle one; over HTTP the gain was within the noise (scripts/bench_recall.py
+measures both, idle and with cycles running, and `--give-way` compares the wait with 0).
 
 Two bounds keep that from stalling anything:
 

@@ -94,8 +94,8 @@ def save_index(db: Database, index: HnswIndex) -> None:
     does not know, so the file is rebuilt rather than trusted.
     """
     stamp = db.change_stamp()
-    # An unchanged index is not written again: at 100k chunks a save costs a quarter of a
-    # second, and most cycles of an idle store change nothing the index holds.
+    # An unchanged index is not written again: a save holds the GIL for a time that grows
+    # with the index, and most cycles of an idle store change nothing the index holds.
     if index.is_saved_at(stamp) and db.get_meta(INDEX_IDENTITY_META_KEY) == index.identity:
         return
     identity = index.save(stamp)

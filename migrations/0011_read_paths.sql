@@ -1,8 +1,9 @@
--- Read paths of recall and of downscale at 100k chunks, measured before and after.
+-- Read paths of recall and of downscale (scripts/bench_recall.py and scripts/bench_scale.py
+-- measure both).
 --
 -- Full text holds live and cold chunks only. A tombstoned chunk never comes back, so its
 -- words leave recall_fts when it is retracted; recall then searches recall_fts alone
--- (1.2 ms) instead of reading every match's row to see whether it was retracted (2.3 ms).
+-- instead of reading every match's row to see whether it was retracted.
 DELETE FROM recall_fts WHERE rowid IN (SELECT id FROM observations WHERE deleted_at IS NOT NULL);
 CREATE TRIGGER recall_fts_tombstone AFTER UPDATE OF deleted_at ON observations
 WHEN old.deleted_at IS NULL AND new.deleted_at IS NOT NULL BEGIN
@@ -10,8 +11,8 @@ WHEN old.deleted_at IS NULL AND new.deleted_at IS NOT NULL BEGIN
 END;
 
 -- Recall's filters (project, kind, scope, session, topic prefix, time range) read this
--- covering index instead of every row with its content and embedding: 107 ms -> 1 ms
--- for one project and kind, 142 ms -> 17 ms for a kind alone.
+-- covering index instead of every row with its content and embedding (scripts/bench_recall.py
+-- measures recall by text with filters).
 CREATE INDEX observations_filters
     ON observations (project, kind, scope, session_id, topic_key, created_at, deleted_at, type);
 

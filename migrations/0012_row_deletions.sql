@@ -1,7 +1,7 @@
 -- The change stamp (store/database.py: change_stamp) reads only a few index pages: the
 -- largest id (rows added), the pending count (rows admitted) and the tombstoned count.
--- Counting every row instead cost ~1 ms at 100k chunks on each connection after every
--- commit, since SQLite drops a connection's page cache when another one commits.
+-- Counting every row instead read them all again on each connection after every commit,
+-- since SQLite drops a connection's page cache when another one commits.
 -- Those three catch every change because no row of observations is ever deleted (a
 -- tombstone keeps its row); should one be, this counter moves the stamp too. A migration
 -- that rebuilds observations (a copy and a rename) drops this trigger with the old table

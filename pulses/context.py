@@ -86,8 +86,8 @@ class Bundle:
 
 def estimate_tokens(text: str) -> int:
     """max(words, ceil(chars / 4)): never less than one token per word, and about a
-    subword tokenizer's count on prose. A tokenizer would be closer but costs about a
-    quarter of a millisecond per chunk, and the reader's model tokenizes differently
+    subword tokenizer's count on prose. A tokenizer would be closer but costs far more
+    per chunk than this arithmetic, and the reader's model tokenizes differently
     anyway."""
     return max(len(text.split()), math.ceil(len(text) / CHARS_PER_TOKEN))
 

@@ -548,10 +548,10 @@ def pulses_beside(
     from a process of its own, so that sending one never holds up a measured call in
     this one (`.value` of the two it yields: pulses sent, cycles ended meanwhile).
 
-    One per cycle rather than at a fixed rate: at 100k chunks a cycle takes hundreds of
-    milliseconds, and a pulse every 0.05 s gave each several, whose texts the daemon
-    embeds: load beside the cycles that the in-process figures never had. `every_s`
-    sends them at that fixed rate instead, to compare."""
+    One per cycle rather than at a fixed rate: a pulse every 0.05 s gave each cycle of a
+    large store several, whose texts the daemon embeds: load beside the cycles that the
+    in-process figures never had. `every_s` sends them at that fixed rate instead, to
+    compare."""
     spawned = multiprocessing.get_context("spawn")
     stop, started = spawned.Event(), spawned.Event()
     sent, cycles = spawned.Value("i", 0), spawned.Value("i", 0)

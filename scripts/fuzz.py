@@ -121,7 +121,8 @@ from scripts.bench_common import (
 DEFAULT_CASES: Final = 100_000
 DEFAULT_SEED: Final = 0
 DEFAULT_OUT: Final = Path("bench-results/fuzz.json")
-#: Share of --cases each target gets: the CLI costs milliseconds a case, the codec microseconds.
+#: Share of --cases each target gets: a case of the CLI costs orders of magnitude more than one
+#: of the codec.
 WEIGHTS: Final = {
     "entry_codec": 0.30,
     "segment": 0.15,

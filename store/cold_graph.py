@@ -1,9 +1,10 @@
 """An HNSW graph over the cold tier as it stood at one moment, for recall to search.
 
 Recall searches the cold tier beside the live index, so that a swept chunk can still
-answer. An exact search reads every cold embedding per query: at 60,000 cold chunks that
-is 92 MB, a few milliseconds, and it grows with the tier. A graph answers in a fraction
-of that, approximately, as the live index does.
+answer. An exact search reads every cold embedding per query: at 60,000 cold chunks of
+384 float32 that is 92 MB, and it grows with the tier. A graph answers in a fraction of
+the time, approximately, as the live index does (scripts/bench_recall.py `--cold-share`
+measures recall with a cold tier).
 
 A graph is built whole and never changed afterwards, so queries run side by side with no
 lock and a new graph replaces an old one as one reference. Its elements are added on one

@@ -1,7 +1,7 @@
 """How much each table holds, for `status`, metrics and the daemon's log. Read only.
 
 Every count is answered from an index: the observations' rows carry embeddings, and a
-count that had to read them costs a quarter second at 100k chunks.
+count that had to read them would read every embedding with them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dreamcycle.store.observations import COLD_ROWS, EFFICACY_TYPE
 from dreamcycle.store.queries import TableQueries
 
 # Not tombstoned, less the cold tier: each count read from an index alone (asking for both
-# conditions at once reads every live row, 0.13 s at 100k chunks).
+# conditions at once reads every live row, embedding included).
 _LIVE_AND_TOMBSTONED: Final = (
     "SELECT (SELECT count(*) FROM observations WHERE deleted_at IS NULL) "
     f"- (SELECT count(*) {COLD_ROWS}), "
@@ -53,8 +53,9 @@ class CountQueries(TableQueries):
     def live_and_tombstoned(self) -> tuple[int, int]:
         """The two counts the daemon reports after every cycle, cheaply: counted again only
         when chunks were added, tombstoned, swept or revived (the change stamp) or a
-        tombstone was recorded. Counting both read every live and cold index entry, about
-        7 ms of each cycle at 100k chunks, and most cycles change neither."""
+        tombstone was recorded. Counting both reads every live and cold index entry, a cost
+        in every cycle that grows with the store (scripts/bench_scale.py measures idle
+        cycles), and most cycles change neither."""
         # Tombstones are only ever added, each as a new row: its largest rowid marks them.
         newest = self._one("SELECT coalesce(max(rowid), 0) FROM tombstones")
         key = (self.change_stamp(), int(newest[0]))

@@ -21,7 +21,9 @@ from dreamcycle.pulses.vectors import Vector, Vectors
 
 #: Name under which the bundled int8 all-MiniLM-L6-v2 is registered with fastembed.
 DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2-int8-offline"
-#: fastembed's own default batch (256) took 1.8 GB RSS; 32 keeps it near 300 MB.
+#: fastembed's own default batch (256) holds far more memory while it embeds; 32 keeps the
+#: embedder's share of resident memory small (scripts/bench_scale.py measures the peak of a
+#: bulk ingest).
 DEFAULT_BATCH_SIZE: Final = 32
 #: Width of the default model's embeddings.
 DEFAULT_DIM: Final = 384

@@ -55,7 +55,7 @@ _PENDING_COLUMNS: Final = (
     "coalesce(last_decay_ts, created_at), origin_peer FROM observations "
 )
 # The few pending rows, from their own index: without statistics the planner would rather
-# read every live chunk by observations_live (0.16 s at 100k).
+# read every live chunk by observations_live, a cost that grows with the store.
 _PENDING_OLDEST_FIRST: Final = (
     "INDEXED BY observations_pending "
     "WHERE admitted_seq IS NULL AND deleted_at IS NULL ORDER BY id LIMIT ?"

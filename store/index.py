@@ -70,7 +70,7 @@ __all__ = [
 ]
 
 #: Links per element of the graph (hnswlib's M): more raise recall and memory alike; the
-#: index's benchmark figures (docs/benchmarks.md) are measured at 16.
+#: benchmarks (scripts/bench_propagate.py, scripts/bench_recall.py) measure the index at 16.
 DEFAULT_M: Final = 16
 #: Search breadth while inserting: wider builds a better graph, more slowly.
 DEFAULT_EF_CONSTRUCTION: Final = 100

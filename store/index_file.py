@@ -186,7 +186,8 @@ def read_meta(path: Path) -> IndexMeta:
 def _checksum(file: int) -> str:
     """blake3 of the whole file open as descriptor `file`, read a buffer at a time: a
     mapped file's pages count as the process's resident memory while it is hashed, which
-    at a million chunks added 1.6 GiB to the peak of every start, beside the index itself."""
+    added about the file's size to the peak of every start, beside the index itself
+    (scripts/bench_scale.py measures that peak at a million chunks)."""
     hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
     buffer = bytearray(CHECKSUM_BUFFER_BYTES)
     view = memoryview(buffer)
@@ -212,8 +213,8 @@ class IndexSaveFailed(VectorIndexError):
 def write_engine(engine: Any, path: Path) -> None:
     """hnswlib's `save_index(path)`, and a check that it wrote the whole file.
 
-    hnswlib holds the GIL for the whole write (hundreds of milliseconds at 100,000 chunks
-    on 2 cores), so every other thread of the process waits meanwhile; the
+    hnswlib holds the GIL for the whole write (a time that grows with the index), so every
+    other thread of the process waits meanwhile; the
     daemon writes its index at most every `index.save_interval_s`. A forked child writing
     it instead was tried and withdrawn: fork() runs OpenBLAS's atfork handler, which
     waited for the library's thread pool while a request thread was in a matrix product,

@@ -58,8 +58,8 @@ _COLD_ROWIDS: Final = f"SELECT id {COLD_ROWS}"
 class SalienceQueries(TableQueries):
     def salience_columns(self, *, after_rowid: int = 0) -> list[tuple[Any, ...]]:
         """The rows `salience_rows` names, as they come: (rowid, salience, pin floor,
-        tombstoned, deletion policy, cold), in rowid order (a million take seconds less
-        than named rows)."""
+        tombstoned, deletion policy, cold), in rowid order (far quicker than named rows at
+        a million chunks, where scripts/bench_scale.py measures start-up)."""
         rows: list[tuple[Any, ...]] = self._all(_SALIENCE_ROWS, (after_rowid,))
         return rows
 
@@ -94,7 +94,8 @@ class SalienceQueries(TableQueries):
             DecayCandidate(int(r[0]), str(r[1]), str(r[2]), float(r[3]))
             for r in self._all(
                 # Named: with a large store's statistics the planner took another index
-                # and sorted every chunk (2.4 s a cycle at a million chunks, 0.07 s so).
+                # and sorted every chunk in every cycle (scripts/bench_scale.py measures
+                # cycles at a million chunks).
                 f"SELECT id, kind, {_DECAY_FROM}, stability FROM observations "
                 f"INDEXED BY observations_decay WHERE {where} "
                 f"ORDER BY {_DECAY_FROM}, id LIMIT ?",
@@ -116,7 +117,7 @@ class SalienceQueries(TableQueries):
 
     def live_saliences(self) -> npt.NDArray[np.float64]:
         """The salience of every chunk neither tombstoned nor cold, in rowid order: read from
-        observations_live and the cold tier's index, not from every row (0.4 s at 100k)."""
+        observations_live and the cold tier's index, not from every row and its embedding."""
         rows = self._all(_LIVE_AND_COLD_SALIENCE)
         cold = [r[0] for r in self._all(_COLD_ROWIDS)]
         table = np.array(rows, dtype=np.float64).reshape(len(rows), 2)

@@ -64,7 +64,8 @@ T = TypeVar("T")
 
 BACKEND_NAME: Final = "s3"
 DEFAULT_REGION: Final = DEFAULT_S3_REGION
-#: Seconds to wait for response bytes; a 2 KB put takes ~5 ms on a local store.
+#: Seconds to wait for response bytes, far beyond what a small put takes on a local store
+#: (scripts/bench_zeitgeist.py times puts).
 DEFAULT_READ_TIMEOUT_S: Final = 15.0
 #: Concurrent HTTP connections per backend; the daemon's thread limiter stays below it.
 DEFAULT_MAX_POOL_CONNECTIONS: Final = 16

@@ -22,7 +22,7 @@ from dreamcycle.pulses.sweep import downscale
 from dreamcycle.store.database import DecayCandidate
 from dreamcycle.store.timefmt import ms_from_iso
 
-#: Chunks decayed per transaction (tens of milliseconds at most for a waiting writer).
+#: Chunks decayed per transaction: few enough that a writer waiting for the lock waits briefly.
 DOWNSCALE_ROWS_PER_TRANSACTION: Final = 2000
 
 
