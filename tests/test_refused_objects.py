@@ -119,16 +119,22 @@ def test_an_unsigned_snapshot_is_refused_without_decoding_it(tmp_path: Path) -> 
     assert refusing * 10 < decoding, (refusing, decoding)
 
 
+def seen_rows(peer: Peer) -> int:
+    row = peer.db.conn.execute("SELECT count(*) FROM seen_entries").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def test_a_flood_of_unsigned_entries_costs_no_row(peer: Peer, tmp_path: Path) -> None:
     backend = DirectoryBackend(tmp_path / "zeitgeist")
     now_ms = wall_clock_ms()
     forged = tombstones("mallory", 2_000, now_ms)
     key = segment_key(hlc_from_ms(now_ms), "mallory", 1)
     backend.create(key, encode_segment(forged))
-    seen_before = peer.db.conn.execute("SELECT count(*) FROM seen_entries").fetchone()[0]
+    seen_before = seen_rows(peer)
     run_cycle_blocking(peer)
     assert peer.db.segment_applied(key)
-    assert peer.db.conn.execute("SELECT count(*) FROM seen_entries").fetchone()[0] == seen_before
+    assert seen_rows(peer) == seen_before
     assert peer.db.keys_awaited() == []  # unsigned is refused for good: nothing waits
 
 
