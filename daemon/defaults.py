@@ -28,10 +28,10 @@ ENV_PREFIX: Final = "DREAMCYCLE_"
 DATA_DIR: Final = "~/.local/share/dreamcycle"
 DATABASE_FILE: Final = "dreamcycle.db"
 INDEX_FILE: Final = "index.hnsw"
-#: The daemon writes its changed index at most this often (and when it stops): at 100k
-#: chunks a write takes a quarter of a second, during which nothing is added to the index
+#: The daemon writes its changed index at most this often (and when it stops): a write
+#: holds the GIL for a time that grows with the index, during which nothing is added to it
 #: (an API save waits). A crash in between costs a rebuild from stored vectors at the next
-#: start (under a minute at 100k chunks on 2 cores); 0 writes it after every cycle that
+#: start, far slower than loading the saved file; 0 writes it after every cycle that
 #: changed it.
 INDEX_SAVE_INTERVAL_S: Final = 300.0
 INDEX_M: Final = hnsw_index.DEFAULT_M
@@ -43,9 +43,9 @@ ZEITGEIST_DIR: Final = "zeitgeist"
 
 CYCLE_INTERVAL_S: Final = 30.0
 #: How long a statement of the cycle waits at most for the API's requests in flight
-#: (daemon/requests_first.py); 0: never. scripts/bench_recall.py compared it with 0 while
-#: cycles ran (docs/benchmarks-history.md, run Y); 20 ms and the two bounds below were not compared
-#: with other values there.
+#: (daemon/requests_first.py); 0: never. Chosen with scripts/bench_recall.py, which compares
+#: it with 0 while cycles run (`--give-way`); 20 ms and the two bounds below were not
+#: compared with other values there.
 CYCLE_GIVE_WAY_S: Final = 0.02
 #: Beyond this, a request in flight would hold a cycle up for long (config check).
 CYCLE_MAX_GIVE_WAY_S: Final = 1.0
@@ -56,11 +56,10 @@ CYCLE_WAIT_PER_RUN: Final = 4.0
 #: at the default give_way_s): a burst of requests is waited out whole.
 CYCLE_WAIT_CREDIT_WAITS: Final = 50
 #: The cycle's CPU priority (daemon/cycle_thread.py): "idle" runs it under SCHED_IDLE,
-#: behind the API's requests; "normal" level with them. Chosen by scripts/bench_recall.py
-#: at 100k chunks, cycles back to back beside the HTTP figures (docs/benchmarks-history.md, runs AK
-#: and AL): recall by text 16.1 / 18.4 ms p99, context bundle 18.2 / 20.7, save, then
-#: recall 41.1 / 46.9; recall by vector 8.30 / 7.78, within the spread of its rounds; 27 %
-#: fewer cycles.
+#: behind the API's requests; "normal" level with them. Chosen with scripts/bench_recall.py
+#: (`--cpu-priority`), which compares the two with cycles back to back beside the HTTP
+#: figures: under "idle", recall by text, context bundles and save-then-recall have shorter
+#: tails, recall by vector stays within the spread of its rounds, and fewer cycles run.
 CYCLE_CPU_PRIORITY: Final = "idle"
 #: A step of the cycle under SCHED_IDLE that has run this long is raised to normal
 #: priority: other processes keep the cores busy, and the watchdog (120 s) must not starve.
@@ -149,8 +148,8 @@ HALF_LIFE_S: Final = {
 #: and one of its kind's usual stability decays at exactly the half-life above.
 DOWNSCALE_STABILITY_GAIN: Final = confidence.DEFAULT_STABILITY_GAIN
 #: A chunk is decayed at most once per this long: decay composes, so waiting loses nothing,
-#: and an idle store of 100k chunks is not rewritten every cycle (5 s of a 5.6 s cycle
-#: at 100k chunks went to decaying each by 30 s).
+#: and an idle store is not rewritten every cycle (decaying every chunk by each cycle's
+#: 30 s took most of an idle cycle; scripts/bench_scale.py measures idle cycles).
 DOWNSCALE_MIN_STEP_S: Final = 3_600.0
 #: Chunks decayed in one cycle at most, the longest waiting first: a store whose chunks
 #: all fell due together (the first cycle, or after downtime) spreads them over cycles.
@@ -211,27 +210,29 @@ RECALL_CANDIDATES: Final = 100
 #: each through a callback, and misses some of the nearest; the exact search reads m
 #: embeddings and misses none, so the two cost the same where m^2 is proportional to N.
 #: A filter whose chunks lie where the query points (a project asked about its own work)
-#: is cheap through the index. scripts/bench_filtered.py at 100k chunks: scattered
-#: filters cost the same both ways near 10,000 matches, and filters of whole topics
-#: 2.6x as much exactly there. 500 switches at 7,071: at every size measured, either
-#: kind then takes at most 1.7x its faster path's p50 (docs/benchmarks.md).
+#: is cheap through the index. Chosen with scripts/bench_filtered.py, which times both
+#: paths for scattered filters and for whole topics of several sizes: 500 switches (at
+#: sqrt(500 x 100,000) = 7,071 matches of 100k chunks) a little below where scattered
+#: filters cost the same both ways, since whole topics cost more exactly there, so that
+#: neither kind strays far from its faster path.
 RECALL_EXACT_FILTER_SCALE: Final = 500.0
 #: From this many cold chunks on, the API searches the cold tier through a graph of it
 #: rather than reading every cold embedding per query (daemon/cold_search.py). The exact
-#: search costs about 2.3 ms per query at 60,000 cold chunks (scripts/bench_recall.py
-#: --cold-share 0.6, 100k chunks), so about 0.3 ms at this size: below one k-NN query of
-#: the live index at 100k. 0 searches exactly at every size.
+#: search costs in proportion to the cold tier (scripts/bench_recall.py `--cold-share`
+#: measures it); below this size it costs less than one k-NN query of the live index of a
+#: store of 100k chunks. 0 searches exactly at every size.
 RECALL_COLD_GRAPH_FROM: Final = 8_192
 #: A cold graph is built again once this many chunks went cold since it was built (they
-#: are searched exactly meanwhile: 2,048 embeddings cost well under 0.1 ms)...
+#: are searched exactly meanwhile: at most a quarter of `recall.cold_graph_from`'s chunks)...
 COLD_GRAPH_PENDING_MAX: Final = 2_048
 #: ... or this many of its chunks left the cold tier (each widens every search by one).
 COLD_GRAPH_SKIP_MAX: Final = 256
 #: A cold graph is built behind the requests (`cycle.cpu_priority`), and raised to normal
 #: priority once it has run this long: other processes then keep every core busy, and
-#: while no graph is ready the whole cold tier is searched exactly. A build of 60,000 cold
-#: chunks took 24-27 s under SCHED_IDLE beside requests back to back on two cores, 16-20 s
-#: at normal priority (docs/benchmarks-history.md, runs AP and AQ): this is over four times that.
+#: while no graph is ready the whole cold tier is searched exactly. The limit is several
+#: times what a build of a large cold tier takes under SCHED_IDLE beside requests back to
+#: back (scripts/bench_cold_build.py times builds beside requests), so only a build that
+#: other processes starve is raised.
 COLD_GRAPH_IDLE_LIMIT_S: Final = 120.0
 RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
 RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND

@@ -81,8 +81,8 @@ def tier_stamp(change_stamp: str) -> str:
     What is read per tier (the cold tier's vectors, the tombstoned and cold sets, learned
     keys of chunks not tombstoned) is kept per this part: a save or an admission adds a
     live chunk and moves the whole stamp, and re-reading the cold tier then made the next
-    recall read every cold embedding (save then recall 0.5 s at
-    100,000 chunks, 60 % cold: docs/benchmarks-history.md, runs S).
+    recall read every cold embedding (scripts/bench_recall.py's save-then-recall with
+    `--cold-share` measures it).
     """
     return change_stamp.split(":", 2)[-1]
 
@@ -198,8 +198,8 @@ def unusable_database(path: Path, exc: apsw.Error) -> DatabaseError:
 
 
 #: The largest database whose every page is checked when it is opened (PRAGMA quick_check):
-#: the check reads the whole file, 200 s for a store of a million chunks (4.7 GB) whose
-#: pages were not cached, and every command opens the database.
+#: the check reads the whole file, so its time grows with the store (most when its pages
+#: are not cached), and every command opens the database.
 QUICK_CHECK_MAX_BYTES: Final = 512 * 1024 * 1024
 #: What a larger database gets instead: the schema is read (a damaged header or a file that
 #: is not a database fails here too) and the meta table, which every phase reads, checked.
@@ -359,7 +359,7 @@ class Database(
 
     def _count_stamp(self) -> str:
         # A few index pages only (a commit elsewhere empties this connection's page cache,
-        # and counting every row then read ~1 ms of them at 100k chunks): the largest id
+        # and counting every row would then read them all again): the largest id
         # (rows added), pending rows (admissions), tombstoned rows, the tier epoch, and
         # rows ever deleted (migration 0012: none are, so the first three see every change).
         row = self._one(

@@ -4,7 +4,9 @@ phase in the order ARCHITECTURE.md gives, and no module grows past 400 lines une
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 from typing import Final
 
@@ -121,3 +123,47 @@ def test_benchmarks_give_current_figures_and_leave_lettered_runs_to_the_history(
     history = _headings((REPO / "docs" / "benchmarks-history.md").read_text())
     assert [heading for heading in current if LETTERED_RUN.search(heading)] == []
     assert any(LETTERED_RUN.search(heading) for heading in history)
+
+
+#: The code whose comments and docstrings say why a value was chosen and which benchmark
+#: script measures it, leaving figures and runs to the benchmarks' output and docs.
+CODE_PACKAGES: Final = ("daemon", "store", "zeitgeist", "pulses", "scripts")
+#: A pointer at the benchmark history, or a run of it named by letter.
+BENCHMARK_RUN: Final = re.compile(rf"benchmarks-history|{LETTERED_RUN.pattern}")
+#: Modules that still cite runs and are reworded in changes of their own: drop each
+#: from here once it no longer does.
+RUNS_CITED_FOR_NOW: Final = frozenset(
+    {"daemon/api/hot_path.py", "daemon/api/operations.py", "daemon/client.py"}
+)
+
+
+def _prose(source: str) -> list[tuple[int, str]]:
+    """(line, text) of every comment and every string that stands alone as a statement:
+    the docstrings of modules, classes and functions, and those under attributes. Other
+    strings (messages, help texts) are what the code does, not what it says about itself."""
+    comments = [
+        (token.start[0], token.string)
+        for token in tokenize.generate_tokens(io.StringIO(source).readline)
+        if token.type == tokenize.COMMENT
+    ]
+    docstrings = [
+        (node.lineno, node.value.value)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    ]
+    return comments + docstrings
+
+
+def test_comments_and_docstrings_cite_no_benchmark_runs() -> None:
+    cited = [
+        f"{path.relative_to(REPO).as_posix()}:{line + text.count(chr(10), 0, match.start())}: "
+        f"{match.group()}"
+        for package in CODE_PACKAGES
+        for path in _modules(package)
+        if path.relative_to(REPO).as_posix() not in RUNS_CITED_FOR_NOW
+        for line, text in _prose(path.read_text())
+        for match in BENCHMARK_RUN.finditer(text)
+    ]
+    assert cited == []
