@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import httpx
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import models, refusals
 from dreamcycle.daemon.config import Config, load_config
 
 Req = TypeVar("Req", bound=BaseModel | None)
@@ -180,6 +180,8 @@ def error_for(status: int) -> type[ApiError]:
 
 
 def _reason(status: int, body: bytes) -> str:
+    """An error answer's reason: its problem detail's `detail`, which names each field
+    refused."""
     try:
         answer = json.loads(body)
     except ValueError:
@@ -187,7 +189,7 @@ def _reason(status: int, body: bytes) -> str:
     detail = answer.get("detail") if isinstance(answer, dict) else None
     if isinstance(detail, str):
         return detail
-    if isinstance(detail, list):  # FastAPI's validation errors: one per field
+    if isinstance(detail, list):  # an older daemon's validation errors: one per field
         return "; ".join(
             f"{'.'.join(str(part) for part in error.get('loc', ())[1:]) or 'request'}: "
             f"{error.get('msg', '')}"
@@ -248,7 +250,7 @@ class Endpoint:
             return Unavailable(f"the daemon at {self} did not answer in time ({exc!r})")
         return Unavailable(
             f"no dreamcycle daemon answers at {self} ({exc}): start `dreamcycle run` "
-            "with [api] enabled = true (DREAMCYCLE_API_ENABLED=1)"
+            "(it serves the API unless [api] enabled = false)"
         )
 
 
@@ -336,15 +338,12 @@ def _connection_pool(endpoint: Endpoint, timeout_s: float) -> urllib3.HTTPConnec
 
 
 def request_model(model: type[Model], **fields: Any) -> Model:
-    """The request model, or BadRequest naming each bad field (nothing is sent)."""
+    """The request model, or BadRequest naming each bad field with the rule it breaks, as
+    the daemon would (nothing is sent)."""
     try:
         return model(**fields)
     except ValidationError as exc:
-        reasons = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'request'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise BadRequest(reasons) from None
+        raise BadRequest(refusals.text_of(exc)) from None
 
 
 class SaveFields(TypedDict, total=False):

@@ -8,6 +8,7 @@ does not matter.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import stat
 import uuid
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
-import pydantic
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -122,8 +122,13 @@ def _declared_too_large(url: str) -> httpx.Response:
         while chunk := conn.recv(65536):
             received += chunk
     status_line, _, rest = received.partition(b"\r\n")
-    _, _, body = rest.partition(b"\r\n\r\n")
-    return httpx.Response(int(status_line.split()[1]), content=body)
+    fields, _, body = rest.partition(b"\r\n\r\n")
+    headers = [line.split(b":", 1) for line in fields.split(b"\r\n") if b":" in line]
+    return httpx.Response(
+        int(status_line.split()[1]),
+        headers=[(name.strip(), value.strip()) for name, value in headers],
+        content=body,
+    )
 
 
 def _hashes(result: dict[str, Any]) -> list[str]:
@@ -245,8 +250,10 @@ def test_pulses_tombstones_and_status(api: Api) -> None:
 def test_malformed_bodies_are_refused_naming_the_field(
     api: Api, path: str, body: dict[str, Any], field: str
 ) -> None:
-    detail = api.post(path, body, expect=422)["detail"]
-    assert any(field in [str(part) for part in error["loc"]] for error in detail), detail
+    refused = api.post(path, body, expect=422)
+    errors = refused["errors"]
+    assert any(field in [str(part) for part in error["loc"]] for error in errors), refused
+    assert re.search(rf"(^|; |\.){field}: ", refused["detail"]), refused
 
 
 def test_bodies_that_are_not_requests_are_refused(api: Api) -> None:
@@ -263,14 +270,15 @@ def test_bodies_that_are_not_requests_are_refused(api: Api) -> None:
     timeline = api.unix.get("/v1/timeline", params=swapped)
     assert timeline.status_code == 422 and "must be before" in timeline.text
     no_decision = api.post("/v1/recall", {"query": "a", "decision": "  "}, expect=422)
-    assert "decision is blank" in str(no_decision["detail"])
+    assert no_decision["detail"] == "decision: must not be blank"
     blank = api.post("/v1/memories", {"content": "   "}, expect=422)
-    assert "empty" in blank["detail"]
+    assert blank["detail"] == "content: must not be blank"
     broken = api.unix.post(
         "/v1/recall", content=b"{not json", headers={"content-type": "application/json"}
     )
     # json.loads's error, as FastAPI reports it (pydantic's parser reads bodies first).
-    assert broken.status_code == 422 and broken.json()["detail"][0]["type"] == "json_invalid"
+    assert broken.status_code == 422 and broken.json()["errors"][0]["type"] == "json_invalid"
+    assert broken.json()["detail"].startswith("body: is not JSON")
     huge = api.unix.post("/v1/memories", content=b"x" * (2 << 20))
     assert huge.status_code == 413
 
@@ -350,7 +358,8 @@ def test_a_cited_outcome_teaches_recall_and_leaves_unrelated_queries_alone(api: 
 
 
 def test_generated_requests_never_break_the_daemon(api: Api) -> None:
-    """Requests generated from the OpenAPI description: none is answered with a 5xx."""
+    """Requests generated from the OpenAPI description: none is answered with a 5xx, and
+    every refusal is a problem detail."""
     document = api.unix.get("/openapi.json").json()
     schema = schemathesis.openapi.from_dict(document)
     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -371,6 +380,11 @@ def test_generated_requests_never_break_the_daemon(api: Api) -> None:
             response = case.call(base_url=api.tcp_url, headers=headers)
             served += 1
             assert response.status_code < 500, (case.path, case.body, response.text)
+            # A refusal is a problem detail in the API's words, whatever was sent.
+            assert "pydantic" not in response.text, (case.path, case.body, response.text)
+            if response.status_code >= 400:
+                media_types = response.headers["content-type"]  # schemathesis lists them
+                assert "application/problem+json" in media_types, (case.path, response.text)
 
         answered_without_a_server_error()
     assert served >= 200
@@ -493,16 +507,16 @@ def test_non_finite_numbers_are_refused_naming_the_field_in_json(
         sent = json.dumps(body).replace(f'"{NUMBER}"', number)
         answer = api.unix.post(path, content=sent, headers={"content-type": "application/json"})
         assert answer.status_code == 422, (sent, answer.text)
-        detail = _strict_json(answer.text)["detail"]
-        finite = [error for error in detail if error["type"] == "finite_number"]
-        assert [error["loc"][1] for error in finite] == [field], (sent, detail)
+        errors = _strict_json(answer.text)["errors"]
+        finite = [error for error in errors if error["type"] == "finite_number"]
+        assert [error["loc"][1] for error in finite] == [field], (sent, errors)
 
 
 def test_a_non_finite_number_in_a_query_is_refused_too(api: Api) -> None:
     for number in ("inf", "-inf", "nan"):
         answer = api.unix.get("/v1/timeline", params={"span_s": number})
         assert answer.status_code == 422
-        [error] = _strict_json(answer.text)["detail"]
+        [error] = _strict_json(answer.text)["errors"]
         assert (error["loc"], error["type"]) == (["query", "span_s"], "finite_number")
 
 
@@ -511,7 +525,7 @@ def test_a_refusal_quoting_a_non_finite_number_is_json(api: Api) -> None:
     body = b'{"query": "x", "min_confidence": Infinity, "colour": [NaN, -Infinity]}'
     answer = api.unix.post("/v1/recall", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == 422
-    quoted = {tuple(e["loc"][1:]): e["input"] for e in _strict_json(answer.text)["detail"]}
+    quoted = {tuple(e["loc"][1:]): e["input"] for e in _strict_json(answer.text)["errors"]}
     assert quoted == {("min_confidence",): "Infinity", ("colour",): ["NaN", "-Infinity"]}
 
 
@@ -558,20 +572,22 @@ def test_the_openapi_document_lists_the_errors_each_route_answers(api: Api) -> N
     for (method, path), statuses in responses.items():
         if path.startswith("/v1/"):
             assert statuses >= GUARDED, (method, path)
-    # A 422 is FastAPI's reasons, one per field, or the operation's own, one string.
-    recall = document["paths"]["/v1/recall"]["post"]["responses"]
-    shapes = recall["422"]["content"]["application/json"]["schema"]["anyOf"]
-    assert {shape["$ref"].rsplit("/", 1)[1] for shape in shapes} == {
-        "ValidationProblem",
-        "Problem",
-    }
+    # Every error answer is a problem detail: each field's reason, or the operation's own.
+    for (method, path), statuses in responses.items():
+        for status in statuses:
+            answer = document["paths"][path][method.lower()]["responses"][status]
+            if "content" in answer:
+                assert answer["content"] == {
+                    "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+                }, (method, path, status)
     assert "HTTPValidationError" not in schemas
-    answers = pydantic.TypeAdapter(models.ValidationProblem | models.Problem)
     # Refused by FastAPI's validation, then by the operation (no model is 3 wide).
     for body in ({"query": "a", "top_k": 0}, {"vector": [1.0, 2.0, 3.0], "record": False}):
         refused = api.unix.post("/v1/recall", json=body)
         assert refused.status_code == 422
-        answers.validate_json(refused.content)
+        assert refused.headers["content-type"] == "application/problem+json"
+        problem = models.Problem.model_validate_json(refused.content)
+        assert (problem.status, problem.type) == (422, "about:blank")
     token = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=api.tcp_url, timeout=30.0) as tcp:
         for expected, refused in (
@@ -589,4 +605,5 @@ def test_the_openapi_document_lists_the_errors_each_route_answers(api: Api) -> N
         ):
             assert refused.status_code == expected, refused.text
             assert str(expected) in responses[("POST", "/v1/memories")]
-            models.Problem.model_validate_json(refused.content)
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert models.Problem.model_validate_json(refused.content).status == expected

@@ -113,7 +113,7 @@ def test_a_context_bundle_has_three_tiers_and_records_exactly_what_it_holds(
     # One outcome per decision, over the API as on the command line; a blank reason says nothing.
     with pytest.raises(Conflict, match="already has an outcome"):
         memory.outcome(bundle.decision_hash, -1.0, "it broke after all")
-    with pytest.raises(BadRequest, match="reason is empty"):
+    with pytest.raises(BadRequest, match="reason: must not be blank"):
         memory.outcome(bundle.decision_hash, 1.0, "   ")
 
 

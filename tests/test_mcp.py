@@ -187,9 +187,13 @@ def test_stdio_tools_save_search_cite_and_curate(served: ApiDaemon, tmp_path: Pa
                 await session.call_tool("mem_update", {"id": new_hash})
             )
             malformed = refusal(await session.call_tool("mem_get_observation", {"id": "nohash"}))
-            assert "id" in malformed and "pattern" in malformed
+            assert malformed.startswith("id: must be a hash of 64 hex digits"), malformed
+            assert "pydantic" not in malformed
 
     trio.run(within_timeout, conversation)
+    # At the default level, `dreamcycle mcp` logs nothing per call: not httpx's line for each
+    # request it sent the daemon, nor the SDK's for each tool call.
+    assert (tmp_path / "mcp.log").read_text() == ""
 
 
 def test_mcp_without_a_daemon_exits_3_and_says_why(tmp_path: Path) -> None:
@@ -232,7 +236,14 @@ def test_streamable_http_endpoint(served: ApiDaemon, over: str) -> None:
                 )
             )
 
+    logged_before = len(served.daemon.log().splitlines())
     trio.run(within_timeout, conversation)
+    # At the default level the daemon logs nothing per call (the SDK's "Terminating
+    # session" ended each): only what its cycles log.
+    lines = served.daemon.log().splitlines()[logged_before:]
+    assert not [line for line in lines if "Terminating session" in line], lines
+    logged = [json.loads(line) for line in lines if line.startswith("{")]
+    assert not [line for line in logged if not line["logger"].startswith("dreamcycle.")], logged
 
 
 def test_streamable_http_over_tcp_needs_the_token(served: ApiDaemon) -> None:
@@ -262,7 +273,7 @@ def test_unknown_arguments_are_refused_naming_them(served: ApiDaemon, tmp_path: 
             ("mem_stats", {"verbose": True}, "verbose"),
         ):
             reason = refusal(await session.call_tool(tool, arguments))
-            assert unknown in reason and "Extra inputs are not permitted" in reason, reason
+            assert reason == f"{unknown}: is not a field of this request (misspelt?)", reason
         assert (await call(session, "mem_get_observation", id=digest))["state"] == "live"
         found = await call(session, "mem_search", query="misspelt argument", project=project)
         assert [hit["content_hash"] for hit in found["hits"]] == [digest]

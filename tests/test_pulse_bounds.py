@@ -410,7 +410,7 @@ def test_the_api_refuses_the_attack_and_the_chain_with_422(served: Served) -> No
     pulse = {"text": "retry S3 writes", "kind": "decay"}
     attack = {**pulse, **{k: v for k, v in ATTACK.items() if k != "kind"}}
     answer = refusal(served, "/v1/pulses", attack)
-    assert "strength" in answer and "less than or equal to 1" in answer
+    assert "strength" in answer and "must be at most 1" in answer
     answer = refusal(served, "/v1/pulses", {**pulse, **CHAIN})
     assert "more than the limit of 4" in answer
     answer = refusal(served, "/v1/pulses", {**pulse, "reason": "r" * 1001})
@@ -419,7 +419,7 @@ def test_the_api_refuses_the_attack_and_the_chain_with_422(served: Served) -> No
         answer = refusal(
             served, f"/v1/memories/{CHUNK}/{verb}", {"reason": "why", "strength": 1e308}
         )
-        assert "strength" in answer and "less than or equal to 1" in answer
+        assert "strength" in answer and "must be at most 1" in answer
     assert served.peer.scalar("SELECT count(*) FROM outbox") == queued_before
 
 

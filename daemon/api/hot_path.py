@@ -35,7 +35,7 @@ import trio
 from pydantic import BaseModel
 
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.errors import problem
+from dreamcycle.daemon.api.errors import PROBLEM_JSON, Refusal, problem
 from dreamcycle.daemon.api.operations import Operations
 
 Scope = MutableMapping[str, Any]
@@ -82,16 +82,16 @@ def hot_path(
             await send_problem(send, 413, f"request body larger than {max_body_bytes} bytes")
             return
 
-        def answer(request: BaseModel | None = None) -> tuple[int, bytes] | None:
+        def answer(request: BaseModel | None = None) -> tuple[int, bytes, bytes] | None:
             if request is None:
                 request = _validated(route.body, body)
                 if request is None:
                     return None
             try:
-                return 200, route.operation(ops, request).model_dump_json().encode()
+                return 200, route.operation(ops, request).model_dump_json().encode(), JSON
             except Exception as exc:
-                status, detail = problem(exc)
-                return status, _problem_body(detail)
+                refused = problem(exc)
+                return refused.status, refused.body(), PROBLEM
 
         with ops.requests_first.serving():
             if route.at_once is None:
@@ -105,16 +105,26 @@ def hot_path(
         if answered is None:
             await app(scope, _replaying(body, receive), send)
             return
-        await send_json(send, *answered)
+        status, payload, media_type = answered
+        await send_json(send, status, payload, media_type=media_type)
 
     return served
 
 
+JSON: Final = b"application/json"
+PROBLEM: Final = PROBLEM_JSON.encode()
+
+
 async def send_json(
-    send: Send, status: int, payload: bytes, headers: tuple[tuple[bytes, bytes], ...] = ()
+    send: Send,
+    status: int,
+    payload: bytes,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+    *,
+    media_type: bytes = JSON,
 ) -> None:
-    """Answer with `payload`, a JSON document."""
-    start = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]
+    """Answer with `payload`, a JSON document (of `media_type`)."""
+    start = [(b"content-type", media_type), (b"content-length", b"%d" % len(payload))]
     await send({"type": "http.response.start", "status": status, "headers": [*start, *headers]})
     await send({"type": "http.response.body", "body": payload})
 
@@ -122,12 +132,9 @@ async def send_json(
 async def send_problem(
     send: Send, status: int, detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()
 ) -> None:
-    """Answer with an error and its reason, as every error answer is shaped."""
-    await send_json(send, status, _problem_body(detail), headers)
-
-
-def _problem_body(detail: str) -> bytes:
-    return models.Problem(detail=detail).model_dump_json().encode()
+    """Answer with an error and its reason, as every error answer is shaped (a problem
+    detail)."""
+    await send_json(send, status, Refusal(status, detail).body(), headers, media_type=PROBLEM)
 
 
 def _validated(model: type[BaseModel], body: bytes) -> BaseModel | None:

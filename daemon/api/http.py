@@ -14,40 +14,42 @@ every request passes through, is left the HTTP protocol. The calls agents make e
 token, and name this server in their Host header (localhost, a loopback address or
 api.host), so that a web page cannot reach the port through a name of its own that
 resolves to loopback (DNS rebinding). A bad request gets a 4xx with the reason; anything
-unexpected a 500 with a short message, logged, and the server goes on.
+unexpected a 500 with a short message, logged, and the server goes on. Every error answer
+is a problem detail (RFC 9457, application/problem+json: daemon/api/errors.py), whose
+`detail` names each field refused with the rule it breaks.
 
-One module of about 500 lines: the routes, the guard every request passes first and the
+One module of about 550 lines: the routes, the guard every request passes first and the
 errors each route documents are read together, since the OpenAPI document is made from
 all three.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
-import json
 import logging
-import math
 import os
 import re
-from collections.abc import Awaitable, Callable, Collection
+import stat
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, TypeVar
 
 import trio
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi import Path as PathParameter
-from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.errors import problem
+from dreamcycle.daemon.api.errors import PROBLEM_JSON, Refusal, problem
 from dreamcycle.daemon.api.hot_path import Asgi, Receive, Scope, Send, hot_path, send_problem
 from dreamcycle.daemon.api.json_route import PydanticJsonRoute, json_answer
 from dreamcycle.daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
@@ -59,6 +61,8 @@ log = logging.getLogger("dreamcycle.api")
 
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Response]])
 
+#: Where the access log goes, with `api.access_log`.
+ACCESS_LOGGER: Final = "dreamcycle.api.access"
 #: Paths a TCP client may reach without the token: liveness probes carry no secrets.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 #: The host name every loopback interface answers to, besides its addresses.
@@ -74,7 +78,8 @@ _ERROR_REASONS: Final[dict[int, str]] = {
     409: "contradicts what is stored",
     413: f"a body over {defaults.API_MAX_BODY_BYTES} bytes",
     421: "over TCP, a Host header naming neither localhost, a loopback address nor api.host",
-    422: "a bad request: each field's reason (ValidationProblem), or the operation's (Problem)",
+    422: "a bad request: each field named with the rule it breaks (in `detail`, and one by "
+    "one in `errors`), or the operation's reason",
     503: "the index is still loading",
 }
 #: Answered by the guard, before any route: a foreign Host, a body too large, no token.
@@ -84,15 +89,30 @@ _BODY: Final = (400, 422)
 
 
 def _responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The error answers of a route, for the OpenAPI document: a 422 comes from FastAPI's
-    validation or from the operation, shaped differently."""
+    """The error answers of a route, for the OpenAPI document: each a problem detail
+    (`_problem_media_types` gives them their media type)."""
     return {
-        status: {
-            "model": models.ValidationProblem | models.Problem if status == 422 else models.Problem,
-            "description": _ERROR_REASONS[status],
-        }
+        status: {"model": models.Problem, "description": _ERROR_REASONS[status]}
         for status in sorted(set(statuses))
     }
+
+
+def _problem_media_types(document: dict[str, Any]) -> dict[str, Any]:
+    """`document` (the OpenAPI description), each error answer described as what it is
+    sent as, application/problem+json: FastAPI describes every answer's model as JSON."""
+    for methods in document.get("paths", {}).values():
+        for operation in methods.values():
+            for status, answer in operation.get("responses", {}).items():
+                content = answer.get("content", {})
+                if status[:1] in "45" and "application/json" in content:
+                    content[PROBLEM_JSON] = content.pop("application/json")
+    return document
+
+
+def _problem(refusal: Refusal, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(
+        refusal.body(), status_code=refusal.status, media_type=PROBLEM_JSON, headers=headers
+    )
 
 
 #: A chunk named in the path: its hash, or a prefix only it has.
@@ -123,14 +143,25 @@ def create_app(
     )
     app.router.route_class = PydanticJsonRoute
 
+    described = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's description (made once and kept), its error answers as problem details."""
+        made = app.openapi_schema is None
+        document = described()
+        return _problem_media_types(document) if made else document
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_request: Request, exc: RequestValidationError) -> Response:
-        """FastAPI's 422, its non-ASCII characters escaped: the reasons quote the request,
-        and a lone surrogate in it (which JSON allows) has no UTF-8 form. A non-finite
-        number quoted is spelt as a string: JSON has no such numbers."""
-        reasons = _finite_numbers({"detail": jsonable_encoder(exc.errors())})
-        body = json.dumps(reasons, ensure_ascii=True, allow_nan=False)
-        return Response(body, status_code=422, media_type="application/json")
+        """A request that does not validate: each field named with the rule it breaks."""
+        return _problem(Refusal.invalid(exc.errors(), part_first=True))
+
+    @app.exception_handler(HTTPException)
+    async def refused(_request: Request, exc: HTTPException) -> Response:
+        """What the router refuses (an unknown path, a method a path does not take)."""
+        return _problem(Refusal(exc.status_code, str(exc.detail)), exc.headers)
 
     async def run(operation: Callable[[], BaseModel]) -> Response:
         """The operation's answer, serialized in the worker thread too: the event loop,
@@ -142,8 +173,7 @@ def create_app(
                     lambda: json_answer(operation()), limiter=limiter
                 )
         except Exception as exc:
-            status, detail = problem(exc)
-            raise HTTPException(status, detail) from None
+            return _problem(problem(exc))
 
     def operation(
         method: str, path: str, answer: type[BaseModel], summary: str, *errors: int
@@ -435,18 +465,6 @@ def _carries_token(authorization: bytes, token: bytes) -> bool:
     return scheme.lower() == b"bearer" and matches
 
 
-def _finite_numbers(value: Any) -> Any:
-    """`value` (JSON's types), with each infinity or NaN spelt as the string that JSON's
-    extensions spell it with."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, dict):
-        return {key: _finite_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_finite_numbers(item) for item in value]
-    return value
-
-
 def served_app(ops: Operations, config: Config, *, health: Health | None = None) -> Asgi:
     """What the server runs: the guard, then the hot path, then FastAPI, the last two
     sharing one limiter of `api.workers` threads (in a Trio run)."""
@@ -489,7 +507,8 @@ async def serve(
     hypercorn.bind = binds(config)
     # The socket is created with no access for group and others: only this user connects.
     hypercorn.umask = 0o777 & ~defaults.API_SOCKET_MODE
-    hypercorn.accesslog = None
+    # A line per request only when asked for: requests come many a second.
+    hypercorn.accesslog = logging.getLogger(ACCESS_LOGGER) if config.api.access_log else None
     hypercorn.errorlog = logging.getLogger("dreamcycle.api.server")
     socket_path = config.api_socket_path
     if socket_path is not None:
@@ -504,18 +523,34 @@ async def serve(
             task_status=task_status,
         )
 
-    async with trio.open_nursery() as nursery:
-        try:
-            listening: list[str] = await nursery.start(serving)
-        except (OSError, BaseExceptionGroup) as exc:
-            cause = _os_error(exc)
-            if cause is None:
-                raise
-            raise ApiUnavailable(f"cannot listen on {', '.join(hypercorn.bind)}: {cause}") from None
-        if socket_path is not None:
-            os.chmod(socket_path, defaults.API_SOCKET_MODE)
-        log.info("api listening", extra={"addresses": listening})
-        task_status.started(listening)
+    listened = False
+    try:
+        async with trio.open_nursery() as nursery:
+            try:
+                listening: list[str] = await nursery.start(serving)
+            except (OSError, BaseExceptionGroup) as exc:
+                cause = _os_error(exc)
+                if cause is None:
+                    raise
+                raise ApiUnavailable(
+                    f"cannot listen on {', '.join(hypercorn.bind)}: {cause}"
+                ) from None
+            listened = True
+            if socket_path is not None:
+                os.chmod(socket_path, defaults.API_SOCKET_MODE)
+            log.info("api listening", extra={"addresses": listening})
+            task_status.started(listening)
+    finally:
+        if listened and socket_path is not None:
+            # Served no more: the socket's file goes too (a copy of the data directory,
+            # or a command looking for the daemon, would meet it).
+            _remove_socket(Path(socket_path))
+
+
+def _remove_socket(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
 
 
 def _os_error(exc: BaseException) -> OSError | None:

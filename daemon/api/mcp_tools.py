@@ -10,34 +10,41 @@ The tools reach the operations through a `Transport`: over the API
 (`AsyncMemoryClient`, what `dreamcycle mcp` serves on stdio) or, inside the
 daemon, by calling `Operations` in the API's worker threads (`InProcess`, what
 `/mcp` serves as streamable HTTP). Either way a refused operation becomes a
-tool error carrying the daemon's reason. An argument a tool does not take is refused,
-naming it, as the HTTP API refuses unknown fields: a misspelt filter must not silently
-match everything.
+tool error (isError) carrying the daemon's reason, the text an HTTP refusal's `detail`
+holds; arguments that do not validate are refused the same way, each named with the rule
+it breaks (daemon/api/refusals.py). An argument a tool does not take is refused, naming
+it, as the HTTP API refuses unknown fields: a misspelt filter must not silently match
+everything; so is a boolean where a number is expected.
 
-One module of about 500 lines: each tool's signature is its MCP schema (the SDK reads
+The server reports the package's version as its own (serverInfo), and each tool says what
+it does to memory in its annotations (`EFFECTS`).
+
+One module of about 600 lines: each tool's signature is its MCP schema (the SDK reads
 parameters, types and descriptions from it), so every tool is written out in full.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any, Final, Protocol, TypeVar, cast
 
 import trio
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, ConfigDict, Field
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dreamcycle.daemon import client, defaults
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import models, refusals
 from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.client import ApiError, Route, request_model
@@ -79,9 +86,9 @@ class InProcess:
                 return cast(Resp, await trio.to_thread.run_sync(call, limiter=self._limiter))
         except Exception as exc:
             # Refused as over HTTP: the status the error is answered with, as the client
-            # raises it.
-            status, detail = problem(exc)
-            raise client.error_for(status)(detail) from None
+            # raises it, with the same reason.
+            refused = problem(exc)
+            raise client.error_for(refused.status)(refused.detail, refused.status) from None
 
 
 # ---- the tools -------------------------------------------------------------------------------
@@ -108,7 +115,7 @@ Kind = Annotated[
     Field(description="how fast it fades: fact, preference, insight, summary or note (default)"),
 ]
 Limit = Annotated[
-    int | None, Field(ge=1, le=models.MAX_TOP_K, description="how many results at most")
+    models.Integer | None, Field(ge=1, le=models.MAX_TOP_K, description="how many results at most")
 ]
 TopicKeyPrefix = Annotated[
     str | None, Field(description="only memories whose topic_key starts with this")
@@ -136,13 +143,15 @@ class MemoryTools:
         scope: Scope = None,
         topic_key: TopicKey = None,
         session_id: SessionId = None,
-        importance: Annotated[int | None, Field(ge=0, le=10, description="0-10, default 5")] = None,
+        importance: Annotated[
+            models.Integer | None, Field(ge=0, le=10, description="0-10, default 5")
+        ] = None,
         confidence: Annotated[
-            float | None,
+            models.Number | None,
             Field(ge=0.0, le=1.0, description="how sure (0-1); default by type: manual 0.9"),
         ] = None,
         stability: Annotated[
-            float | None,
+            models.Number | None,
             Field(ge=0.0, le=1.0, description="how unlikely to change (0-1); default by kind"),
         ] = None,
     ) -> models.SaveResponse:
@@ -173,7 +182,7 @@ class MemoryTools:
         topic_key_prefix: TopicKeyPrefix = None,
         limit: Limit = None,
         min_confidence: Annotated[
-            float | None,
+            models.Number | None,
             Field(ge=0.0, le=1.0, description="only memories at least this certain (0-1)"),
         ] = None,
     ) -> models.RecallResponse:
@@ -192,7 +201,7 @@ class MemoryTools:
         kind: Kind = None,
         topic_key_prefix: TopicKeyPrefix = None,
         budget_tokens: Annotated[
-            int | None,
+            models.Integer | None,
             Field(
                 ge=MIN_BUDGET,
                 le=defaults.CONTEXT_MAX_BUDGET_TOKENS,
@@ -229,7 +238,7 @@ class MemoryTools:
         self,
         id: ChunkRef,
         pin_floor: Annotated[
-            float | None,
+            models.Number | None,
             Field(gt=0, le=1, description=f"salience floor (default {defaults.PIN_FLOOR})"),
         ] = None,
     ) -> models.ChunkQueued:
@@ -246,7 +255,9 @@ class MemoryTools:
         self,
         id: ChunkRef,
         reason: Annotated[str, Field(description="why it deserves more weight")],
-        strength: Annotated[float | None, Field(gt=0, le=STRENGTH_MAX, description="0-1")] = None,
+        strength: Annotated[
+            models.Number | None, Field(gt=0, le=STRENGTH_MAX, description="0-1")
+        ] = None,
     ) -> models.ChunkQueued:
         """Raise a memory's salience (and a little its neighbours') with a Reward pulse; the
         reason is kept. A cold memory comes back."""
@@ -259,7 +270,9 @@ class MemoryTools:
         self,
         id: ChunkRef,
         reason: Annotated[str, Field(description="why it deserves less weight")],
-        strength: Annotated[float | None, Field(gt=0, le=STRENGTH_MAX, description="0-1")] = None,
+        strength: Annotated[
+            models.Number | None, Field(gt=0, le=STRENGTH_MAX, description="0-1")
+        ] = None,
     ) -> models.ChunkQueued:
         """Lower a memory's salience (and a little its neighbours') with a Decay pulse; the
         reason is kept. To retract a wrong memory for good, use mem_delete."""
@@ -276,15 +289,15 @@ class MemoryTools:
     async def mem_timeline(
         self,
         around_ms: Annotated[
-            int | None, Field(ge=0, description="a point in time (ms since the epoch)")
+            models.Integer | None, Field(ge=0, description="a point in time (ms since the epoch)")
         ] = None,
         session_id: SessionId = None,
         project: Project = None,
         kind: Kind = None,
         limit: Annotated[
-            int | None, Field(ge=1, le=defaults.TIMELINE_MAX_PAGE, description="rows")
+            models.Integer | None, Field(ge=1, le=defaults.TIMELINE_MAX_PAGE, description="rows")
         ] = None,
-        offset: Annotated[int, Field(ge=0, description="rows to skip")] = 0,
+        offset: Annotated[models.Integer, Field(ge=0, description="rows to skip")] = 0,
     ) -> models.TimelineResponse:
         """Memories stored around a point in time, or in a session, newest first."""
         request = request_model(
@@ -310,7 +323,8 @@ class MemoryTools:
         self,
         decision_hash: Annotated[str, Field(description="from mem_search or mem_context")],
         reward: Annotated[
-            float, Field(ge=-1.0, le=1.0, description="1 it worked, 0 neutral, -1 it misled")
+            models.Number,
+            Field(ge=-1.0, le=1.0, description="1 it worked, 0 neutral, -1 it misled"),
         ],
         reason: Annotated[str, Field(description="what happened, briefly")],
         cited: Annotated[
@@ -332,9 +346,10 @@ class MemoryTools:
     async def mem_forgotten(
         self,
         limit: Annotated[
-            int | None, Field(ge=1, le=models.MAX_FORGOTTEN_PAGE, description="rows to list")
+            models.Integer | None,
+            Field(ge=1, le=models.MAX_FORGOTTEN_PAGE, description="rows to list"),
         ] = None,
-        offset: Annotated[int, Field(ge=0, description="rows to skip")] = 0,
+        offset: Annotated[models.Integer, Field(ge=0, description="rows to skip")] = 0,
     ) -> models.ForgottenResponse:
         """What the sweep moved to the cold tier (least valuable memories), most recent first,
         and why. Cold memories are still recalled when nothing live matches well."""
@@ -351,7 +366,7 @@ class MemoryTools:
         project: Project = None,
         scope: Scope = None,
         topic_key: TopicKey = None,
-        importance: Annotated[int | None, Field(ge=0, le=10, description="0-10")] = None,
+        importance: Annotated[models.Integer | None, Field(ge=0, le=10, description="0-10")] = None,
         reason: Annotated[str | None, Field(description="why it changed")] = None,
     ) -> models.UpdateResponse:
         """Correct a memory. New content is saved now and, at the next dream cycle, inherits
@@ -466,6 +481,44 @@ TOOLS: Final = (
 )
 
 
+#: What a tool that only reads says of itself.
+_READS: Final = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
+
+
+def _writes(*, destructive: bool, idempotent: bool) -> ToolAnnotations:
+    return ToolAnnotations(
+        read_only_hint=False, destructive_hint=destructive, idempotent_hint=idempotent
+    )
+
+
+#: What each tool does to memory, as its MCP annotations say to clients deciding whether to
+#: ask before a call. Read only: changes nothing (mem_search and mem_context record the
+#: decision they inform, for mem_outcome to credit: a write). Destructive: retracts a memory
+#: for good (a tombstone; mem_update retracts the old version). Idempotent: the same call
+#: again changes nothing more (a repeated outcome, pulse or tombstone is the entry already
+#: queued; a save of stored content raises its confidence again, and a recall records a
+#: decision again).
+EFFECTS: Final[Mapping[str, ToolAnnotations]] = {
+    "mem_save": _writes(destructive=False, idempotent=False),
+    "mem_search": _writes(destructive=False, idempotent=False),
+    "mem_context": _writes(destructive=False, idempotent=False),
+    "mem_get_observation": _READS,
+    "mem_stats": _READS,
+    "mem_outcome": _writes(destructive=False, idempotent=True),
+    "mem_forgotten": _READS,
+    "mem_update": _writes(destructive=True, idempotent=False),
+    "mem_delete": _writes(destructive=True, idempotent=True),
+    "mem_session_summary": _writes(destructive=False, idempotent=False),
+    "mem_explain": _READS,
+    "mem_pin": _writes(destructive=False, idempotent=True),
+    "mem_unpin": _writes(destructive=False, idempotent=True),
+    "mem_reinforce": _writes(destructive=False, idempotent=True),
+    "mem_penalize": _writes(destructive=False, idempotent=True),
+    "mem_timeline": _READS,
+    "mem_revive": _writes(destructive=False, idempotent=True),
+}
+
+
 def _reporting(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """The daemon's refusals become tool errors carrying its reason."""
 
@@ -477,6 +530,28 @@ def _reporting(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[A
             raise ToolError(exc.reason) from None
 
     return reported
+
+
+class _RefusingTool(Tool):
+    """A tool whose refusals carry the reason alone, as an HTTP refusal's `detail` does:
+    the SDK's would prefix its own words, and say a validation failure as pydantic does,
+    pointing elsewhere to read more."""
+
+    async def run(
+        self, arguments: dict[str, Any], context: Any, convert_result: bool = False
+    ) -> Any:
+        try:
+            return await super().run(arguments, context, convert_result=convert_result)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                # `from cause`: the SDK logs which arguments were refused from it.
+                raise ToolError(refusals.text_of(cause)) from cause
+            if isinstance(cause, ToolError):  # raised by the tool: the daemon's reason
+                raise ToolError(str(cause)) from cause
+            raise
 
 
 def _strict(tool: Tool) -> Tool:
@@ -502,14 +577,20 @@ def _strict(tool: Tool) -> Tool:
 
 def build_server(transport: Transport) -> MCPServer[Any]:
     tools = MemoryTools(transport)
-    served = []
+    served: list[Tool] = []
     for name in TOOLS:
         method = getattr(tools, name)
         description = inspect.cleandoc(method.__doc__)
-        served.append(
-            _strict(Tool.from_function(_reporting(method), name, description=description))
+        tool = _RefusingTool.from_function(
+            _reporting(method), name, description=description, annotations=EFFECTS[name]
         )
-    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, tools=served)
+        served.append(_strict(tool))
+    return MCPServer(
+        SERVER_NAME,
+        version=importlib.metadata.version(SERVER_NAME),
+        instructions=INSTRUCTIONS,
+        tools=served,
+    )
 
 
 class StreamableHttp:

@@ -3,7 +3,7 @@
 The HTTP routes, and any other transport, validate with these and answer with
 them; field descriptions become the OpenAPI description.
 
-One module of about 600 lines: the API's whole schema, which the routes, the clients and
+One module of about 700 lines: the API's whole schema, which the routes, the clients and
 the MCP tools all import; split by route, one model would be looked for in three places.
 """
 
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticKnownError
 
 from dreamcycle.daemon import defaults
+from dreamcycle.daemon.api.refusals import NOT_BLANK
 from dreamcycle.pulses.constants import (
     K_MAX,
     MAX_HOPS_MAX,
@@ -25,6 +27,27 @@ from dreamcycle.pulses.constants import (
 from dreamcycle.pulses.context import MIN_BUDGET
 from dreamcycle.pulses.pulse import PulseKind, validate_parameters
 from dreamcycle.store.database import CHUNK_KINDS, DELETION_POLICIES
+
+
+def _refuse_boolean(kind: Literal["int_type", "float_type"]) -> BeforeValidator:
+    """A number's validator that refuses true and false, which pydantic would read as 1 and
+    0: JSON tells a boolean from a number, and so does the schema."""
+
+    def refused(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise PydanticKnownError(kind)
+        return value
+
+    return BeforeValidator(refused)
+
+
+#: A request's numbers: a JSON boolean is refused where one is expected (the schema's
+#: "number" and "integer" do not take one either).
+Number = Annotated[float, _refuse_boolean("float_type")]
+Integer = Annotated[int, _refuse_boolean("int_type")]
+#: A number in a long list (a recall's vector): strict, which refuses booleans (and text)
+#: as Number does, checked without a call back into Python per item.
+ListedNumber = Annotated[float, Field(strict=True)]
 
 ChunkHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="blake3 content hash")]
 HashOrPrefix = Annotated[
@@ -55,7 +78,10 @@ assert DeletionPolicy.__args__ == DELETION_POLICIES  # type: ignore[attr-defined
 class Strict(BaseModel):
     """Unknown fields are refused: a misspelt filter must not silently match everything.
     So are non-finite numbers (JSON has none, but parsers read Infinity, NaN and 1e400):
-    no bound holds against them, and an answer quoting one would not be JSON."""
+    no bound holds against them, and an answer quoting one would not be JSON. Numbers are
+    `Number` and `Integer`, which refuse booleans; text that must say something has the
+    pattern NOT_BLANK, so that empty and white space only are refused alike, as the schema
+    says."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -69,13 +95,13 @@ class RecallFilters(Strict):
     session_id: str | None = None
     kind: Kind | None = None
     topic_key_prefix: str | None = Field(default=None, min_length=1, max_length=1000)
-    created_after_ms: int | None = Field(
+    created_after_ms: Integer | None = Field(
         default=None,
         ge=0,
         le=MAX_TIME_MS,
         description="only chunks stored at or after (ms since the epoch)",
     )
-    created_before_ms: int | None = Field(
+    created_before_ms: Integer | None = Field(
         default=None,
         ge=0,
         le=MAX_TIME_MS,
@@ -99,20 +125,24 @@ class RecallFilters(Strict):
 
 class RecallRequest(Strict):
     query: str | None = Field(
-        default=None, min_length=1, max_length=MAX_TEXT_CHARS, description="text to recall by"
+        default=None,
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        pattern=NOT_BLANK,
+        description="text to recall by",
     )
-    vector: list[float] | None = Field(
+    vector: list[ListedNumber] | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_VECTOR_LENGTH,
         description="an embedding to recall by instead of text (normalised here)",
     )
-    top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K)
+    top_k: Integer | None = Field(default=None, ge=1, le=MAX_TOP_K)
     filters: RecallFilters = Field(default_factory=RecallFilters)
-    min_relevance: float = Field(
+    min_relevance: Number = Field(
         default=0.0, ge=0.0, description="drop results whose fused relevance is below this"
     )
-    min_confidence: float = Field(
+    min_confidence: Number = Field(
         default=0.0,
         ge=0.0,
         le=1.0,
@@ -127,6 +157,7 @@ class RecallRequest(Strict):
         default=None,
         min_length=1,
         max_length=MAX_TEXT_CHARS,
+        pattern=NOT_BLANK,
         description="the decision these results inform (default: the query)",
     )
 
@@ -134,10 +165,6 @@ class RecallRequest(Strict):
     def _one_way_to_recall(self) -> RecallRequest:
         if (self.query is None) == (self.vector is None):
             raise ValueError("give exactly one of query and vector")
-        if self.query is not None and not self.query.strip():
-            raise ValueError("query is blank")
-        if self.decision is not None and not self.decision.strip():
-            raise ValueError("decision is blank: leave it out to use the query")
         return self
 
 
@@ -177,7 +204,7 @@ class RecallResponse(BaseModel):
 
 
 class SaveRequest(Strict):
-    content: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    content: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, pattern=NOT_BLANK)
     title: str = Field(default="", max_length=1000)
     type: str = Field(default="manual", min_length=1, max_length=100)
     kind: Kind = "note"
@@ -186,16 +213,16 @@ class SaveRequest(Strict):
     topic_key: str | None = Field(default=None, max_length=1000)
     session_id: str | None = Field(default=None, max_length=1000)
     tool_name: str | None = Field(default=None, max_length=1000)
-    pin_floor: float = Field(default=0.0, ge=0.0, le=1.0)
-    importance: int = Field(default=5, ge=0, le=10)
+    pin_floor: Number = Field(default=0.0, ge=0.0, le=1.0)
+    importance: Integer = Field(default=5, ge=0, le=10)
     deletion_policy: DeletionPolicy = "auto_prune"
-    confidence: float | None = Field(
+    confidence: Number | None = Field(
         default=None,
         ge=0.0,
         le=1.0,
         description="how sure it is (0-1); default by type and kind, e.g. 0.9 for manual",
     )
-    stability: float | None = Field(
+    stability: Number | None = Field(
         default=None,
         ge=0.0,
         le=1.0,
@@ -215,21 +242,27 @@ class SaveResponse(BaseModel):
 
 class OutcomeRequest(Strict):
     decision_hash: ChunkHash
-    reward: float = Field(ge=-1.0, le=1.0)
-    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
+    reward: Number = Field(ge=-1.0, le=1.0)
+    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS, pattern=NOT_BLANK)
     cited: list[HashOrPrefix] = Field(default_factory=list, max_length=MAX_CITED)
 
 
 class PulseRequest(Strict):
-    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, pattern=NOT_BLANK)
     kind: Literal["reward", "decay"] = "reward"
-    strength: float = Field(default=defaults.PULSE_STRENGTH, gt=0.0, le=STRENGTH_MAX)
-    sigma: float = Field(default=defaults.PULSE_SIGMA, gt=0.0, le=SIGMA_MAX)
-    k: int = Field(default=defaults.PULSE_K, ge=1, le=K_MAX)
-    max_hops: int = Field(default=defaults.PULSE_MAX_HOPS, ge=0, le=MAX_HOPS_MAX)
-    decay_per_hop: float = Field(default=defaults.PULSE_DECAY_PER_HOP, ge=0.0, le=1.0)
-    ttl_s: float = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=TTL_MAX_S)
-    reason: str = Field(default="", max_length=REASON_MAX_CHARS)
+    strength: Number = Field(default=defaults.PULSE_STRENGTH, gt=0.0, le=STRENGTH_MAX)
+    sigma: Number = Field(default=defaults.PULSE_SIGMA, gt=0.0, le=SIGMA_MAX)
+    k: Integer = Field(default=defaults.PULSE_K, ge=1, le=K_MAX)
+    max_hops: Integer = Field(default=defaults.PULSE_MAX_HOPS, ge=0, le=MAX_HOPS_MAX)
+    decay_per_hop: Number = Field(default=defaults.PULSE_DECAY_PER_HOP, ge=0.0, le=1.0)
+    ttl_s: Number = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=TTL_MAX_S)
+    reason: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=REASON_MAX_CHARS,
+        pattern=NOT_BLANK,
+        description="why, for the audit trail: left out, the pulse has none",
+    )
     nonce: str = Field(default="", max_length=200, description="makes a deliberate repeat")
 
     @model_validator(mode="after")
@@ -244,15 +277,15 @@ class PulseRequest(Strict):
             k=self.k,
             decay_per_hop=self.decay_per_hop,
             ttl_s=self.ttl_s,
-            reason=self.reason,
+            reason=self.reason or "",
         )
         return self
 
 
 class TombstoneRequest(Strict):
     content_hash: ChunkHash
-    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS)
-    ttl_s: float = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=TTL_MAX_S)
+    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS, pattern=NOT_BLANK)
+    ttl_s: Number = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=TTL_MAX_S)
 
 
 class Queued(BaseModel):
@@ -298,8 +331,8 @@ class Memory(BaseModel):
 
 
 class ForgottenRequest(Strict):
-    limit: int = Field(default=FORGOTTEN_PAGE, ge=1, le=MAX_FORGOTTEN_PAGE)
-    offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
+    limit: Integer = Field(default=FORGOTTEN_PAGE, ge=1, le=MAX_FORGOTTEN_PAGE)
+    offset: Integer = Field(default=0, ge=0, le=MAX_OFFSET)
 
 
 class ColdMemory(BaseModel):
@@ -318,7 +351,7 @@ class ForgottenResponse(BaseModel):
 class SupersedeRequest(Strict):
     old_hash: ChunkHash
     memory: SaveRequest = Field(description="the chunk that replaces it")
-    reason: str = Field(min_length=1, max_length=1000)
+    reason: str = Field(min_length=1, max_length=1000, pattern=NOT_BLANK)
 
 
 class SupersedeResponse(BaseModel):
@@ -334,12 +367,15 @@ class SupersedeResponse(BaseModel):
 
 class ContextRequest(Strict):
     task: str = Field(
-        min_length=1, max_length=MAX_TEXT_CHARS, description="the task at hand, in plain words"
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
+        pattern=NOT_BLANK,
+        description="the task at hand, in plain words",
     )
     filters: RecallFilters = Field(
         default_factory=RecallFilters, description="applied to every tier"
     )
-    budget_tokens: int = Field(
+    budget_tokens: Integer = Field(
         default=defaults.CONTEXT_BUDGET_TOKENS,
         ge=MIN_BUDGET,
         le=defaults.CONTEXT_MAX_BUDGET_TOKENS,
@@ -355,14 +391,9 @@ class ContextRequest(Strict):
         default=None,
         min_length=1,
         max_length=MAX_TEXT_CHARS,
+        pattern=NOT_BLANK,
         description="the decision the bundle informs (default: the task)",
     )
-
-    @model_validator(mode="after")
-    def _task_not_blank(self) -> ContextRequest:
-        if not self.task.strip():
-            raise ValueError("task is blank")
-        return self
 
 
 class ContextMemory(BaseModel):
@@ -501,7 +532,7 @@ class ExplainResponse(BaseModel):
 
 
 class PinBody(Strict):
-    pin_floor: float = Field(
+    pin_floor: Number = Field(
         default=defaults.PIN_FLOOR,
         gt=0.0,
         le=1.0,
@@ -522,16 +553,13 @@ class PinRequest(PinBody, RefRequest):
 
 class FeedbackBody(Strict):
     reason: str = Field(
-        min_length=1, max_length=REASON_MAX_CHARS, description="why: kept with the pulse"
+        min_length=1,
+        max_length=REASON_MAX_CHARS,
+        pattern=NOT_BLANK,
+        description="why: kept with the pulse",
     )
-    strength: float = Field(default=defaults.FEEDBACK_STRENGTH, gt=0.0, le=STRENGTH_MAX)
+    strength: Number = Field(default=defaults.FEEDBACK_STRENGTH, gt=0.0, le=STRENGTH_MAX)
     nonce: str = Field(default="", max_length=200, description="makes a deliberate repeat")
-
-    @model_validator(mode="after")
-    def _reason_not_blank(self) -> FeedbackBody:
-        if not self.reason.strip():
-            raise ValueError("reason is blank")
-        return self
 
 
 class FeedbackRequest(FeedbackBody, RefRequest):
@@ -554,15 +582,17 @@ class Revival(BaseModel):
 
 
 class UpdateBody(Strict):
-    content: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT_CHARS)
+    content: str | None = Field(
+        default=None, min_length=1, max_length=MAX_TEXT_CHARS, pattern=NOT_BLANK
+    )
     title: str | None = Field(default=None, max_length=1000)
     type: str | None = Field(default=None, min_length=1, max_length=100)
     kind: Kind | None = None
     project: str | None = Field(default=None, max_length=1000)
     scope: str | None = Field(default=None, min_length=1, max_length=100)
     topic_key: str | None = Field(default=None, max_length=1000)
-    importance: int | None = Field(default=None, ge=0, le=10)
-    reason: str = Field(default="updated", min_length=1, max_length=1000)
+    importance: Integer | None = Field(default=None, ge=0, le=10)
+    reason: str = Field(default="updated", min_length=1, max_length=1000, pattern=NOT_BLANK)
 
 
 class UpdateRequest(UpdateBody, RefRequest):
@@ -586,15 +616,15 @@ class UpdateResponse(BaseModel):
 class TimelineRequest(RecallFilters):
     """The recall filters, and where in time to look."""
 
-    around_ms: int | None = Field(
+    around_ms: Integer | None = Field(
         default=None,
         ge=0,
         le=MAX_TIME_MS,
         description="only memories stored within span_s of this time",
     )
-    span_s: float = Field(default=defaults.TIMELINE_SPAN_S, gt=0.0, le=10 * 365 * 86_400.0)
-    limit: int = Field(default=defaults.TIMELINE_PAGE, ge=1, le=defaults.TIMELINE_MAX_PAGE)
-    offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
+    span_s: Number = Field(default=defaults.TIMELINE_SPAN_S, gt=0.0, le=10 * 365 * 86_400.0)
+    limit: Integer = Field(default=defaults.TIMELINE_PAGE, ge=1, le=defaults.TIMELINE_MAX_PAGE)
+    offset: Integer = Field(default=0, ge=0, le=MAX_OFFSET)
 
     def filters(self) -> RecallFilters:
         return RecallFilters(**self.model_dump(include=set(RecallFilters.model_fields)))
@@ -624,35 +654,58 @@ class TimelineResponse(BaseModel):
 # ---- status -----------------------------------------------------------------------------------
 
 
+class SalienceBin(BaseModel):
+    """Live memories whose salience is in [from, to) (the last bin holds 1 too)."""
+
+    model_config = ConfigDict(validate_by_name=True, serialize_by_alias=True)
+
+    from_: float = Field(alias="from")
+    to: float
+    chunks: int
+
+
 class StatusResponse(BaseModel):
     peer: str
     counts: dict[str, int]
-    salience_histogram: list[dict[str, float]]
+    salience_histogram: list[SalienceBin] = Field(
+        description="the memories `counts.live` counts, by salience"
+    )
     tombstones_by_reason: dict[str, int]
     index_live: int
     index_capacity: int
     last_cycle: dict[str, Any] | None
 
 
-class Problem(BaseModel):
-    """The body of every error answer but a refused request's validation."""
+class FieldError(BaseModel):
+    """One field of a request that does not validate, and the rule it breaks."""
 
-    detail: str
-
-
-class ValidationIssue(BaseModel):
-    """One reason a request failed validation."""
-
-    loc: list[str | int] = Field(description='where: "body", "query" or "path", then the field')
-    msg: str
-    type: str
+    loc: list[str | int] = Field(
+        description='where: "body", "query" or "path" over HTTP, then the field'
+    )
+    msg: str = Field(description="the rule it breaks, in words")
+    type: str = Field(description="the rule's name, e.g. less_than_equal, missing")
     input: Any = Field(
         default=None, description="what was given (a number JSON cannot hold, as a string)"
     )
-    ctx: dict[str, Any] | None = None
+    ctx: dict[str, Any] | None = Field(
+        default=None, description="the rule's terms, e.g. its bound or pattern"
+    )
 
 
-class ValidationProblem(BaseModel):
-    """The body of a 422 for a request that does not validate: one reason per field."""
+class Problem(BaseModel):
+    """The body of every error answer: a problem detail (RFC 9457,
+    application/problem+json)."""
 
-    detail: list[ValidationIssue]
+    type: str = Field(
+        default="about:blank",
+        description="about:blank: the status says what kind of problem it is",
+    )
+    title: str = Field(description="the status's name, e.g. Not Found")
+    status: int
+    detail: str = Field(
+        description="why, in words; for a request that does not validate, each field "
+        "named with the rule it breaks"
+    )
+    errors: list[FieldError] | None = Field(
+        default=None, description="for a request that does not validate: each field's reason"
+    )

@@ -451,7 +451,7 @@ class Operations:
             max_hops=request.max_hops,
             decay_per_hop=request.decay_per_hop,
             ttl_s=request.ttl_s,
-            reason=request.reason,
+            reason=request.reason or "",
             nonce=request.nonce,
         )
         # Embedded before the write lock is taken: while a request waits for or holds it,

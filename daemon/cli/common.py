@@ -258,6 +258,17 @@ def _storage_refusal(exc: Exception) -> str | None:
     return refusal
 
 
+def _said(exc: BaseException) -> str:
+    """An exception's reason for the error line: a request's validation failure names each
+    field with the rule it breaks (its own message would point elsewhere to read more)."""
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
+        from dreamcycle.daemon.api.refusals import text_of
+
+        return text_of(exc)
+    return str(exc)
+
+
 def run_guarded(action: Callable[[], int]) -> int:
     """Run a command, turning known failures into one clear line and an exit code."""
     try:
@@ -274,13 +285,13 @@ def run_guarded(action: Callable[[], int]) -> int:
             print(f"error: {locked_or_unwritable}", file=sys.stderr)
             return EXIT_UNAVAILABLE
         if isinstance(exc, _loaded(CANNOT_RUN_HERE)):
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {_said(exc)}", file=sys.stderr)
             return EXIT_UNAVAILABLE
         if isinstance(exc, _loaded(BAD_INPUT)):
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {_said(exc)}", file=sys.stderr)
             return EXIT_USAGE
         log.exception("unexpected failure")
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {_said(exc)}", file=sys.stderr)
         return EXIT_FAILURE
 
 

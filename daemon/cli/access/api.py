@@ -118,8 +118,6 @@ class ApiAccess:
     def status(self) -> dict[str, Any]:
         def send(_: None) -> dict[str, Any]:
             report = self._client.status().model_dump()
-            for bucket in report["salience_histogram"]:
-                bucket["chunks"] = int(bucket["chunks"])
             return {k: v for k, v in report.items() if k not in DAEMON_ONLY_STATUS}
 
         return self._served(lambda: None, send, self._direct.status)
