@@ -441,6 +441,8 @@ class ApiConfig:
     token: str = ""
     token_file: str = ""
     workers: int = defaults.API_WORKERS
+    #: A line per request on the dreamcycle.api.access logger.
+    access_log: bool = defaults.API_ACCESS_LOG
 
     def check(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -448,10 +450,14 @@ class ApiConfig:
         _positive("api.workers", self.workers)
         if self.token and self.token_file:
             raise ConfigError("api.token and api.token_file are both set; set one")
-        if self.enabled and self.port == 0 and not self.unix_socket:
+        if self.enabled and not self.listens():
             raise ConfigError("api.port is 0 and api.unix_socket is empty: nothing to listen on")
         if self.token_file:
             self.bearer_token()
+
+    def listens(self) -> bool:
+        """Whether an address is left to serve on: a TCP port or a socket path."""
+        return bool(self.port or self.unix_socket)
 
     def bearer_token(self) -> str:
         """The token TCP requests must carry ("" when none is required)."""
@@ -618,6 +624,10 @@ def load_config(
             _set_dotted(config, dotted, value, source="command line", sources=sources)
     if not config.peer.id:
         config.peer.id = default_peer_id()
+    if "api.enabled" not in sources and not config.api.listens():
+        # On by default; off where neither a port nor a socket is left to serve on. Asked
+        # for in so many words, it is refused below instead.
+        config.api.enabled = False
     try:
         config.check()
     except ConfigError as exc:

@@ -76,8 +76,8 @@ EMBED_BATCH_SIZE: Final = embedder.DEFAULT_BATCH_SIZE
 EMBEDDING_THREADS: Final = 0
 #: Threads of the API's own embedder, which embeds one short query at a time: a second
 #: thread barely shortens it, and onnxruntime's threads spin while they wait, taking the
-#: core that the query's full-text search and other requests need (docs/benchmarks.md,
-#: recall figures of 2026-11-25).
+#: core that the query's full-text search and other requests need (scripts/bench_recall.py
+#: measures recall by text).
 API_EMBEDDING_THREADS: Final = 1
 #: Chunks embedded per cycle at most (the rest wait for the next cycle).
 MAX_EMBED_PER_CYCLE: Final = 4_096
@@ -307,25 +307,29 @@ CLOCK_SOURCES: Final = ("system", "file")
 #: caught up within 168 cycles.
 CLOCK_MAX_STEP_S: Final = 3_600.0
 
-#: The local HTTP API (off unless enabled): loopback TCP, and a Unix socket in the data
-#: directory whose file mode (0600) is its access control.
-API_ENABLED: Final = False
+#: The local HTTP API, served by `dreamcycle run` unless turned off: a Unix socket in the
+#: data directory, whose file mode (0600) is its access control, and loopback TCP when a
+#: port is set.
+API_ENABLED: Final = True
 API_HOST: Final = "127.0.0.1"
-#: 0: no TCP listener, the Unix socket only.
-API_PORT: Final = 9465
+#: 0: no TCP listener, the Unix socket only. TCP is asked for with a port (e.g. 9465),
+#: best with a token: any local user can reach a loopback port.
+API_PORT: Final = 0
 API_UNIX_SOCKET: Final = "api.sock"
 #: Requests answered side by side at most (each in its own worker thread, never
 #: waiting for a dream cycle's phase).
 API_WORKERS: Final = 8
+#: The server's access log (a line per request, on the dreamcycle.api.access logger).
+API_ACCESS_LOG: Final = False
 #: Mode of the Unix socket file: only the daemon's user may connect.
 API_SOCKET_MODE: Final = 0o600
 #: Largest request body accepted, in bytes (a memory is text, not a file upload).
 API_MAX_BODY_BYTES: Final = 1 << 20
 #: How long a thread holding the GIL runs before one waiting for it may take it. A request
 #: waits up to this long at each hand-over while a cycle computes in pure Python beside it
-#: (Python's default is 5 ms). Chosen by scripts/bench_recall.py at 20k chunks, in process
-#: with cycles running (docs/benchmarks.md): recall by vector p99 5.0 / 5.0 ms at 0.2 ms
-#: against 7.5 / 9.0 ms at 1 ms, two runs each.
+#: (Python's default is 5 ms). Chosen with scripts/bench_recall.py (`--switch-interval`),
+#: in process with cycles running, which compared it with 1 ms: recall by vector's p99 was
+#: shorter at this value in every run.
 THREAD_SWITCH_INTERVAL_S: Final = 0.0002
 #: How long a client (daemon/client.py, `dreamcycle mcp`) waits for the daemon's answer.
 CLIENT_TIMEOUT_S: Final = 30.0

@@ -1,4 +1,10 @@
-"""Structured logs: one JSON object per line on stderr (journald keeps them), or plain text."""
+"""Structured logs: one JSON object per line on stderr (journald keeps them), or plain text.
+
+Nothing is logged per request at the default level (info): the libraries that log each
+request they serve or send (the MCP SDK ends each streamable-HTTP call with a line, httpx
+logs each request `dreamcycle mcp` sends the daemon) are heard from at debug level, or
+when they warn. The server's access log is `api.access_log` (daemon/api/http.py).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ from typing import Any, Final
 
 #: Attributes every LogRecord has; anything else came from `extra=` and is logged as a field.
 _STANDARD: Final = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+#: Loggers of libraries that log at info level per request served or sent.
+PER_REQUEST_LOGGERS: Final = ("mcp", "httpx", "httpcore")
 
 
 class JsonFormatter(logging.Formatter):
@@ -41,3 +49,7 @@ def configure_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # At debug level they say everything, as every logger does; otherwise only warnings.
+    chatty = logging.NOTSET if root.level <= logging.DEBUG else logging.WARNING
+    for name in PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(chatty)

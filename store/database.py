@@ -9,6 +9,7 @@ callers import from here are re-exported below.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -17,6 +18,7 @@ from typing import Any, Final
 
 import apsw
 import apsw.bestpractice
+import apsw.ext
 
 from dreamcycle.store.attributions import AttributionQueries
 from dreamcycle.store.attributions import AttributionRecord as AttributionRecord
@@ -93,6 +95,24 @@ def connection_busy_timeout_first(connection: apsw.Connection) -> None:
     connection.set_busy_timeout(BUSY_TIMEOUT_MS)
 
 
+def library_logging() -> None:
+    """SQLite's log on the `dreamcycle.sqlite` logger at bestpractice's levels, but for
+    SQLITE_SCHEMA: a statement prepared before the schema changed (the migrations' tables)
+    is prepared again by SQLite itself, an expected retry logged at debug level only."""
+    levels = {apsw.SQLITE_SCHEMA: logging.DEBUG, apsw.SQLITE_WARNING: logging.WARNING}
+    levels[apsw.SQLITE_NOTICE] = logging.WARNING
+
+    def forward(code: int, message: str) -> None:
+        name = apsw.ext.result_string(code)
+        extra = {"sqlite_code": code, "sqlite_code_name": name, "sqlite_message": message}
+        level = levels.get(code & 0xFF, logging.ERROR)
+        logging.getLogger("dreamcycle.sqlite").log(
+            level, "SQLITE_LOG: %s (%d) %s", message, code, name, extra=extra
+        )
+
+    apsw.config(apsw.SQLITE_CONFIG_LOG, forward)
+
+
 # bestpractice's `PRAGMA optimize` at open needs the write lock whenever statistics are
 # stale: under another process's transaction every command failed after 100 ms. It runs
 # when a connection closes instead (Database.close), and never waits long there.
@@ -101,6 +121,7 @@ def connection_busy_timeout_first(connection: apsw.Connection) -> None:
 apsw.bestpractice.apply(
     (
         connection_busy_timeout_first,
+        library_logging,
         *(
             setup
             for setup in apsw.bestpractice.recommended
@@ -109,6 +130,7 @@ apsw.bestpractice.apply(
                 apsw.bestpractice.connection_busy_timeout,
                 apsw.bestpractice.connection_optimize,
                 apsw.bestpractice.connection_wal,
+                apsw.bestpractice.library_logging,
             )
         ),
     )

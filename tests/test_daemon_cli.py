@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from dreamcycle.daemon.cli.main import build_parser as dreamcycle_parser
@@ -27,6 +28,7 @@ from tests.daemon_helpers import (
     Peer,
     documentation_chunks,
     emitted_id,
+    wait_until,
     write_jsonl,
 )
 
@@ -503,3 +505,28 @@ def test_second_daemon_on_the_same_data_dir_is_refused(peer: Peer) -> None:
         peer.pulse_emit("pulse", *PULSE)
         assert first.terminate() == 0
     assert "daemon stopped" in first.log()
+
+
+@pytest.mark.slow
+def test_run_serves_the_api_on_its_socket_by_default(peer: Peer) -> None:
+    """No setting asks for it: the daemon answers on the Unix socket in its data directory,
+    and listens on no TCP port; the commands then reach memory through it."""
+    socket_path = peer.data_dir / "api.sock"
+    with peer.start("--interval", "30") as daemon:
+        daemon.wait_ready()
+        transport = httpx.HTTPTransport(uds=str(socket_path))
+        with httpx.Client(transport=transport, base_url="http://localhost", timeout=30) as api:
+            wait_until(
+                lambda: api.get("/readyz").status_code == 200,
+                what="the API to be ready",
+                context=daemon.log_tail,
+            )
+            counts = api.get("/v1/status").json()["counts"]
+        assert counts["live"] == CHUNK_COUNT
+        # One address: the socket (no TCP port).
+        [listening] = [line for line in daemon.log().splitlines() if "api listening" in line]
+        assert listening.endswith(f"addresses=['http://unix:{socket_path}']"), listening
+        traced = peer.dreamcycle("status", "--json", "--log-level", "debug")
+        assert "memory through the daemon's API" in traced.stderr
+        assert json.loads(traced.stdout)["counts"]["live"] == CHUNK_COUNT
+        assert daemon.terminate() == 0

@@ -454,3 +454,23 @@ def test_the_cli_refuses_a_bad_setting_with_exit_2_naming_it_and_writes_nothing(
     assert result.stderr.startswith("error: ") and key in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_the_api_is_served_on_its_socket_by_default_and_tcp_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    from dreamcycle.daemon.api.http import binds
+
+    served = load_config(None, environ={}, overrides={"peer.data_dir": str(tmp_path)})
+    assert served.api.enabled and served.api.port == 0 and not served.api.access_log
+    assert binds(served) == [f"unix:{tmp_path / defaults.API_UNIX_SOCKET}"]
+    tcp = load_config(None, environ={"DREAMCYCLE_API_PORT": "9465"})
+    assert f"{defaults.API_HOST}:9465" in binds(tcp)
+    off = load_config(None, environ={"DREAMCYCLE_API_ENABLED": "false"})
+    assert not off.api.enabled
+    # With no address left to serve on, the API served by default is off...
+    nowhere = write_toml(tmp_path, '[api]\nunix_socket = ""\nport = 0\n')
+    assert not load_config(nowhere, environ={}).api.enabled
+    # ...and asked for in so many words, refused.
+    with pytest.raises(ConfigError, match="nothing to listen on"):
+        load_config(nowhere, environ={"DREAMCYCLE_API_ENABLED": "true"})

@@ -23,8 +23,9 @@ def register(verbs: Any) -> None:
         description="Speak the Model Context Protocol on stdin/stdout: mem_save, mem_search, "
         "mem_context, mem_get_observation, mem_stats, mem_outcome, mem_forgotten, mem_update, "
         "mem_delete and mem_session_summary, each served by the running daemon's API (start "
-        "`dreamcycle run` with [api] enabled = true first). This process never opens the "
-        "database. The daemon also serves the same tools as streamable HTTP at /mcp.",
+        "`dreamcycle run` first: it serves the API unless [api] enabled = false). This "
+        "process never opens the database. The daemon also serves the same tools as "
+        "streamable HTTP at /mcp.",
         epilog="Exit codes: 0 the agent closed stdin, 3 no daemon answers.",
     )
     parser.add_argument(
