@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Self, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Final, Literal, Self, TypedDict, TypeVar, Unpack
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     import httpx
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models, refusals
+from dreamcycle.daemon.api import contract, models, refusals
 from dreamcycle.daemon.config import Config, load_config
 
 Req = TypeVar("Req", bound=BaseModel | None)
@@ -58,75 +58,19 @@ Model = TypeVar("Model", bound=BaseModel)
 UNIX_HOST: Final = "localhost"
 
 
-@dataclass(frozen=True)
-class Route(Generic[Req, Resp]):
-    """One operation: the `Operations` method serving it and where HTTP reaches it."""
-
-    operation: str
-    method: Literal["GET", "POST"]
-    #: "{field}" parts are taken from the request; a GET's other fields are its query.
-    path: str
-    response: type[Resp]
-
-
-RECALL: Final = Route[models.RecallRequest, models.RecallResponse](
-    "recall", "POST", "/v1/recall", models.RecallResponse
-)
-SAVE: Final = Route[models.SaveRequest, models.SaveResponse](
-    "save", "POST", "/v1/memories", models.SaveResponse
-)
-OUTCOME: Final = Route[models.OutcomeRequest, models.Queued](
-    "outcome", "POST", "/v1/outcomes", models.Queued
-)
-PULSE: Final = Route[models.PulseRequest, models.Queued](
-    "pulse", "POST", "/v1/pulses", models.Queued
-)
-TOMBSTONE: Final = Route[models.TombstoneRequest, models.Queued](
-    "tombstone", "POST", "/v1/tombstones", models.Queued
-)
-STATUS: Final = Route[None, models.StatusResponse](
-    "status", "GET", "/v1/status", models.StatusResponse
-)
-MEMORY: Final = Route[models.MemoryRequest, models.Memory](
-    "memory", "GET", "/v1/memories/{ref}", models.Memory
-)
-FORGOTTEN: Final = Route[models.ForgottenRequest, models.ForgottenResponse](
-    "forgotten", "GET", "/v1/forgotten", models.ForgottenResponse
-)
-SUPERSEDE: Final = Route[models.SupersedeRequest, models.SupersedeResponse](
-    "supersede", "POST", "/v1/supersessions", models.SupersedeResponse
-)
-CONTEXT: Final = Route[models.ContextRequest, models.ContextResponse](
-    "context", "POST", "/v1/context", models.ContextResponse
-)
-EXPLAIN: Final = Route[models.RefRequest, models.ExplainResponse](
-    "explain", "GET", "/v1/memories/{ref}/explain", models.ExplainResponse
-)
-PIN: Final = Route[models.PinRequest, models.ChunkQueued](
-    "pin", "POST", "/v1/memories/{ref}/pin", models.ChunkQueued
-)
-UNPIN: Final = Route[models.RefRequest, models.ChunkQueued](
-    "unpin", "POST", "/v1/memories/{ref}/unpin", models.ChunkQueued
-)
-REINFORCE: Final = Route[models.FeedbackRequest, models.ChunkQueued](
-    "reinforce", "POST", "/v1/memories/{ref}/reinforce", models.ChunkQueued
-)
-PENALIZE: Final = Route[models.FeedbackRequest, models.ChunkQueued](
-    "penalize", "POST", "/v1/memories/{ref}/penalize", models.ChunkQueued
-)
-REVIVE: Final = Route[models.RefRequest, models.Revival](
-    "revive", "POST", "/v1/memories/{ref}/revive", models.Revival
-)
-UPDATE: Final = Route[models.UpdateRequest, models.UpdateResponse](
-    "update", "POST", "/v1/memories/{ref}/update", models.UpdateResponse
-)
-TIMELINE: Final = Route[models.TimelineRequest, models.TimelineResponse](
-    "timeline", "GET", "/v1/timeline", models.TimelineResponse
-)
-ROUTES: Final[tuple[Route[Any, Any], ...]] = (
-    RECALL, SAVE, OUTCOME, PULSE, TOMBSTONE, STATUS, MEMORY, FORGOTTEN, SUPERSEDE,
-    CONTEXT, EXPLAIN, PIN, UNPIN, REINFORCE, PENALIZE, REVIVE, UPDATE, TIMELINE,
+#: Every operation, as daemon/api/contract.py declares it: the clients know no other.
+Route = contract.Operation
+ROUTES: Final = contract.OPERATIONS
+RECALL, SAVE, OUTCOME, PULSE, TOMBSTONE = (
+    contract.RECALL, contract.SAVE, contract.OUTCOME, contract.PULSE, contract.TOMBSTONE
 )  # fmt: skip
+STATUS, MEMORY, FORGOTTEN, SUPERSEDE, CONTEXT = (
+    contract.STATUS, contract.MEMORY, contract.FORGOTTEN, contract.SUPERSEDE, contract.CONTEXT
+)  # fmt: skip
+EXPLAIN, PIN, UNPIN, REINFORCE, PENALIZE = (
+    contract.EXPLAIN, contract.PIN, contract.UNPIN, contract.REINFORCE, contract.PENALIZE
+)  # fmt: skip
+REVIVE, UPDATE, TIMELINE = contract.REVIVE, contract.UPDATE, contract.TIMELINE
 
 
 # ---- errors -------------------------------------------------------------------------------

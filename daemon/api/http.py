@@ -48,7 +48,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import contract, models
 from dreamcycle.daemon.api.errors import PROBLEM_JSON, Refusal, problem
 from dreamcycle.daemon.api.hot_path import Asgi, Receive, Scope, Send, hot_path, send_problem
 from dreamcycle.daemon.api.json_route import PydanticJsonRoute, json_answer
@@ -175,189 +175,94 @@ def create_app(
         except Exception as exc:
             return _problem(problem(exc))
 
-    def operation(
-        method: str, path: str, answer: type[BaseModel], summary: str, *errors: int
-    ) -> Callable[[Handler], Handler]:
-        """An operation's route; `answer` describes, in the OpenAPI document, what `run`
-        returns already serialized, and `errors` the refusals the route has besides the
-        guard's and a 503 while the index loads."""
+    def operation(spec: contract.Operation[Any, Any]) -> Callable[[Handler], Handler]:
+        """The route of operation `spec` (daemon/api/contract.py): its method, path, answer
+        (what `run` returns already serialized), summary, the rules its models cannot state,
+        and its refusals besides the guard's and a 503 while the index loads."""
         return app.api_route(
-            path,
-            methods=[method],
-            responses=_responses(*_GUARDED, 503, *errors),
-            response_model=answer,
-            summary=summary,
+            spec.path,
+            methods=[spec.method],
+            responses=_responses(
+                *_GUARDED, 503, *(_BODY if spec.takes_body else ()), *spec.refusals
+            ),
+            response_model=spec.response,
+            summary=spec.summary,
+            description=spec.rules or None,
         )
 
-    @operation(
-        "POST", "/v1/recall", models.RecallResponse, "chunks for a query or a vector", *_BODY
-    )
+    @operation(contract.RECALL)
     async def recall(request: models.RecallRequest) -> Response:
         return await run(lambda: ops.recall(request))
 
-    @operation(
-        "POST",
-        "/v1/memories",
-        models.SaveResponse,
-        "store a chunk; recall finds it when this returns",
-        *_BODY,
-        409,
-    )
+    @operation(contract.SAVE)
     async def save(request: models.SaveRequest) -> Response:
         return await run(lambda: ops.save(request))
 
-    @operation(
-        "POST",
-        "/v1/outcomes",
-        models.Queued,
-        "how a recalled decision turned out",
-        *_BODY,
-        404,
-        409,
-    )
+    @operation(contract.OUTCOME)
     async def outcome(request: models.OutcomeRequest) -> Response:
         return await run(lambda: ops.outcome(request))
 
-    @operation("POST", "/v1/pulses", models.Queued, "reward or decay memory near a text", *_BODY)
+    @operation(contract.PULSE)
     async def pulse(request: models.PulseRequest) -> Response:
         return await run(lambda: ops.pulse(request))
 
-    @operation("POST", "/v1/tombstones", models.Queued, "retract a chunk for good", *_BODY, 404)
+    @operation(contract.TOMBSTONE)
     async def tombstone(request: models.TombstoneRequest) -> Response:
         return await run(lambda: ops.tombstone(request))
 
-    @operation("GET", "/v1/status", models.StatusResponse, "counts, salience, last cycle, index")
+    @operation(contract.STATUS)
     async def status() -> Response:
         return await run(ops.status)
 
-    @operation(
-        "GET", "/v1/memories/{ref}", models.Memory, "one chunk, by hash or unique prefix", 404, 422
-    )
-    async def memory(
-        ref: Annotated[str, PathParameter(pattern=models.HASH_OR_UNIQUE_PREFIX)],
-    ) -> Response:
+    @operation(contract.MEMORY)
+    async def memory(ref: Ref) -> Response:
         return await run(lambda: ops.memory(models.MemoryRequest(ref=ref)))
 
-    @operation(
-        "GET",
-        "/v1/forgotten",
-        models.ForgottenResponse,
-        "what the sweep moved to the cold tier",
-        422,
-    )
-    async def forgotten(
-        request: Annotated[models.ForgottenRequest, Query()],
-    ) -> Response:
+    @operation(contract.FORGOTTEN)
+    async def forgotten(request: Annotated[models.ForgottenRequest, Query()]) -> Response:
         return await run(lambda: ops.forgotten(request))
 
-    @operation(
-        "POST",
-        "/v1/supersessions",
-        models.SupersedeResponse,
-        "save a chunk that replaces another (applied at the next cycle)",
-        *_BODY,
-        404,
-        409,
-    )
+    @operation(contract.SUPERSEDE)
     async def supersede(request: models.SupersedeRequest) -> Response:
         return await run(lambda: ops.supersede(request))
 
-    @operation(
-        "POST",
-        "/v1/context",
-        models.ContextResponse,
-        "pinned, previously successful and relevant memories for a task, in a budget",
-        *_BODY,
-    )
+    @operation(contract.CONTEXT)
     async def context(request: models.ContextRequest) -> Response:
         return await run(lambda: ops.context(request))
 
-    @operation(
-        "GET",
-        "/v1/memories/{ref}/explain",
-        models.ExplainResponse,
-        "a memory's salience history, decisions, outcomes and learned keys",
-        404,
-        422,
-    )
+    @operation(contract.EXPLAIN)
     async def explain(ref: Ref) -> Response:
         return await run(lambda: ops.explain(models.RefRequest(ref=ref)))
 
-    @operation(
-        "POST",
-        "/v1/memories/{ref}/pin",
-        models.ChunkQueued,
-        "set a pin floor (applied and shared at the next cycle)",
-        *_BODY,
-        404,
-        409,
-    )
+    @operation(contract.PIN)
     async def pin(ref: Ref, body: models.PinBody | None = None) -> Response:
         floor = {} if body is None else body.model_dump()
         return await run(lambda: ops.pin(models.PinRequest(ref=ref, **floor)))
 
-    @operation(
-        "POST", "/v1/memories/{ref}/unpin", models.ChunkQueued, "clear the pin floor", 404, 409, 422
-    )
+    @operation(contract.UNPIN)
     async def unpin(ref: Ref) -> Response:
         return await run(lambda: ops.unpin(models.RefRequest(ref=ref)))
 
-    @operation(
-        "POST",
-        "/v1/memories/{ref}/reinforce",
-        models.ChunkQueued,
-        "a Reward pulse at this memory, with a reason",
-        *_BODY,
-        404,
-        409,
-    )
+    @operation(contract.REINFORCE)
     async def reinforce(ref: Ref, body: models.FeedbackBody) -> Response:
         return await run(
             lambda: ops.reinforce(models.FeedbackRequest(ref=ref, **body.model_dump()))
         )
 
-    @operation(
-        "POST",
-        "/v1/memories/{ref}/penalize",
-        models.ChunkQueued,
-        "a Decay pulse at this memory, with a reason",
-        *_BODY,
-        404,
-        409,
-    )
+    @operation(contract.PENALIZE)
     async def penalize(ref: Ref, body: models.FeedbackBody) -> Response:
         return await run(lambda: ops.penalize(models.FeedbackRequest(ref=ref, **body.model_dump())))
 
-    @operation(
-        "POST",
-        "/v1/memories/{ref}/revive",
-        models.Revival,
-        "bring a cold memory back to the live tier (at the next cycle)",
-        404,
-        409,
-        422,
-    )
+    @operation(contract.REVIVE)
     async def revive(ref: Ref) -> Response:
         return await run(lambda: ops.revive(models.RefRequest(ref=ref)))
 
-    @operation(
-        "POST",
-        "/v1/memories/{ref}/update",
-        models.UpdateResponse,
-        "new content supersedes the memory; a new title, topic or importance revises it",
-        *_BODY,
-        404,
-        409,
-    )
+    @operation(contract.UPDATE)
     async def update(ref: Ref, body: models.UpdateBody) -> Response:
         return await run(lambda: ops.update(models.UpdateRequest(ref=ref, **body.model_dump())))
 
-    @operation(
-        "GET", "/v1/timeline", models.TimelineResponse, "memories by time, newest first", 422
-    )
-    async def timeline(
-        request: Annotated[models.TimelineRequest, Query()],
-    ) -> Response:
+    @operation(contract.TIMELINE)
+    async def timeline(request: Annotated[models.TimelineRequest, Query()]) -> Response:
         return await run(lambda: ops.timeline(request))
 
     # MCP's streamable HTTP transport: the same operations as tools, for agents.

@@ -44,7 +44,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dreamcycle.daemon import client, defaults
-from dreamcycle.daemon.api import models, refusals
+from dreamcycle.daemon.api import contract, models, refusals
 from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.client import ApiError, Route, request_model
@@ -79,7 +79,7 @@ class InProcess:
         self._limiter = limiter
 
     async def send(self, route: Route[Req, Resp], request: Req) -> Resp:
-        method = getattr(self._ops, route.operation)
+        method = getattr(self._ops, route.name)
         call = method if request is None else functools.partial(method, request)
         try:
             with self._ops.requests_first.serving():
@@ -481,42 +481,20 @@ TOOLS: Final = (
 )
 
 
-#: What a tool that only reads says of itself.
-_READS: Final = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
-
-
-def _writes(*, destructive: bool, idempotent: bool) -> ToolAnnotations:
+def _annotations(tool: str) -> ToolAnnotations:
+    """What tool `tool` does to memory, as the operation it reaches declares it
+    (daemon/api/contract.py), for clients deciding whether to ask before a call."""
+    effects = contract.operation_of_tool(tool).effects
     return ToolAnnotations(
-        read_only_hint=False, destructive_hint=destructive, idempotent_hint=idempotent
+        read_only_hint=effects.read_only,
+        destructive_hint=effects.destructive,
+        idempotent_hint=effects.idempotent,
     )
 
 
-#: What each tool does to memory, as its MCP annotations say to clients deciding whether to
-#: ask before a call. Read only: changes nothing (mem_search and mem_context record the
-#: decision they inform, for mem_outcome to credit: a write). Destructive: retracts a memory
-#: for good (a tombstone; mem_update retracts the old version). Idempotent: the same call
-#: again changes nothing more (a repeated outcome, pulse or tombstone is the entry already
-#: queued; a save of stored content raises its confidence again, and a recall records a
-#: decision again).
-EFFECTS: Final[Mapping[str, ToolAnnotations]] = {
-    "mem_save": _writes(destructive=False, idempotent=False),
-    "mem_search": _writes(destructive=False, idempotent=False),
-    "mem_context": _writes(destructive=False, idempotent=False),
-    "mem_get_observation": _READS,
-    "mem_stats": _READS,
-    "mem_outcome": _writes(destructive=False, idempotent=True),
-    "mem_forgotten": _READS,
-    "mem_update": _writes(destructive=True, idempotent=False),
-    "mem_delete": _writes(destructive=True, idempotent=True),
-    "mem_session_summary": _writes(destructive=False, idempotent=False),
-    "mem_explain": _READS,
-    "mem_pin": _writes(destructive=False, idempotent=True),
-    "mem_unpin": _writes(destructive=False, idempotent=True),
-    "mem_reinforce": _writes(destructive=False, idempotent=True),
-    "mem_penalize": _writes(destructive=False, idempotent=True),
-    "mem_timeline": _READS,
-    "mem_revive": _writes(destructive=False, idempotent=True),
-}
+#: Each tool's annotations (mem_search and mem_context record the decision they inform,
+#: for mem_outcome to credit: a write; mem_delete and mem_update retract a memory).
+EFFECTS: Final[Mapping[str, ToolAnnotations]] = {tool: _annotations(tool) for tool in TOOLS}
 
 
 def _reporting(tool: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -571,8 +549,51 @@ def _strict(tool: Tool) -> Tool:
         ),
     )
     tool.fn_metadata.arg_model = strict
-    tool.parameters = strict.model_json_schema(by_alias=True)
+    tool.parameters = _with_stated_rules(
+        strict.model_json_schema(by_alias=True), contract.operation_of_tool(tool.name)
+    )
     return tool
+
+
+#: The JSON Schema keywords that bound a value: a tool's argument states those of the
+#: request field it fills, so an agent reads the same limits OpenAPI gives.
+BOUNDS: Final = (
+    "maxLength", "minLength", "pattern", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "maxItems", "minItems",
+)  # fmt: skip
+#: Tool arguments named otherwise than the request field they fill (engram's names).
+RENAMED: Final[Mapping[str, str]] = {"id": "ref", "limit": "top_k", "query": "task"}
+
+
+def request_field_schema(op: contract.Operation[Any, Any], argument: str) -> dict[str, Any]:
+    """The JSON Schema of the request field argument `argument` of a tool reaching `op`
+    fills (by its name, its engram name, or among a recall's filters); {} if none."""
+    if op.request is None:
+        return {}
+    document = op.request.model_json_schema()
+    fields = document["properties"]
+    name = argument if argument in fields else RENAMED.get(argument, argument)
+    if name in fields:
+        return _resolved(fields[name], document)
+    filters = _resolved(fields["filters"], document) if "filters" in fields else {}
+    return _resolved(filters.get("properties", {}).get(argument, {}), document)
+
+
+def _resolved(schema: dict[str, Any], document: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with a `$ref` followed and an optional's non-null alternative merged in."""
+    if "$ref" in schema:
+        schema = document["$defs"][schema["$ref"].rsplit("/", 1)[-1]]
+    for alternative in schema.get("anyOf", ()):
+        if alternative.get("type") != "null":
+            return {**schema, **_resolved(alternative, document)}
+    return schema
+
+
+def _with_stated_rules(schema: dict[str, Any], op: contract.Operation[Any, Any]) -> dict[str, Any]:
+    for name, argument in schema.get("properties", {}).items():
+        stated = request_field_schema(op, name)
+        argument.update({key: stated[key] for key in BOUNDS if key in stated})
+    return schema
 
 
 def build_server(transport: Transport) -> MCPServer[Any]:
