@@ -286,3 +286,46 @@ def test_without_a_daemon_the_commands_open_the_database(served: Served) -> None
             assert MODEL_MODULE in fallen_back.imported
     queued = run(twin, "pulse-emit", "pulse", "--text", "retry loops", "--kind", "reward")
     assert queued.stdout.startswith("queued pulse ") and not queued.via_api
+
+
+# ---- the commands made from the operations table -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("show", "REF"),
+        ("show", "REF", "--json"),
+        ("timeline", "--json", "--limit", "5"),
+        ("timeline", "--kind", "note", "--offset", "2"),
+    ],
+    ids=" ".join,
+)
+def test_operation_commands_print_the_same_either_way(
+    served: Served, command: tuple[str, ...]
+) -> None:
+    """Through the daemon on the store it serves, and served here on its twin (no daemon
+    there: the command takes the data directory's lock and serves the operation itself).
+    Only what the daemon's first cycle leaves alike in both is compared (not `explain`,
+    whose journal the cycle adds to)."""
+    ref = str(
+        served.peer.query(
+            "SELECT content_hash FROM observations WHERE cold_at IS NULL "
+            "AND type != 'efficacy' ORDER BY content_hash LIMIT 1"
+        )[0][0]
+    )
+    words = [ref if word == "REF" else word for word in command]
+    through_daemon = run(served.peer, "dreamcycle", *words)
+    directly = run(served.twin, "dreamcycle", *words)
+    assert MODEL_MODULE not in through_daemon.imported
+    assert MODEL_MODULE in directly.imported  # served here: the operations load the model
+    assert through_daemon.normalised == directly.normalised
+    assert through_daemon.stdout.strip(), "nothing to compare"
+
+
+def test_an_operation_command_refuses_as_the_api_does(served: Served) -> None:
+    for peer in (served.peer, served.twin):
+        refused = run(peer, "dreamcycle", "reinforce", "0123456789abcdef", "  ", expect=EXIT_USAGE)
+        assert "reason: must not be blank" in refused.stderr
+        unknown = run(peer, "dreamcycle", "show", "0123456789abcdef", expect=EXIT_USAGE)
+        assert "0123456789abcdef" in unknown.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dreamcycle.daemon.cli import operation_verbs
 from dreamcycle.daemon.cli.main import build_parser as dreamcycle_parser
 from dreamcycle.daemon.cli.pulse_emit import build_parser as pulse_emit_parser
 from dreamcycle.store.database import initial_salience
@@ -116,6 +117,8 @@ def test_every_command_and_subcommand_has_help() -> None:
             "backup",
             "install-unit",
             "keys",
+            # The memory operations without a module of their own (daemon/api/contract.py).
+            *(op.command for op in operation_verbs.SERVED),
         ]
     )
     assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]

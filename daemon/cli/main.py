@@ -16,6 +16,7 @@ from dreamcycle.daemon.cli import (
     install_unit,
     keys,
     mcp,
+    operation_verbs,
     rebuild,
     recall,
     run,
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
             backup,
             install_unit,
             keys,
+            operation_verbs,
         ],
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
