@@ -38,6 +38,11 @@ INDEX_M: Final = hnsw_index.DEFAULT_M
 INDEX_EF_CONSTRUCTION: Final = hnsw_index.DEFAULT_EF_CONSTRUCTION
 INDEX_EF: Final = hnsw_index.DEFAULT_EF
 LOCK_FILE: Final = "daemon.lock"
+#: Where a daemon that `dreamcycle mcp` started writes its log, in the data directory.
+STARTED_DAEMON_LOG_FILE: Final = "daemon.log"
+#: How long `dreamcycle mcp` waits for a daemon it started to serve memory (its model and
+#: index loaded), before giving up with the daemon's log.
+MCP_DAEMON_START_TIMEOUT_S: Final = 120.0
 #: The embedded default zeitgeist: a directory beside the database.
 ZEITGEIST_DIR: Final = "zeitgeist"
 

@@ -8,7 +8,13 @@ daemon with the API on serves the module.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
+import signal
+import subprocess
+import time
+import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -196,12 +202,97 @@ def test_stdio_tools_save_search_cite_and_curate(served: ApiDaemon, tmp_path: Pa
     assert (tmp_path / "mcp.log").read_text() == ""
 
 
-def test_mcp_without_a_daemon_exits_3_and_says_why(tmp_path: Path) -> None:
+def test_mcp_told_not_to_start_a_daemon_exits_3_and_says_why(tmp_path: Path) -> None:
     lonely = Peer(tmp_path / "data", "lonely", tmp_path / "zeitgeist")
-    result = lonely.dreamcycle("mcp", expect=EXIT_UNAVAILABLE)
+    result = lonely.dreamcycle("mcp", "--no-start", expect=EXIT_UNAVAILABLE)
     assert "no dreamcycle daemon answers" in result.stderr
     assert result.stdout == ""  # stdout belongs to the protocol
     assert not (tmp_path / "data" / "dreamcycle.db").exists()
+
+
+def printed_entry(client: str, env: dict[str, str], data_dir: Path) -> str:
+    printed = subprocess.run(
+        [DREAMCYCLE, "mcp", "--print-config", client, "--data-dir", str(data_dir)],
+        capture_output=True, text=True, env=env, check=True, timeout=SESSION_TIMEOUT_S,
+    )  # fmt: skip
+    return printed.stdout
+
+
+def test_a_printed_entry_starts_memory_for_a_new_user(tmp_path: Path) -> None:
+    """What a new user does: print the entry for their client, put it in its config, and
+    let the client start the server. No daemon runs and the data directory is empty: the
+    server makes the peer's key, starts the daemon, and serves memory through it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
+    env["DREAMCYCLE_ZEITGEIST_DIR"] = str(tmp_path / "zeitgeist")
+    data_dir = tmp_path / "data"
+    entries = {
+        "claude-desktop": json.loads(printed_entry("claude-desktop", env, data_dir))["mcpServers"],
+        "cursor": json.loads(printed_entry("cursor", env, data_dir))["mcpServers"],
+        "claude-code": json.loads(printed_entry("claude-code", env, data_dir))["mcpServers"],
+        "vscode": json.loads(printed_entry("vscode", env, data_dir))["servers"],
+        "codex": tomllib.loads(printed_entry("codex", env, data_dir))["mcp_servers"],
+    }
+    commands = {
+        (e["dreamcycle"]["command"], tuple(e["dreamcycle"]["args"])) for e in entries.values()
+    }
+    assert len(commands) == 1  # every client starts the same server
+    entry = entries["claude-desktop"]["dreamcycle"]
+    assert Path(entry["command"]).is_absolute()
+    assert entry["env"]["DREAMCYCLE_PEER_DATA_DIR"] == str(data_dir.resolve())
+
+    async def conversation() -> None:
+        server = StdioServerParameters(
+            command=entry["command"], args=entry["args"], env={**env, **entry["env"]}
+        )
+        with (tmp_path / "mcp.log").open("w") as log:
+            async with (
+                stdio_client(server, errlog=log) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                started = await session.initialize()
+                assert started.server_info.version == importlib.metadata.version("dreamcycle")
+                text = "The release branch is cut every Tuesday."
+                saved = await call(session, "mem_save", content=text)
+                found = await call(session, "mem_search", query="when is the release branch cut")
+                assert found["hits"][0]["content_hash"] == saved["content_hash"]
+
+    try:
+        trio.run(within_timeout, conversation)
+        # The daemon outlives the agent's session, as it would under systemd.
+        assert daemon_alive(data_dir)
+        assert (data_dir / "peer.key").exists()
+        assert "started a daemon" in (tmp_path / "mcp.log").read_text()
+    finally:
+        stop_daemon(data_dir)
+
+
+def daemon_pid(data_dir: Path) -> int | None:
+    lock = data_dir / "daemon.lock"
+    text = lock.read_text().split() if lock.exists() else []
+    return int(text[1]) if len(text) == 2 and text[0] == "pid" else None
+
+
+def daemon_alive(data_dir: Path) -> bool:
+    pid = daemon_pid(data_dir)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_daemon(data_dir: Path) -> None:
+    pid = daemon_pid(data_dir)
+    if pid is None or not daemon_alive(data_dir):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + SESSION_TIMEOUT_S
+    while daemon_alive(data_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if daemon_alive(data_dir):
+        os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("over", ["unix", "tcp"])
