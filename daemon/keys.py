@@ -105,6 +105,18 @@ def read_signer(config: Config) -> Signer | None:
     return Signer(config.peer.id, key)
 
 
+def first_key(config: Config) -> Signer | None:
+    """A signing key for a data directory that has neither a key nor a database yet (a new
+    peer: what `dreamcycle keys init` makes, and a strict daemon needs to start); None
+    otherwise. A peer with a store and no key is left to its operator: it may have lost the
+    key its mesh trusts."""
+    if not config.keys.strict or config.key_path.exists() or config.database_path.exists():
+        return None
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    signer, _ = init_key(config)
+    return signer
+
+
 def init_key(config: Config, *, rotate: bool = False) -> tuple[Signer, Path | None]:
     """A new key for this peer. With `rotate`, the current key file is kept beside it and
     replaced: renamed with its key id, or, when it cannot be used (unreadable, not a key,

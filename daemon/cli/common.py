@@ -309,3 +309,16 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4f}"
     return "" if value is None else str(value)
+
+
+def announce_first_key(config: Config) -> None:
+    """Make a new peer's signing key (daemon.keys.first_key) and say where it went."""
+    from dreamcycle.daemon.keys import first_key
+
+    signer = first_key(config)
+    if signer is not None:
+        print(
+            f"created this peer's signing key {signer.key_id} at {config.key_path} "
+            "(`dreamcycle keys show` gives it to the other peers to trust)",
+            file=sys.stderr,
+        )

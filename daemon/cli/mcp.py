@@ -23,6 +23,7 @@ from dreamcycle.daemon.api import contract
 from dreamcycle.daemon.cli.common import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
+    announce_first_key,
     config_options,
     load,
     run_guarded,
@@ -146,7 +147,7 @@ def ensure_daemon(config: Config, endpoint: Any, run_arguments: list[str]) -> No
         )
     log_path = config.data_dir / defaults.STARTED_DAEMON_LOG_FILE
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    _first_key(config)
+    announce_first_key(config)
     with open(log_path, "ab") as log:
         daemon = subprocess.Popen(
             [*installed_program(), "run", *run_arguments],
@@ -168,22 +169,6 @@ def ensure_daemon(config: Config, endpoint: Any, run_arguments: list[str]) -> No
     raise Unavailable(
         f"the daemon started here serves no memory after "
         f"{defaults.MCP_DAEMON_START_TIMEOUT_S:g} s; its log:\n{_tail(log_path)}"
-    )
-
-
-def _first_key(config: Config) -> None:
-    """A signing key for a data directory that has neither a key nor a database yet (a new
-    peer: `dreamcycle keys init`, which a strict daemon needs to start). A peer with a store
-    and no key is left to its operator: it may have lost the key its mesh trusts."""
-    if not config.keys.strict or config.key_path.exists() or config.database_path.exists():
-        return
-    from dreamcycle.daemon.keys import init_key
-
-    signer, _ = init_key(config)
-    print(
-        f"created this peer's signing key {signer.key_id} at {config.key_path} "
-        "(`dreamcycle keys show` gives it to the other peers to trust)",
-        file=sys.stderr,
     )
 
 

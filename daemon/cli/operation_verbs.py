@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any, Final
 from dreamcycle.daemon.api import contract
 from dreamcycle.daemon.cli.common import (
     access_options,
+    announce_first_key,
     config_options,
     existing_data_epilog,
+    load,
     load_existing,
     run_guarded,
 )
@@ -198,7 +200,8 @@ def _run(
     args: argparse.Namespace, op: contract.Operation[Any, Any], arguments: list[Argument]
 ) -> int:
     request = _request(args, op, arguments)
-    config = load_existing(args)
+    # Saving is how a new peer may begin (as ingesting is); the rest need a store already.
+    config = load(args) if op is contract.SAVE else load_existing(args)
     answer = answer_of(config, op, request, direct=args.direct)
     if args.json:
         print(answer.model_dump_json(indent=2))
@@ -234,6 +237,7 @@ def _served_here(config: Config) -> Iterator[Any]:
     from dreamcycle.daemon.api.operations import Operations
     from dreamcycle.daemon.runtime import Runtime
 
+    announce_first_key(config)
     rt = Runtime.open(config)
     try:
         rt.lock_data_dir()
