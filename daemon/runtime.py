@@ -238,7 +238,9 @@ class Runtime:
             assert identity is not None, "open_or_rebuild saves what it rebuilds"
             with self.db.transaction():
                 self.db.set_meta(INDEX_IDENTITY_META_KEY, identity)
-            log.info("index rebuilt", extra={"reason": reason, "live": index.live_count})
+            # A new store's first index is no news; a rebuild of chunks held is.
+            level = logging.INFO if index.live_count else logging.DEBUG
+            log.log(level, "index rebuilt", extra={"reason": reason, "live": index.live_count})
         return index, reason
 
     def cold_vectors(self, stamp: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:

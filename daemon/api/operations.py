@@ -209,7 +209,7 @@ class Operations:
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:
             held = self._vectors.load_all(view.db, self._embedder.index_version)
-        log.info("stored embeddings held for recall", extra={"chunks": held})
+        log.debug("stored embeddings held for recall", extra={"chunks": held})
 
     def detach(self) -> None:
         if self._peer is not None:
