@@ -54,7 +54,14 @@ $(VENV)/.test-installed: pyproject.toml $(VENV)/.runtime-installed
 	touch $@
 
 # redis-server comes from Debian; the tests start it themselves on a free loopback port.
+# curl runs the documentation's examples (tests/test_doc_snippets.py).
 servers:
+	@command -v curl >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null; \
+		else \
+			echo "curl is missing: sudo apt-get install curl" >&2; exit 1; \
+		fi; }
 	@command -v redis-server >/dev/null 2>&1 || { \
 		if [ "$$(id -u)" = 0 ]; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
