@@ -14,12 +14,10 @@ text nor a sequence of numbers) raise `BadRequest` naming the field, and nothing
 sent. `ROUTES` lists every operation once: the clients, and the MCP tools through
 them, know no other.
 
-The blocking client is the one agents call around every step, and the CLIs with it:
-through urllib3 the bare server's floor took 0.3-0.4 ms less per request at the median
-than through httpx's client, and 0.6-0.8 ms less at p99, beside a recall by vector over
-the Unix socket of 3.4-3.8 ms at the median (docs/benchmarks-history.md, runs AN and AO). The
-asynchronous client needs httpx for trio and asyncio alike; it is imported when that
-client is made.
+The blocking client is the one agents call around every step, and the CLIs with it: it
+goes through urllib3, whose requests cost less than httpx's client's against the bare
+server's floor (scripts/bench_recall.py compares the two). The asynchronous client needs
+httpx for trio and asyncio alike; it is imported when that client is made.
 
 The API's error answers become exceptions: `BadRequest` (422, 413, 401, 421, 400,
 with the daemon's reason), `NotFound` (404), `Conflict` (409), `Unavailable` (503,

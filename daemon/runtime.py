@@ -234,12 +234,10 @@ class Runtime:
             ef=self.config.index.ef,
         )
         if reason is not None:
-            identity = index.identity
-            assert identity is not None, "open_or_rebuild saves what it rebuilds"
+            assert index.identity is not None, "open_or_rebuild saves what it rebuilds"
             with self.db.transaction():
-                self.db.set_meta(INDEX_IDENTITY_META_KEY, identity)
-            # A new store's first index is no news; a rebuild of chunks held is.
-            level = logging.INFO if index.live_count else logging.DEBUG
+                self.db.set_meta(INDEX_IDENTITY_META_KEY, index.identity)
+            level = logging.INFO if index.live_count else logging.DEBUG  # a new store's is no news
             log.log(level, "index rebuilt", extra={"reason": reason, "live": index.live_count})
         return index, reason
 

@@ -130,11 +130,6 @@ def test_benchmarks_give_current_figures_and_leave_lettered_runs_to_the_history(
 CODE_PACKAGES: Final = ("daemon", "store", "zeitgeist", "pulses", "scripts")
 #: A pointer at the benchmark history, or a run of it named by letter.
 BENCHMARK_RUN: Final = re.compile(rf"benchmarks-history|{LETTERED_RUN.pattern}")
-#: Modules that still cite runs and are reworded in changes of their own: drop each
-#: from here once it no longer does.
-RUNS_CITED_FOR_NOW: Final = frozenset(
-    {"daemon/api/hot_path.py", "daemon/api/operations.py", "daemon/client.py"}
-)
 
 
 def _prose(source: str) -> list[tuple[int, str]]:
@@ -162,7 +157,6 @@ def test_comments_and_docstrings_cite_no_benchmark_runs() -> None:
         f"{match.group()}"
         for package in CODE_PACKAGES
         for path in _modules(package)
-        if path.relative_to(REPO).as_posix() not in RUNS_CITED_FOR_NOW
         for line, text in _prose(path.read_text())
         for match in BENCHMARK_RUN.finditer(text)
     ]

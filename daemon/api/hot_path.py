@@ -4,17 +4,14 @@ FastAPI takes each request through half a dozen middlewares, resolves its route'
 dependencies and validates its body, all on the event loop, which every request passes
 through. For the operations here, the loop only reads the body and sends the answer; the
 body's validation, the operation and its answer's JSON happen in one trip to a worker
-thread, behind the same limiter as FastAPI's routes. At 100,000 chunks, the server's part
-of a recall by vector above a bare ASGI app's fell from 1.46 ms at p50 to 0.63, and the
-recall's p99 over HTTP from 5.06 ms to 4.37 (docs/benchmarks-history.md, runs AB and AC: two
-machines, each run measured against its own floor).
+thread, behind the same limiter as FastAPI's routes. That halves the server's own part of
+a recall above a bare ASGI app's (scripts/bench_recall.py measures it against the bare
+server's floor, scripts/http_floor.py).
 
 A recall that `Operations.recall_at_once` allows (by vector, recording nothing, unfiltered,
 with nothing written to the index meanwhile) is answered on the event loop itself: it
-waits on nothing and takes about a millisecond, and the trip to a worker and back cost
-about as much again on two virtual cores: such a recall's time over HTTP above a bare
-ASGI app's fell from 2.29 ms at p50 to 1.12, and its p99 from 5.23 ms to 3.33
-(docs/benchmarks-history.md, runs AE and AG). Whatever embeds, writes, may wait or must read again
+waits on nothing and is short, and on two cores the trip to a worker and back costs about
+as much as the recall itself. Whatever embeds, writes, may wait or must read again
 what recall keeps per database state still goes to a worker, so the loop is never held
 for long.
 

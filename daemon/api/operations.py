@@ -201,7 +201,8 @@ class Operations:
     def _core_to_spare(self) -> bool:
         """Whether a helper thread would have a core of its own beside the caller's: a
         running cycle takes one. On two cores, a helper searching the cold graph while a
-        cycle ran made recall by vector slower, not faster (docs/benchmarks-history.md, runs W and X)."""
+        cycle ran made recall by vector slower, not faster (scripts/bench_recall.py with
+        `--cold-share` and cycles running shows it)."""
         peer = self._peer
         cycling = peer is not None and peer.cycling
         return self._cores >= 2 + int(cycling)
@@ -283,9 +284,8 @@ class Operations:
         phase's write lock), and the last recall or context bundle read at the database's
         state now, with no rollback since, so that what it read per state (tier sets, a
         small cold tier's embeddings, learned keys) is cached. Such a recall waits on
-        nothing (a read snapshot, the index's read lock, the cold graph) and takes about a
-        millisecond at 100,000 chunks, as long as the trip to a worker thread and back adds
-        (docs/benchmarks-history.md, run AG)."""
+        nothing (a read snapshot, the index's read lock, the cold graph) and is as short
+        as the trip to a worker thread and back it saves (scripts/bench_recall.py)."""
         peer = self._peer
         return (
             request.query is None
@@ -731,8 +731,8 @@ class Operations:
         The words are searched in a helper thread while the text is embedded here (the
         model and SQLite both release the GIL). The embedding takes longer: done by the
         caller, it lets the caller go on the moment it ends, the words found already,
-        rather than wait to be woken by a thread that embedded (docs/benchmarks.md,
-        recall figures of 2026-11-26, runs L, M and N).
+        rather than wait to be woken by a thread that embedded (scripts/bench_recall.py
+        times recall by text both ways).
         """
         words = self._helper_pool.submit(search_words, view, text)
         try:
