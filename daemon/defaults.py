@@ -328,8 +328,10 @@ API_WORKERS: Final = 8
 API_ACCESS_LOG: Final = False
 #: Mode of the Unix socket file: only the daemon's user may connect.
 API_SOCKET_MODE: Final = 0o600
-#: Largest request body accepted, in bytes (a memory is text, not a file upload).
-API_MAX_BODY_BYTES: Final = 1 << 20
+#: Largest request body accepted, in bytes (a memory is text, not a file upload): room for
+#: the longest content a memory may hold (daemon/limits.py) written as JSON, whose escapes
+#: take up to twelve bytes a character (a surrogate pair).
+API_MAX_BODY_BYTES: Final = 16 << 20
 #: How long a thread holding the GIL runs before one waiting for it may take it. A request
 #: waits up to this long at each hand-over while a cycle computes in pure Python beside it
 #: (Python's default is 5 ms). Chosen with scripts/bench_recall.py (`--switch-interval`),

@@ -22,7 +22,7 @@ from typing import Any, Final
 import blake3
 
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
-from dreamcycle.pulses.constants import REASON_MAX_CHARS
+from dreamcycle.pulses.constants import QUERY_MAX_CHARS, REASON_MAX_CHARS
 from dreamcycle.pulses.outcome import REWARD_MAX, REWARD_MIN, Outcome
 from dreamcycle.pulses.pulse import (
     PulseKind,
@@ -323,6 +323,7 @@ def emit_pulse(rt: Runtime, request: PulseRequest, *, embedded: Vector | None = 
         raise ValueError("the pulse's text is empty: a pulse needs text to seed its embedding")
     else:
         check_text("the pulse's text", request.text)
+        check_length("the pulse's text", request.text, QUERY_MAX_CHARS, ValueError)
         seed = rt.embedder.embed_one(request.text) if embedded is None else embedded
         seed_hash = content_hash(request.text)
 

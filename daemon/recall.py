@@ -21,8 +21,9 @@ from dreamcycle.daemon.recall_keys import KeyUse
 from dreamcycle.daemon.recall_pool import WordMatches, candidate_pool
 from dreamcycle.daemon.recall_pool import search_words as search_words
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
+from dreamcycle.pulses.constants import QUERY_MAX_CHARS
 from dreamcycle.pulses.outcome import decision_hash
-from dreamcycle.pulses.pulse import check_text
+from dreamcycle.pulses.pulse import check_length, check_text
 from dreamcycle.pulses.ranking import Ranked, rank_columns
 from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store import keys as key_store
@@ -83,8 +84,10 @@ def recall(
     if not query.strip():
         raise ValueError("the recall query is empty")
     check_text("the recall query", query)
+    check_length("the recall query", query, QUERY_MAX_CHARS, ValueError)
     if decision_text is not None:
         check_text("the decision's text", decision_text)
+        check_length("the decision's text", decision_text, QUERY_MAX_CHARS, ValueError)
     vector = rt.embedder.embed_one(query)
     hits = rank_query(rt, query, vector, top_k, index=index, min_confidence=min_confidence)
     if not record or not hits:

@@ -40,6 +40,9 @@ TTL_MAX_S: Final = 10 * 365 * 86_400.0
 MOVED_SALIENCE_MAX: Final = 4.0
 #: Longest reason of a pulse or an outcome, in characters.
 REASON_MAX_CHARS: Final = 1_000
+#: Longest text recall embeds and searches, in characters: a query, a task, a decision's
+#: text as a client gives it, a pulse's text. Every surface refuses a longer one alike.
+QUERY_MAX_CHARS: Final = 100_000
 #: Longest peer id (origin, observer, decision maker) on the wire, in characters.
 PEER_ID_MAX_CHARS: Final = 128
 #: Longest index version (model id and width) on the wire, in characters.

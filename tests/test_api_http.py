@@ -279,7 +279,7 @@ def test_bodies_that_are_not_requests_are_refused(api: Api) -> None:
     # json.loads's error, as FastAPI reports it (pydantic's parser reads bodies first).
     assert broken.status_code == 422 and broken.json()["errors"][0]["type"] == "json_invalid"
     assert broken.json()["detail"].startswith("body: is not JSON")
-    huge = api.unix.post("/v1/memories", content=b"x" * (2 << 20))
+    huge = api.unix.post("/v1/memories", content=b"x" * (defaults.API_MAX_BODY_BYTES + 1))
     assert huge.status_code == 413
 
 

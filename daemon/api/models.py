@@ -16,9 +16,11 @@ from pydantic_core import PydanticKnownError
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api.refusals import NOT_BLANK
+from dreamcycle.daemon.limits import FIELD_MAX_CHARS
 from dreamcycle.pulses.constants import (
     K_MAX,
     MAX_HOPS_MAX,
+    QUERY_MAX_CHARS,
     REASON_MAX_CHARS,
     SIGMA_MAX,
     STRENGTH_MAX,
@@ -60,8 +62,13 @@ HashOrPrefix = Annotated[
 ]
 Kind = Literal["fact", "preference", "insight", "summary", "note"]
 DeletionPolicy = Literal["auto_prune", "manual_only", "never"]
-# Bounded so that nothing a client sends can make one request unreasonably expensive.
-MAX_TEXT_CHARS = 100_000
+# Bounded so that nothing a client sends can make one request unreasonably expensive; the
+# same limits every other surface applies (daemon/limits.py, pulses/constants.py).
+MAX_TEXT_CHARS = QUERY_MAX_CHARS
+#: A memory's fields: the protocol's limits, which every peer must be able to publish.
+CONTENT_CHARS = FIELD_MAX_CHARS["content"]
+TITLE_CHARS = FIELD_MAX_CHARS["title"]
+LABEL_CHARS = FIELD_MAX_CHARS["type"]
 MAX_TOP_K = defaults.RECALL_MAX_TOP_K
 MAX_CITED = 100
 #: An embedding is given as this many floats (the model's width is checked at run time).
@@ -94,7 +101,7 @@ class RecallFilters(Strict):
     scope: str | None = None
     session_id: str | None = None
     kind: Kind | None = None
-    topic_key_prefix: str | None = Field(default=None, min_length=1, max_length=1000)
+    topic_key_prefix: str | None = Field(default=None, min_length=1, max_length=LABEL_CHARS)
     created_after_ms: Integer | None = Field(
         default=None,
         ge=0,
@@ -204,15 +211,15 @@ class RecallResponse(BaseModel):
 
 
 class SaveRequest(Strict):
-    content: str = Field(min_length=1, max_length=MAX_TEXT_CHARS, pattern=NOT_BLANK)
-    title: str = Field(default="", max_length=1000)
-    type: str = Field(default="manual", min_length=1, max_length=100)
+    content: str = Field(min_length=1, max_length=CONTENT_CHARS, pattern=NOT_BLANK)
+    title: str = Field(default="", max_length=TITLE_CHARS)
+    type: str = Field(default="manual", min_length=1, max_length=LABEL_CHARS)
     kind: Kind = "note"
-    project: str | None = Field(default=None, max_length=1000)
-    scope: str = Field(default="project", min_length=1, max_length=100)
-    topic_key: str | None = Field(default=None, max_length=1000)
-    session_id: str | None = Field(default=None, max_length=1000)
-    tool_name: str | None = Field(default=None, max_length=1000)
+    project: str | None = Field(default=None, max_length=LABEL_CHARS)
+    scope: str = Field(default="project", min_length=1, max_length=LABEL_CHARS)
+    topic_key: str | None = Field(default=None, max_length=LABEL_CHARS)
+    session_id: str | None = Field(default=None, max_length=LABEL_CHARS)
+    tool_name: str | None = Field(default=None, max_length=LABEL_CHARS)
     pin_floor: Number = Field(default=0.0, ge=0.0, le=1.0)
     importance: Integer = Field(default=5, ge=0, le=10)
     deletion_policy: DeletionPolicy = "auto_prune"
@@ -351,7 +358,7 @@ class ForgottenResponse(BaseModel):
 class SupersedeRequest(Strict):
     old_hash: ChunkHash
     memory: SaveRequest = Field(description="the chunk that replaces it")
-    reason: str = Field(min_length=1, max_length=1000, pattern=NOT_BLANK)
+    reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS, pattern=NOT_BLANK)
 
 
 class SupersedeResponse(BaseModel):
@@ -583,16 +590,18 @@ class Revival(BaseModel):
 
 class UpdateBody(Strict):
     content: str | None = Field(
-        default=None, min_length=1, max_length=MAX_TEXT_CHARS, pattern=NOT_BLANK
+        default=None, min_length=1, max_length=CONTENT_CHARS, pattern=NOT_BLANK
     )
-    title: str | None = Field(default=None, max_length=1000)
-    type: str | None = Field(default=None, min_length=1, max_length=100)
+    title: str | None = Field(default=None, max_length=TITLE_CHARS)
+    type: str | None = Field(default=None, min_length=1, max_length=LABEL_CHARS)
     kind: Kind | None = None
-    project: str | None = Field(default=None, max_length=1000)
-    scope: str | None = Field(default=None, min_length=1, max_length=100)
-    topic_key: str | None = Field(default=None, max_length=1000)
+    project: str | None = Field(default=None, max_length=LABEL_CHARS)
+    scope: str | None = Field(default=None, min_length=1, max_length=LABEL_CHARS)
+    topic_key: str | None = Field(default=None, max_length=LABEL_CHARS)
     importance: Integer | None = Field(default=None, ge=0, le=10)
-    reason: str = Field(default="updated", min_length=1, max_length=1000, pattern=NOT_BLANK)
+    reason: str = Field(
+        default="updated", min_length=1, max_length=REASON_MAX_CHARS, pattern=NOT_BLANK
+    )
 
 
 class UpdateRequest(UpdateBody, RefRequest):
