@@ -110,6 +110,20 @@ def test_recall_by_vector_and_a_wrong_width_refused(
         memory.recall([0.1, 0.2, 0.3])
 
 
+def test_a_hash_is_taken_whole_or_by_a_prefix_only_it_has(memory: MemoryClient) -> None:
+    project = _project()
+    kept = memory.save(f"Builds of {project} are cached for a week.", project=project)
+    wrong = memory.save(f"Builds of {project} are never cached.", project=project)
+    decision = memory.recall(f"how long are builds of {project} cached").decision_hash
+    assert decision is not None
+    # A decision, a cited chunk and a chunk to retract, each by eight digits.
+    queued = memory.outcome(decision[:8], 1.0, "cache hit", cited=[kept.content_hash[:8]])
+    assert queued.new
+    assert memory.tombstone(wrong.content_hash[:8], "wrong").new
+    with pytest.raises(BadRequest, match="decision_hash"):
+        memory.outcome(decision[:7], 1.0, "too short a prefix")
+
+
 def test_errors_become_exceptions_with_the_reason(memory: MemoryClient) -> None:
     project = _project()
     unknown = "0" * 64

@@ -52,6 +52,23 @@ Integer = Annotated[int, _refuse_boolean("int_type")]
 ListedNumber = Annotated[float, Field(strict=True)]
 
 ChunkHash = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="blake3 content hash")]
+#: Wherever a hash is taken: the whole hash, or a prefix of at least 8 digits that only one
+#: known hash starts (an ambiguous one is refused, listing the hashes it starts).
+HASH_OR_UNIQUE_PREFIX = r"^[0-9a-f]{8,64}$"
+DecisionRef = Annotated[
+    str,
+    Field(
+        pattern=HASH_OR_UNIQUE_PREFIX,
+        description="a decision hash, or a prefix of at least 8 digits only one decision has",
+    ),
+]
+ChunkRef = Annotated[
+    str,
+    Field(
+        pattern=HASH_OR_UNIQUE_PREFIX,
+        description="a chunk hash, or a prefix of at least 8 digits only one chunk has",
+    ),
+]
 HashOrPrefix = Annotated[
     str,
     Field(
@@ -248,7 +265,7 @@ class SaveResponse(BaseModel):
 
 
 class OutcomeRequest(Strict):
-    decision_hash: ChunkHash
+    decision_hash: DecisionRef
     reward: Number = Field(ge=-1.0, le=1.0)
     reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS, pattern=NOT_BLANK)
     cited: list[HashOrPrefix] = Field(default_factory=list, max_length=MAX_CITED)
@@ -290,7 +307,7 @@ class PulseRequest(Strict):
 
 
 class TombstoneRequest(Strict):
-    content_hash: ChunkHash
+    content_hash: ChunkRef
     reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS, pattern=NOT_BLANK)
     ttl_s: Number = Field(default=defaults.PULSE_TTL_S, gt=0.0, le=TTL_MAX_S)
 
@@ -304,7 +321,6 @@ class Queued(BaseModel):
 
 FORGOTTEN_PAGE = defaults.FORGOTTEN_PAGE
 MAX_FORGOTTEN_PAGE = defaults.FORGOTTEN_MAX_PAGE
-HASH_OR_UNIQUE_PREFIX = r"^[0-9a-f]{8,64}$"
 
 
 class MemoryRequest(Strict):
@@ -356,7 +372,7 @@ class ForgottenResponse(BaseModel):
 
 
 class SupersedeRequest(Strict):
-    old_hash: ChunkHash
+    old_hash: ChunkRef
     memory: SaveRequest = Field(description="the chunk that replaces it")
     reason: str = Field(min_length=1, max_length=REASON_MAX_CHARS, pattern=NOT_BLANK)
 

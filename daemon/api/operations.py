@@ -51,6 +51,7 @@ from dreamcycle.daemon.cycle_thread import CycleThread
 from dreamcycle.daemon.emit import (
     ConflictingOutcome,
     PulseRequest,
+    UnknownHash,
     check_reason,
     emit_outcome,
     emit_pulse,
@@ -58,6 +59,7 @@ from dreamcycle.daemon.emit import (
     emit_supersede,
     emit_tombstone,
     queued_retractions,
+    resolve_hash,
 )
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall import Hit, cached_state, rank_query, record_attribution
@@ -79,6 +81,7 @@ from dreamcycle.store.database import (
 )
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
+from dreamcycle.zeitgeist.entries import HASH_HEX_LEN
 
 log = logging.getLogger("dreamcycle.api")
 
@@ -425,12 +428,11 @@ class Operations:
     def outcome(self, request: models.OutcomeRequest) -> models.Queued:
         self._require_peer()
         with self._writing() as writer:
-            if writer.db.attribution(request.decision_hash) is None:
-                raise NotFound(f"decision {request.decision_hash} is not recorded here")
+            decision = _resolved(writer, "decision", request.decision_hash)
             try:
                 emitted = emit_outcome(
                     writer,
-                    decision=request.decision_hash,
+                    decision=decision,
                     reward=request.reward,
                     reason=request.reason,
                     cited=request.cited,
@@ -466,10 +468,9 @@ class Operations:
     def tombstone(self, request: models.TombstoneRequest) -> models.Queued:
         self._require_peer()
         with self._writing() as writer:
-            if writer.db.observation_by_hash(request.content_hash) is None:
-                raise NotFound(f"chunk {request.content_hash} is not stored here")
+            digest = _resolved(writer, "chunk", request.content_hash)
             emitted = emit_tombstone(
-                writer, digest=request.content_hash, reason=request.reason, ttl_s=request.ttl_s
+                writer, digest=digest, reason=request.reason, ttl_s=request.ttl_s
             )
         return models.Queued(entry_id=emitted.entry_id, new=emitted.new)
 
@@ -503,22 +504,21 @@ class Operations:
         self._require_peer()
         check_reason(request.reason)  # before the new chunk is saved: a refusal stores nothing
         new_hash = content_hash(request.memory.content)
-        if new_hash == request.old_hash:
-            raise ValueError("the new content is the old content: nothing to supersede")
         with self._reading() as view:
-            if view.db.observation_by_hash(request.old_hash) is None:
-                raise NotFound(f"chunk {request.old_hash} is not stored here")
-            if view.db.is_tombstoned_hash(request.old_hash):
-                raise Conflict(f"chunk {request.old_hash} was retracted (tombstoned) already")
+            old_hash = _resolved(view, "chunk", request.old_hash)
+            if new_hash == old_hash:
+                raise ValueError("the new content is the old content: nothing to supersede")
+            if view.db.is_tombstoned_hash(old_hash):
+                raise Conflict(f"chunk {old_hash} was retracted (tombstoned) already")
             # Before the new chunk is saved, so that a refusal stores nothing; checked again
             # under the write lock, where a concurrent edit is seen.
-            _refuse_contradicting(view.db, request.old_hash, new_hash)
+            _refuse_contradicting(view.db, old_hash, new_hash)
         saved = self.save(request.memory)
         with self._writing() as writer, writer.db.transaction():
-            _refuse_contradicting(writer.db, request.old_hash, saved.content_hash)
+            _refuse_contradicting(writer.db, old_hash, saved.content_hash)
             emitted = emit_supersede(
                 writer,
-                old_hash=request.old_hash,
+                old_hash=old_hash,
                 new_hash=saved.content_hash,
                 reason=request.reason,
             )
@@ -804,3 +804,14 @@ def _matching(db: Database, filters: models.RecallFilters) -> frozenset[int]:
     return frozenset(
         db.fetch_packed("id", f"FROM observations WHERE {' AND '.join(where)}", tuple(params))
     )
+
+
+def _resolved(rt: Runtime, what: str, given: str) -> str:
+    """The one stored `what` ("chunk" or "decision") hash `given` is or starts: NotFound
+    when none is held here, ValueError (listing some) when more than one starts it."""
+    try:
+        return resolve_hash(rt, what, given)
+    except UnknownHash:
+        held = "stored" if what == "chunk" else "recorded"
+        named = given if len(given) == HASH_HEX_LEN else f"starting {given}"
+        raise NotFound(f"{what} {named} is not {held} here") from None
