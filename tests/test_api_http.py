@@ -11,6 +11,8 @@ import json
 import re
 import socket
 import stat
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Ok
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import contract, models
 from dreamcycle.daemon.api.operations import Operations
 from tests.daemon_helpers import Daemon, Peer, wait_until
 
@@ -390,6 +392,46 @@ def test_generated_requests_never_break_the_daemon(api: Api) -> None:
     assert served >= 200
     assert api.daemon.returncode() is None
     assert api.unix.get("/readyz").status_code == 200
+
+
+#: Examples per operation and phase of the schemathesis run: bounded to fit the suite.
+CONTRACT_EXAMPLES: Final = "20"
+
+
+def schemathesis_config(path: Path) -> Path:
+    """What the run is told beyond the OpenAPI document: an operation whose rules JSON
+    Schema cannot state (daemon/api/contract.py `rules`, said in its description) may
+    refuse a request the schema allows, with the 422 its description names."""
+    blocks = [
+        f'[[operations]]\ninclude-path = "{op.path}"\ninclude-method = "{op.method}"\n'
+        "checks.positive_data_acceptance.expected-statuses = "
+        '["2xx", "401", "403", "404", "409", "422"]\n'
+        for op in contract.OPERATIONS
+        if "(422)" in op.rules
+    ]
+    path.write_text("\n".join(blocks), encoding="utf-8")
+    return path
+
+
+def test_schemathesis_finds_no_contract_failure(api: Api, tmp_path: Path) -> None:
+    """Every check schemathesis has, in its coverage, fuzzing and stateful phases, against
+    the daemon's own OpenAPI document: positive and negative requests alike."""
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("st")),
+            "--config-file", str(schemathesis_config(tmp_path / "schemathesis.toml")),
+            "run", f"{api.tcp_url}/openapi.json",
+            "--checks", "all",
+            "--header", f"Authorization: Bearer {TOKEN}",
+            "--max-examples", CONTRACT_EXAMPLES,
+            "--generation-deterministic",
+            "--no-color",
+        ],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-6000:]
+    assert " passed" in done.stdout and "failures" not in done.stdout
+    assert api.daemon.returncode() is None
 
 
 def test_socket_path_is_in_the_data_directory(api: Api) -> None:

@@ -89,10 +89,12 @@ class Operation(Generic[Req, Resp]):
         return bool(set(self.request.model_fields) - self.path_fields)
 
 
+#: The rule of a recall's time filters, which JSON Schema cannot compare.
+TIME_BOUNDS: Final = "filters.created_after_ms must be before filters.created_before_ms (422)"
 RECALL: Final = Operation[models.RecallRequest, models.RecallResponse](
     "recall", "POST", "/v1/recall", models.RecallRequest, models.RecallResponse,
     "chunks for a query or a vector", RECORDS,
-    tools=("mem_search",), command="recall",
+    tools=("mem_search",), command="recall", rules=TIME_BOUNDS,
 )  # fmt: skip
 SAVE: Final = Operation[models.SaveRequest, models.SaveResponse](
     "save", "POST", "/v1/memories", models.SaveRequest, models.SaveResponse,
@@ -142,7 +144,7 @@ SUPERSEDE: Final = Operation[models.SupersedeRequest, models.SupersedeResponse](
 CONTEXT: Final = Operation[models.ContextRequest, models.ContextResponse](
     "context", "POST", "/v1/context", models.ContextRequest, models.ContextResponse,
     "pinned, previously successful and relevant memories for a task, in a budget", RECORDS,
-    tools=("mem_context",), command="context",
+    tools=("mem_context",), command="context", rules=TIME_BOUNDS,
 )  # fmt: skip
 EXPLAIN: Final = Operation[models.RefRequest, models.ExplainResponse](
     "explain", "GET", "/v1/memories/{ref}/explain", models.RefRequest, models.ExplainResponse,
@@ -185,6 +187,7 @@ TIMELINE: Final = Operation[models.TimelineRequest, models.TimelineResponse](
     "timeline", "GET", "/v1/timeline", models.TimelineRequest, models.TimelineResponse,
     "memories by time, newest first", READS, (INVALID,),
     tools=("mem_timeline",), command="timeline",
+    rules="created_after_ms must be before created_before_ms (422)",
 )  # fmt: skip
 
 OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (

@@ -149,7 +149,11 @@ def create_app(
         """FastAPI's description (made once and kept), its error answers as problem details."""
         made = app.openapi_schema is None
         document = described()
-        return _problem_media_types(document) if made else document
+        if made:
+            # A GET's query parameters are described field by field, outside their model.
+            models.bounds_named(document)
+            _problem_media_types(document)
+        return document
 
     app.openapi = openapi  # type: ignore[method-assign]
 

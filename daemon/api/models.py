@@ -9,7 +9,7 @@ the MCP tools all import; split by route, one model would be looked for in three
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticKnownError
@@ -107,7 +107,30 @@ class Strict(BaseModel):
     pattern NOT_BLANK, so that empty and white space only are refused alike, as the schema
     says."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", allow_inf_nan=False, json_schema_extra=lambda schema: bounds_named(schema)
+    )
+
+
+#: Bounds as pydantic leaves them on an optional `Number` or `Integer`, and as JSON Schema
+#: names them (else a schema-driven client reads such a number as unbounded).
+_BOUND_NAMES: Final = {
+    "ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"
+}  # fmt: skip
+
+
+def bounds_named(schema: Any) -> None:
+    """Rename, throughout `schema`, the bounds of optional numbers to JSON Schema's words."""
+    if isinstance(schema, dict):
+        if schema.get("type") in ("integer", "number"):
+            for ours, theirs in _BOUND_NAMES.items():
+                if ours in schema:
+                    schema[theirs] = schema.pop(ours)
+        for value in schema.values():
+            bounds_named(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            bounds_named(item)
 
 
 # ---- recall ------------------------------------------------------------------------------
@@ -147,7 +170,24 @@ class RecallFilters(Strict):
         return any(value is not None for value in self.model_dump().values())
 
 
+def _one_way_to_recall_stated(schema: dict[str, Any]) -> None:
+    """A recall's schema, saying that it takes exactly one of query and vector (the other
+    left out or null)."""
+    bounds_named(schema)
+    schema["oneOf"] = [
+        {
+            "required": [given],
+            "properties": {given: {"not": {"type": "null"}}, other: {"type": "null"}},
+        }
+        for given, other in (("query", "vector"), ("vector", "query"))
+    ]
+
+
 class RecallRequest(Strict):
+    model_config = ConfigDict(
+        **{**Strict.model_config, "json_schema_extra": _one_way_to_recall_stated}
+    )
+
     query: str | None = Field(
         default=None,
         min_length=1,
