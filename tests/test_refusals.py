@@ -198,8 +198,7 @@ def test_each_rule_is_said_in_words_naming_the_field() -> None:
         "request: give exactly one of query and vector"
     )
     assert refused(models.TombstoneRequest, content_hash="xyz", reason="r") == (
-        "content_hash: must be a hash of 64 hex digits (0-9, a-f), or a prefix of one of at "
-        "least 8"
+        "content_hash: must be a hash of 64 hex digits (0-9, a-f), or a prefix of one of at least 8"
     )
     assert refused(models.PulseRequest, text="t", reason="r" * 1001) == (
         "reason: must be at most 1000 characters long"
