@@ -46,7 +46,7 @@ def _schema(document: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _openapi_fields(document: dict[str, Any], op: contract.Operation[Any, Any]) -> dict[str, Any]:
+def openapi_fields(document: dict[str, Any], op: contract.Operation[Any, Any]) -> dict[str, Any]:
     """Every field the HTTP operation takes, by name: path and query parameters, the body's
     properties, and a recall's filters beside them."""
     described = document["paths"][op.path][op.method.lower()]
@@ -100,7 +100,7 @@ def test_every_tool_argument_states_the_limits_of_the_field_it_fills(
     compared = 0
     for tool in server._tool_manager.list_tools():
         op = contract.operation_of_tool(tool.name)
-        fields = _openapi_fields(openapi, op)
+        fields = openapi_fields(openapi, op)
         for name, argument in tool.parameters["properties"].items():
             field = name if name in fields else mcp_tools.RENAMED.get(name, name)
             if field not in fields:

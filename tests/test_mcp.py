@@ -27,10 +27,12 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
+from dreamcycle.daemon.api import contract, mcp_tools
 from dreamcycle.daemon.api.mcp_tools import MCP_PATH, TOOLS
 from dreamcycle.daemon.cli.common import EXIT_UNAVAILABLE
 from tests.api_helpers import TOKEN, ApiDaemon, running_api
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks, write_jsonl
+from tests.test_contract import openapi_fields
 
 #: A whole MCP conversation (process start included) takes a few seconds.
 SESSION_TIMEOUT_S: Final = 60.0
@@ -384,3 +386,44 @@ def test_unknown_arguments_are_refused_naming_them(served: ApiDaemon, tmp_path: 
             await refused_in(session, "http")
 
     trio.run(within_timeout, conversation)
+
+
+def test_tools_listed_to_a_client_state_what_openapi_states(served: ApiDaemon) -> None:
+    """Through the SDK's client: each listed tool's arguments carry the limits of the
+    request field they fill in the daemon's own /openapi.json, and its annotations say
+    what its operation does (daemon/api/contract.py)."""
+    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=served.socket_path))
+    document: dict[str, Any] = {}
+    listed: list[Any] = []
+
+    async def conversation() -> None:
+        async with (
+            http,
+            streamable_http_client(f"http://localhost{MCP_PATH}", http_client=http) as (r, w),
+            ClientSession(r, w) as session,
+        ):
+            await session.initialize()
+            listed.extend((await session.list_tools()).tools)
+            document.update((await http.get("http://localhost/openapi.json")).json())
+
+    trio.run(within_timeout, conversation)
+    compared = 0
+    for tool in listed:
+        op = contract.operation_of_tool(tool.name)
+        effects = op.effects
+        hints = tool.annotations
+        assert hints is not None
+        assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == (
+            effects.read_only,
+            effects.destructive,
+            effects.idempotent,
+        ), tool.name
+        fields = openapi_fields(document, op)
+        for name, argument in tool.input_schema["properties"].items():
+            field = name if name in fields else mcp_tools.RENAMED.get(name, name)
+            if field in fields:
+                stated = {k: v for k, v in argument.items() if k in mcp_tools.BOUNDS}
+                expected = {k: v for k, v in fields[field].items() if k in mcp_tools.BOUNDS}
+                assert stated == expected, f"{tool.name}.{name}"
+                compared += 1
+    assert len(listed) == len(TOOLS) and compared > 50
