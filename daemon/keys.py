@@ -201,6 +201,12 @@ def write_keyring(path: Path, keyring: Keyring) -> None:
 _FileStamp = tuple[int, int, int] | None
 
 
+#: A keyring file that is not valid when first read is read again this many times, this
+#: long apart, before it is refused: long enough for a copy being written to land.
+KEYRING_SETTLE_READS: Final = 20
+KEYRING_SETTLE_PAUSE_S: Final = 0.1
+
+
 class KeyringFile:
     """The keyring file, read again when it changes (`keys trust` and `keys revoke` take
     effect in the running daemon's next cycle).
@@ -221,12 +227,24 @@ class KeyringFile:
         self.own = own
         # Taken before the read: a change made while reading is read again next time.
         self._stamp = self._stat()
-        found = _read_keyring_file(path)
+        found = self._first_read()
         #: Whether a keyring file was read: from then on a missing one is not an empty one.
         self._held_file = found is not None
         #: Whether `keyring` is what the file at `_stamp` holds (else it is read again).
         self._settled = True
         self.keyring = self._with_own(Keyring() if found is None else found)
+
+    def _first_read(self) -> Keyring | None:
+        """The file's keyring, read before any was held: a copy caught half-written (an
+        operator's edit, a deployment) is read again a few times before it is refused, as
+        a daemon starting at that moment would otherwise exit."""
+        for _ in range(KEYRING_SETTLE_READS - 1):
+            try:
+                return _read_keyring_file(self.path)
+            except InvalidKeyring:
+                time.sleep(KEYRING_SETTLE_PAUSE_S)
+                self._stamp = self._stat()
+        return _read_keyring_file(self.path)
 
     def _stat(self) -> _FileStamp:
         try:

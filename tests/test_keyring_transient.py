@@ -11,6 +11,7 @@ import errno
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Final
 
@@ -19,7 +20,13 @@ import pytest
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
-from dreamcycle.daemon.keys import KeyringFile, init_key, open_keys, write_keyring
+from dreamcycle.daemon.keys import (
+    InvalidKeyring,
+    KeyringFile,
+    init_key,
+    open_keys,
+    write_keyring,
+)
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import ReconsolidateEntry, TombstoneEntry, encode_segment
@@ -183,3 +190,29 @@ def test_entries_published_while_the_keyring_is_missing_are_applied(
     assert entry_status(peer, entry) == ("applied", None)
     held = peer.db.observation(2)
     assert held is not None and held.title == "while the keyring was missing"
+
+
+def test_a_keyring_half_written_when_a_daemon_starts_is_read_once_it_lands(
+    tmp_path: Path,
+) -> None:
+    """The daemon reads the keyring as it opens its peer: a copy caught half-written then is
+    read again until it lands, rather than stopping the daemon."""
+    path = tmp_path / KEYS_KEYRING_FILE
+    own, bob = signer("alice"), signer("bob")
+    write_keyring(path, ring(bob))
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])
+    landing = threading.Timer(0.3, lambda: path.write_bytes(whole))
+    landing.start()
+    try:
+        keyring = KeyringFile(path, own)
+    finally:
+        landing.join()
+    assert set(keyring.current().keys) == {own.key_id, bob.key_id}
+
+
+def test_a_keyring_that_stays_broken_at_start_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / KEYS_KEYRING_FILE
+    path.write_text('{"v": 1, "keys": [', encoding="utf-8")
+    with pytest.raises(InvalidKeyring, match=str(path)):
+        KeyringFile(path, signer("alice"))
