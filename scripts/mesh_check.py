@@ -6,14 +6,15 @@ it applied them, as the daemon does. The replay must give exactly the salience t
 stored: then any difference between two peers holding the same chunks comes from the order
 in which they applied the same pulses, and nothing else (floating-point sums in another
 order, or a clamp at 1.0 or a pin floor that one order hits and the other does not).
-Used by scripts/mesh_run.py and the tests of meshes of daemons.
+Used by scripts/mesh_run.py, scripts/chaos.py and the tests of meshes of daemons.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -203,3 +204,31 @@ def bit_identical_replay(peer: Replica, workdir: Path) -> bool:
     return replay(peer, journal_pulse_order(peer), journal_pulses(peer), workdir).salience == (
         peer.salience()
     )
+
+
+class Settled:
+    """A probe of a mesh catching up, to poll until it holds: the pulses its peers
+    originated (and `also()`) stopped growing for `polls` polls in a row, and every peer
+    applied each of them. `expected` is the set the last poll found."""
+
+    def __init__(
+        self,
+        peers: Callable[[], Sequence[Replica]],
+        polls: int,
+        also: Callable[[], set[str]] = set,
+    ) -> None:
+        self.peers = peers
+        self.also = also
+        self.polls = polls
+        self.seen: deque[set[str]] = deque(maxlen=polls + 1)
+
+    @property
+    def expected(self) -> set[str]:
+        return self.seen[-1] if self.seen else set()
+
+    def __call__(self) -> bool:
+        peers = self.peers()
+        expected = originated_pulses(peers) | self.also()
+        self.seen.append(expected)
+        stable = len(self.seen) > self.polls and self.seen[0] == expected
+        return stable and all(exactly_once(p, expected).missing == 0 for p in peers)

@@ -1,11 +1,13 @@
 """Real daemons on one zeitgeist: data directories, keys, processes and what they stored.
 
-What scripts/mesh_run.py (twenty daemons) and tests/test_mesh_scale.py (five) share. Each
-peer is a data directory driven through the `dreamcycle` console script as a user runs
-it; what is emitted is queued through the functions `pulse-emit` and `recall` run
-(daemon/emit.py, daemon/recall.py), in this process, against each peer's database while
-its daemon runs, as `pulse-emit` does (a process per pulse would cost a second each).
-What each peer stored is read with the standard library's sqlite3.
+What scripts/mesh_run.py (twenty daemons), scripts/chaos.py (three, under faults) and
+tests/test_mesh_scale.py (five) share. Each peer is a data directory driven through the
+`dreamcycle` console script as a user runs it; what is emitted is queued through the
+functions `pulse-emit` and `recall` run (daemon/emit.py, daemon/recall.py), in this
+process, against each peer's database while its daemon runs, as `pulse-emit` does (a
+process per pulse would cost a second each). What each peer stored is read with apsw, the
+SQLite library the daemon and the emitters use (`MeshPeer.query` says why); what its
+daemon counted, from its metrics; its memory, from /proc.
 """
 
 from __future__ import annotations
@@ -13,19 +15,22 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
+import time
 import urllib.request
-from collections.abc import Mapping, Sequence
-from contextlib import closing
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import apsw
+
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.zeitgeist.signing import Signer
+from scripts.bench_common import BenchmarkError
 
 BIN_DIR: Final = Path(sys.executable).parent
 DREAMCYCLE: Final = str(BIN_DIR / "dreamcycle")
@@ -37,6 +42,9 @@ DB_TIMEOUT_S: Final = 60.0
 #: Settings every peer of a mesh gets: no network for the embedding model.
 BASE_SETTINGS: Final = {"HF_HUB_OFFLINE": "1"}
 REQUESTS_METRIC: Final = "dreamcycle_zeitgeist_requests_total"
+#: Daemons ingesting at once (each loads the embedding model's tokenizer).
+INGEST_WORKERS: Final = 4
+WAIT_POLL_S: Final = 1.0
 
 
 def provision_key(data_dir: Path, peer_id: str, keyring_path: Path) -> None:
@@ -168,8 +176,22 @@ class MeshPeer:
     # ---- what it stored --------------------------------------------------------------
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with closing(sqlite3.connect(self.database_path, timeout=DB_TIMEOUT_S)) as conn:
-            return conn.execute(sql, tuple(params)).fetchall()
+        """The rows `sql` reads from this peer's database, through apsw: the SQLite library
+        that the daemon and this process's emitters (mesh_load.Emitter) use.
+
+        Not the standard library's sqlite3, which links a second copy of SQLite into this
+        process: when one copy closes its connection to a file, the POSIX locks that the
+        other copy's connections hold on the file are released (sqlite.org/howtocorrupt.html,
+        "Multiple copies of SQLite linked into the same application"). Read that way while
+        emitters were open, a peer whose daemon was stopped or killed and started again
+        lost what the emitters queued on it from then on: acknowledged, yet in no outbox
+        that any other connection read."""
+        conn = apsw.Connection(str(self.database_path), flags=apsw.SQLITE_OPEN_READWRITE)
+        try:
+            conn.set_busy_timeout(int(DB_TIMEOUT_S * 1000))
+            return [tuple(row) for row in conn.execute(sql, tuple(params))]
+        finally:
+            conn.close()
 
     def salience(self) -> dict[str, float]:
         """Content hash -> stored salience."""
@@ -183,11 +205,16 @@ class MeshPeer:
             return 0
         try:
             return int(self.query("SELECT count(*) FROM cycles WHERE status = 'done'")[0][0])
-        except sqlite3.OperationalError:
+        except apsw.SQLError:  # no cycles table yet
             return 0
 
     def requests(self) -> dict[str, int]:
         """Requests this daemon sent to the store since it started, by operation (its
+        metrics; empty when it does not run or serves none)."""
+        return {k: int(v) for k, v in self.counter(REQUESTS_METRIC, "operation").items()}
+
+    def counter(self, metric: str, label: str) -> dict[str, float]:
+        """The daemon's counter `metric` since it started, by the value of `label` (its
         metrics; empty when it does not run or serves none)."""
         if self.metrics_port is None or not self.running():
             return {}
@@ -197,13 +224,38 @@ class MeshPeer:
                 text = answer.read().decode()
         except OSError:
             return {}
-        counts: dict[str, int] = {}
+        counts: dict[str, float] = {}
         for line in text.splitlines():
-            if line.startswith(REQUESTS_METRIC + "{"):
+            if line.startswith(metric + "{") and f'{label}="' in line:
                 labels, _, value = line.rpartition(" ")
-                operation = labels.split('operation="', 1)[1].split('"', 1)[0]
-                counts[operation] = int(float(value))
+                name = labels.split(f'{label}="', 1)[1].split('"', 1)[0]
+                counts[name] = float(value)
         return counts
+
+    def memory_kib(self) -> tuple[int, int] | None:
+        """The daemon's resident set now and at its peak (VmRSS, VmHWM of /proc), in KiB;
+        None when it does not run."""
+        if self.process is None or self.process.poll() is not None:
+            return None
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text(encoding="utf-8")
+        except OSError:
+            return None
+        fields = {name: value for name, _, value in (x.partition(":") for x in status.splitlines())}
+        try:
+            return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+        except (KeyError, ValueError, IndexError):
+            return None
+
+    def database_bytes(self) -> int:
+        """The database's size on disk, its write-ahead log and shared memory included."""
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                total += self.database_path.with_name(DATABASE_FILE + suffix).stat().st_size
+            except FileNotFoundError:
+                continue
+        return total
 
     def runtime(self) -> Runtime:
         """This peer's database and embedder opened in this process, as `pulse-emit` opens
@@ -227,3 +279,31 @@ def mesh_settings(
         "DREAMCYCLE_ZEITGEIST_S3_ENDPOINT_URL": endpoint_url,
         **credentials,
     }
+
+
+def ingest_all(peers: Sequence[MeshPeer], chunks: Path) -> None:
+    """`dreamcycle ingest --no-embed chunks` on every peer, a few at a time (the daemon
+    embeds them in its first cycle)."""
+    with ThreadPoolExecutor(INGEST_WORKERS) as pool:
+        list(pool.map(lambda p: p.command("ingest --no-embed", str(chunks)), peers))
+
+
+def admitted(peer: MeshPeer, chunks: int) -> bool:
+    """Whether `peer` finished a cycle and admitted at least `chunks` chunks."""
+    if peer.cycles_done() == 0:
+        return False
+    rows = peer.query("SELECT count(*) FROM observations WHERE admitted_seq IS NOT NULL")
+    return bool(rows[0][0] >= chunks)
+
+
+def wait_for(
+    probe: Callable[[], bool], what: str, timeout_s: float, peers: Callable[[], Sequence[MeshPeer]]
+) -> None:
+    """Poll `probe` until it holds; past `timeout_s`, BenchmarkError with the tails of the
+    logs of `peers()`."""
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            tails = "\n".join(p.log_tail() for p in peers())
+            raise BenchmarkError(f"timed out waiting for {what}\n{tails}")
+        time.sleep(WAIT_POLL_S)

@@ -43,7 +43,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Final
@@ -61,9 +60,16 @@ from scripts.bench_common import (
     write_json,
 )
 from scripts.local_servers import pick_free_ports, start_seaweedfs
-from scripts.mesh_check import bit_identical_replay, exactly_once, originated_pulses
+from scripts.mesh_check import Settled, bit_identical_replay, exactly_once
 from scripts.mesh_load import Emitter, delivery, documentation_rows, write_rows
-from scripts.mesh_peers import MeshPeer, mesh_settings, trust_key
+from scripts.mesh_peers import (
+    MeshPeer,
+    admitted,
+    ingest_all,
+    mesh_settings,
+    trust_key,
+    wait_for,
+)
 from scripts.mesh_simulate import simulate
 
 DEFAULT_OUT: Final = Path("bench-results/mesh.json")
@@ -123,16 +129,10 @@ class Run:
         return [*self.peers, *([self.newcomer] if self.newcomer.starts else [])]
 
     def ingest(self, peers: list[MeshPeer]) -> None:
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(lambda p: p.command("ingest --no-embed", str(self.chunks)), peers))
+        ingest_all(peers, self.chunks)
 
     def wait(self, probe: Callable[[], bool], what: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not probe():
-            if time.monotonic() > deadline:
-                tails = "\n".join(p.log_tail() for p in self.everyone())
-                raise BenchmarkError(f"timed out waiting for {what}\n{tails}")
-            time.sleep(1.0)
+        wait_for(probe, what, timeout_s, self.everyone)
 
     def bank(self, peer: MeshPeer) -> None:
         """Keep a daemon's request counts before it stops (its counter starts again)."""
@@ -265,21 +265,12 @@ def run_mesh(args: argparse.Namespace) -> dict[str, Any]:
             for emitter in emitters.values():
                 emitter.close()
             churner.join()
-            seen: list[set[str]] = []
-
-            def converged() -> bool:
-                expected = originated_pulses(run.everyone())
-                seen.append(expected)
-                settled = len(seen) > 10 and seen[-11] == expected
-                return settled and all(
-                    exactly_once(p, expected).missing == 0 for p in run.everyone()
-                )
-
+            converged = Settled(run.everyone, polls=10)
             run.wait(converged, "every pulse on every peer", CONVERGE_TIMEOUT_S)
             run.event("every peer applied every pulse")
             run.sample()
             stop_sampling.set()
-            expected = seen[-1]
+            expected = converged.expected
             once = [asdict(exactly_once(p, expected)) for p in run.everyone()]
             identical = {p.peer_id: bit_identical_replay(p, root) for p in run.everyone()}
             steady_peers = [p.peer_id for p in run.peers if p is not run.peers[1]]
@@ -303,13 +294,6 @@ def run_mesh(args: argparse.Namespace) -> dict[str, Any]:
                 if peer.running():
                     peer.kill()
             server.stop()
-
-
-def admitted(peer: MeshPeer, chunks: int) -> bool:
-    if peer.cycles_done() == 0:
-        return False
-    rows = peer.query("SELECT count(*) FROM observations WHERE admitted_seq IS NOT NULL")
-    return bool(rows[0][0] >= chunks)
 
 
 def per_hour(report: dict[str, Any]) -> list[dict[str, Any]]:
