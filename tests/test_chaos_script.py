@@ -1,4 +1,4 @@
-"""scripts/chaos.py end to end, small: three daemons under forty seconds of every fault.
+"""scripts/chaos.py end to end, small: three daemons under twenty-five seconds of every fault.
 
 The script starts its own SeaweedFS and three daemons, queues pulses and outcomes while it
 injects every kind of fault at least once (forged objects in the bucket, junk at a freshly
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 REPO: Final = Path(__file__).resolve().parent.parent
 RUN_TIMEOUT_S: Final = 280.0
 SMALL_RUN: Final = (
-    "--seconds", "40", "--interval", "1", "--fault-every-s", "2", "--chunks", "20",
+    "--seconds", "25", "--interval", "1", "--fault-every-s", "2", "--chunks", "20",
     "--keyring-churn", "not-during-start", "--seed", "1",
 )  # fmt: skip
 

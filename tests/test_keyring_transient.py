@@ -20,19 +20,13 @@ import pytest
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
-from dreamcycle.daemon.keys import (
-    InvalidKeyring,
-    KeyringFile,
-    init_key,
-    open_keys,
-    write_keyring,
-)
+from dreamcycle.daemon.keys import KeyringFile, init_key, open_keys, write_keyring
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import ReconsolidateEntry, TombstoneEntry, encode_segment
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from dreamcycle.zeitgeist.keys import segment_key
-from dreamcycle.zeitgeist.signing import Keyring, Signer, generate_key
+from dreamcycle.zeitgeist.signing import InvalidKeyring, Keyring, Signer, generate_key
 from tests.daemon_helpers import trust_key
 from tests.test_daemon_robustness import entry_status, peer, wall_clock_ms
 

@@ -27,7 +27,7 @@ from tests.test_mesh_signed import SEAL_METRIC, chunk_rows, rejected_counts
 pytestmark = pytest.mark.slow
 
 #: Entries in each forged object: a row each would show; none may be written.
-FLOOD: Final = 20_000
+FLOOD: Final = 5_000
 #: What the database of a peer that records nothing of the flood may grow by meanwhile
 #: (its own cycles, segments and journal), far below a row per forged entry.
 DB_GROWTH_BYTES: Final = 1024 * 1024
