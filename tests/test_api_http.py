@@ -356,7 +356,7 @@ def test_a_cited_outcome_teaches_recall_and_leaves_unrelated_queries_alone(api: 
 
 
 #: Examples per operation and phase of the schemathesis run: bounded to fit the suite.
-CONTRACT_EXAMPLES: Final = "20"
+CONTRACT_EXAMPLES: Final = "10"
 
 
 def schemathesis_config(path: Path) -> Path:
