@@ -165,4 +165,6 @@ def test_the_access_log_is_written_only_when_asked_for(
     with caplog.at_level(logging.INFO):
         _served_requests(rt, access_log=True, requests=3)
     lines = [r.getMessage() for r in caplog.records if r.name == http.ACCESS_LOGGER]
-    assert len(lines) == 3 and all("GET /healthz" in line for line in lines), lines
+    # Hypercorn may also log the kept-alive connection it closes at shutdown, with no status.
+    answered = [line for line in lines if '" 200 ' in line]
+    assert len(answered) == 3 and all("GET /healthz" in line for line in lines), lines
