@@ -6,11 +6,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
-# Two test processes, each taking whole files (their module fixtures start servers and
-# daemons once): most tests wait on daemons and servers, so two share two cores well.
-TEST_WORKERS ?= 2
+# Three test processes, each taking whole files (their module fixtures start servers and
+# daemons once): most tests wait on daemons and servers, so three share two cores well.
+TEST_WORKERS ?= 3
 
-.PHONY: demo test test-under-load lint typecheck-link setup setup-test servers clean
+.PHONY: demo test test-under-load test-long lint typecheck-link setup setup-test servers clean
 
 demo: setup
 	$(BIN)/python scripts/demo.py
@@ -29,6 +29,11 @@ test-under-load: setup-test servers
 	for i in $$(seq $(LOAD_PROCESSES)); do sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
 	echo "busy loops running:$$pids"; \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The tests of a minute or more (marked `long`), left out of `make test` to keep it short:
+# a small run of scripts/chaos.py.
+test-long: setup-test servers
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m long $(PYTEST_ARGS)
 
 lint: setup-test typecheck-link
 	$(BIN)/ruff check .

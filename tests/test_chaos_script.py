@@ -34,6 +34,7 @@ SMALL_RUN: Final = (
 )  # fmt: skip
 
 
+@pytest.mark.long
 def test_a_short_run_of_every_fault_holds_every_check(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"
     result = subprocess.run(
