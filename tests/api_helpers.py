@@ -1,4 +1,5 @@
-"""A real `dreamcycle run` daemon with its local API on, for the client and MCP tests."""
+"""A real `dreamcycle run` daemon with its local API on, for the client and MCP tests; and
+the same operations opened in the test's own process, for the tests that call them there."""
 
 from __future__ import annotations
 
@@ -6,9 +7,14 @@ import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
+from dreamcycle.daemon import runtime
+from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.client import MemoryClient, Unavailable
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.config import load_config
 from tests.daemon_helpers import Daemon, Peer, wait_until
 
 TOKEN: Final = "token-for-tests"
@@ -80,3 +86,38 @@ def wait_applied(served: ApiDaemon, entry_id: str) -> None:
         what=f"entry {entry_id} to be applied",
         context=served.daemon.log_tail,
     )
+
+
+@contextmanager
+def opened_runtime(root: Path, peer_id: str, now_ms: int) -> Iterator[runtime.Runtime]:
+    """A peer's runtime opened in this process under `root` (metrics off), its time a
+    manual clock at `now_ms`. The directories' names are short: the API's Unix socket is
+    made in the data directory."""
+    config = load_config(
+        None,
+        environ={},
+        overrides={
+            "peer.data_dir": str(root / "d"),
+            "peer.id": peer_id,
+            "metrics.listen": "",
+            "zeitgeist.dir": str(root / "z"),
+        },
+    )
+    opened = runtime.Runtime.open(config, clock=ManualClock(now_ms))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@contextmanager
+def attached_operations(rt: runtime.Runtime) -> Iterator[tuple[runtime.Peer, Operations]]:
+    """The API's operations serving `rt`'s peer, as the daemon attaches them."""
+    peer = rt.open_peer()
+    operations = Operations(rt, embedder=rt.embedder)
+    operations.attach(peer)
+    try:
+        yield peer, operations
+    finally:
+        operations.close()
+        peer.close()

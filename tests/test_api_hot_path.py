@@ -19,9 +19,8 @@ from dreamcycle.daemon.api import http, models
 from dreamcycle.daemon.api.hot_path import HOT_ROUTES, Asgi, Receive, Scope, Send, hot_path
 from dreamcycle.daemon.api.http import create_app
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Runtime
+from tests.api_helpers import attached_operations, opened_runtime
 
 NOW_MS = 1_700_000_000_000
 MAX_BODY_BYTES = 1 << 16
@@ -35,36 +34,16 @@ MEMORIES = (
 
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    root = tmp_path_factory.mktemp("hot_path")
-    config = load_config(
-        None,
-        environ={},
-        overrides={
-            "peer.data_dir": str(root / "data"),
-            "peer.id": "hot",
-            "metrics.listen": "",
-            "zeitgeist.dir": str(root / "zeitgeist"),
-        },
-    )
-    runtime = Runtime.open(config, clock=ManualClock(NOW_MS))
-    try:
-        yield runtime
-    finally:
-        runtime.close()
+    with opened_runtime(tmp_path_factory.mktemp("hot_path"), "hot", NOW_MS) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="module")
 def ops(rt: Runtime) -> Iterator[Operations]:
-    peer = rt.open_peer()
-    operations = Operations(rt, embedder=rt.embedder)
-    operations.attach(peer)
-    for content in MEMORIES:
-        operations.save(models.SaveRequest(content=content, project="ops"))
-    try:
+    with attached_operations(rt) as (_, operations):
+        for content in MEMORIES:
+            operations.save(models.SaveRequest(content=content, project="ops"))
         yield operations
-    finally:
-        operations.close()
-        peer.close()
 
 
 class Counted:

@@ -24,10 +24,10 @@ import trio
 
 from dreamcycle.daemon.api import http
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.logs import PER_REQUEST_LOGGERS, configure_logging
 from dreamcycle.daemon.runtime import Runtime
+from tests.api_helpers import opened_runtime
 from tests.daemon_helpers import Peer, write_jsonl
 
 NOW_MS: Final = 1_700_000_000_000
@@ -106,23 +106,8 @@ def test_the_first_ingest_of_a_fresh_data_directory_logs_no_sqlite_schema(
 
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    # A short path: the API's Unix socket is made in the data directory.
-    root = tmp_path_factory.mktemp("quiet")
-    config = load_config(
-        None,
-        environ={},
-        overrides={
-            "peer.data_dir": str(root / "d"),
-            "peer.id": "quiet",
-            "metrics.listen": "",
-            "zeitgeist.dir": str(root / "z"),
-        },
-    )
-    runtime = Runtime.open(config, clock=ManualClock(NOW_MS))
-    try:
-        yield runtime
-    finally:
-        runtime.close()
+    with opened_runtime(tmp_path_factory.mktemp("quiet"), "quiet", NOW_MS) as opened:
+        yield opened
 
 
 def _served_requests(rt: Runtime, access_log: bool, requests: int) -> None:

@@ -29,9 +29,8 @@ from dreamcycle.daemon.api.mcp_tools import EFFECTS, TOOLS, InProcess, build_ser
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cli.common import EXIT_USAGE, run_guarded
 from dreamcycle.daemon.client import BadRequest, request_model
-from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Runtime
+from tests.api_helpers import attached_operations, opened_runtime
 
 NOW_MS: Final = 1_700_000_000_000
 #: What pydantic's own messages carry, and no refusal may.
@@ -64,34 +63,14 @@ SAID: Final[tuple[tuple[type[pydantic.BaseModel], str, dict[str, Any]], ...]] = 
 
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
-    root = tmp_path_factory.mktemp("refusals")
-    config = load_config(
-        None,
-        environ={},
-        overrides={
-            "peer.data_dir": str(root / "data"),
-            "peer.id": "refusing",
-            "metrics.listen": "",
-            "zeitgeist.dir": str(root / "zeitgeist"),
-        },
-    )
-    runtime = Runtime.open(config, clock=ManualClock(NOW_MS))
-    try:
-        yield runtime
-    finally:
-        runtime.close()
+    with opened_runtime(tmp_path_factory.mktemp("refusals"), "refusing", NOW_MS) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="module")
 def ops(rt: Runtime) -> Iterator[Operations]:
-    peer = rt.open_peer()
-    operations = Operations(rt, embedder=rt.embedder)
-    operations.attach(peer)
-    try:
+    with attached_operations(rt) as (_, operations):
         yield operations
-    finally:
-        operations.close()
-        peer.close()
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,11 @@ import pytest
 
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.daemon.status import status_report
 from dreamcycle.store.database import EFFICACY_TYPE
+from tests.api_helpers import attached_operations, opened_runtime
 
 NOW_MS: Final = 1_700_000_000_000
 MEMORIES: Final = (
@@ -34,30 +33,14 @@ MEMORIES: Final = (
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runtime, Operations]]:
     """Memories saved through the API, then one cycle: admitted, and efficacy recorded."""
-    root = tmp_path_factory.mktemp("status")
-    config = load_config(
-        None,
-        environ={},
-        overrides={
-            "peer.data_dir": str(root / "data"),
-            "peer.id": "counted",
-            "metrics.listen": "",
-            "zeitgeist.dir": str(root / "zeitgeist"),
-        },
-    )
-    rt = Runtime.open(config, clock=ManualClock(NOW_MS))
-    peer = rt.open_peer()
-    ops = Operations(rt, embedder=rt.embedder)
-    ops.attach(peer)
-    try:
+    with (
+        opened_runtime(tmp_path_factory.mktemp("status"), "counted", NOW_MS) as rt,
+        attached_operations(rt) as (peer, ops),
+    ):
         for content in MEMORIES:
             ops.save(models.SaveRequest(content=content, importance=7))
         run_cycle_blocking(peer)
         yield rt, ops
-    finally:
-        ops.close()
-        peer.close()
-        rt.close()
 
 
 def test_the_histogram_counts_the_memories_live_counts(
