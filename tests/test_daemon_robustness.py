@@ -109,7 +109,13 @@ def publish_as(
     its entries say, but signed with a key peer a trusts (for `roles`)."""
     signer = Signer(peer_id, generate_key())
     trust_key(tmp_path / "a" / KEYS_KEYRING_FILE, signer, roles)
-    key = segment_key(HybridLogicalClock(wall_clock_ms).now(), peer_id, seq)
+    return publish_signed(tmp_path, signer, entries, seq)
+
+
+def publish_signed(tmp_path: Path, signer: Signer, entries: list[Entry], seq: int = 1) -> str:
+    """Write a segment of `entries` signed and sealed by `signer` (trusted or not), keyed at
+    the present; its key."""
+    key = segment_key(HybridLogicalClock(wall_clock_ms).now(), signer.peer_id, seq)
     signed = [signer.sign_entry(entry) for entry in entries]
     data = encode_segment(signed, seal=lambda digest: signer.seal(key, digest))
     DirectoryBackend(tmp_path / "zeitgeist").create(key, data)

@@ -22,13 +22,11 @@ from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
 from dreamcycle.daemon.keys import KeyringFile, init_key, open_keys, write_keyring
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.zeitgeist.directory import DirectoryBackend
-from dreamcycle.zeitgeist.entries import ReconsolidateEntry, TombstoneEntry, encode_segment
+from dreamcycle.zeitgeist.entries import ReconsolidateEntry, TombstoneEntry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import segment_key
 from dreamcycle.zeitgeist.signing import InvalidKeyring, Keyring, Signer, generate_key
 from tests.daemon_helpers import trust_key
-from tests.test_daemon_robustness import entry_status, peer, wall_clock_ms
+from tests.test_daemon_robustness import entry_status, peer, publish_signed, wall_clock_ms
 
 __all__ = ["peer"]  # the fixture, shared with the robustness tests
 
@@ -167,18 +165,13 @@ def test_entries_published_while_the_keyring_is_missing_are_applied(
     assert chunk is not None
     keyring_path.unlink()
 
-    clock = HybridLogicalClock(wall_clock_ms)
-    entry = carol.sign_entry(
-        ReconsolidateEntry(
-            hlc=clock.now(),
-            origin="c",
-            content_hash=chunk.content_hash,
-            changes={"title": "while the keyring was missing"},
-        )
+    entry = ReconsolidateEntry(
+        hlc=HybridLogicalClock(wall_clock_ms).now(),
+        origin="c",
+        content_hash=chunk.content_hash,
+        changes={"title": "while the keyring was missing"},
     )
-    key = segment_key(clock.now(), "c", 1)
-    segment = encode_segment([entry], seal=lambda digest: carol.seal(key, digest))
-    DirectoryBackend(tmp_path / "zeitgeist").create(key, segment)
+    publish_signed(tmp_path, carol, [entry])
     run_cycle_blocking(peer)
 
     assert entry_status(peer, entry) == ("applied", None)

@@ -36,7 +36,7 @@ from dreamcycle.zeitgeist.keys import segment_key, snapshot_key
 from dreamcycle.zeitgeist.log import Zeitgeist
 from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 from tests.daemon_helpers import trust_key
-from tests.test_daemon_robustness import entry_status, peer, wall_clock_ms
+from tests.test_daemon_robustness import entry_status, peer, publish_signed, wall_clock_ms
 
 __all__ = ["peer"]  # the fixture, shared with the robustness tests
 
@@ -142,18 +142,13 @@ def test_a_segment_of_a_key_trusted_later_is_read_again(peer: Peer, tmp_path: Pa
     carol = Signer("c", generate_key())
     chunk = peer.db.observation(3)
     assert chunk is not None
-    clock = HybridLogicalClock(wall_clock_ms)
-    entry = carol.sign_entry(
-        ReconsolidateEntry(
-            hlc=clock.now(),
-            origin="c",
-            content_hash=chunk.content_hash,
-            changes={"title": "published before it was trusted"},
-        )
+    entry = ReconsolidateEntry(
+        hlc=HybridLogicalClock(wall_clock_ms).now(),
+        origin="c",
+        content_hash=chunk.content_hash,
+        changes={"title": "published before it was trusted"},
     )
-    key = segment_key(clock.now(), "c", 1)
-    segment = encode_segment([entry], seal=lambda digest: carol.seal(key, digest))
-    DirectoryBackend(tmp_path / "zeitgeist").create(key, segment)
+    key = publish_signed(tmp_path, carol, [entry])
 
     run_cycle_blocking(peer)
     assert peer.db.segment_applied(key) and not peer.db.entry_seen(entry.id)
