@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import httpx
 import httpx2
 import pytest
 import trio
@@ -76,6 +77,19 @@ async def stdio_session(peer: Peer, errlog: Path) -> AsyncIterator[ClientSession
         ):
             await session.initialize()
             yield session
+
+
+@asynccontextmanager
+async def http_session(socket_path: str) -> AsyncIterator[ClientSession]:
+    """An MCP session with the daemon's /mcp endpoint, over its Unix socket."""
+    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=socket_path))
+    async with (
+        http,
+        streamable_http_client(f"http://localhost{MCP_PATH}", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 def answer(result: CallToolResult) -> Any:
@@ -351,7 +365,6 @@ def test_streamable_http_over_tcp_needs_the_token(served: ApiDaemon) -> None:
 def test_unknown_arguments_are_refused_naming_them(served: ApiDaemon, tmp_path: Path) -> None:
     """As the HTTP API refuses unknown fields: a misspelt filter must not match everything,
     a misspelt reason must not be dropped. Over stdio and the daemon's /mcp alike."""
-    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=served.socket_path))
 
     async def refused_in(session: ClientSession, over: str) -> None:
         project = f"misspelt-{over}"
@@ -374,15 +387,7 @@ def test_unknown_arguments_are_refused_naming_them(served: ApiDaemon, tmp_path: 
     async def conversation() -> None:
         async with stdio_session(served.peer, tmp_path / "mcp.log") as session:
             await refused_in(session, "stdio")
-        async with (
-            http,
-            streamable_http_client(f"http://localhost{MCP_PATH}", http_client=http) as (
-                read,
-                write,
-            ),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
+        async with http_session(served.socket_path) as session:
             await refused_in(session, "http")
 
     trio.run(within_timeout, conversation)
@@ -392,21 +397,15 @@ def test_tools_listed_to_a_client_state_what_openapi_states(served: ApiDaemon) -
     """Through the SDK's client: each listed tool's arguments carry the limits of the
     request field they fill in the daemon's own /openapi.json, and its annotations say
     what its operation does (daemon/api/contract.py)."""
-    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=served.socket_path))
-    document: dict[str, Any] = {}
     listed: list[Any] = []
 
     async def conversation() -> None:
-        async with (
-            http,
-            streamable_http_client(f"http://localhost{MCP_PATH}", http_client=http) as (r, w),
-            ClientSession(r, w) as session,
-        ):
-            await session.initialize()
+        async with http_session(served.socket_path) as session:
             listed.extend((await session.list_tools()).tools)
-            document.update((await http.get("http://localhost/openapi.json")).json())
 
     trio.run(within_timeout, conversation)
+    with httpx.Client(transport=httpx.HTTPTransport(uds=served.socket_path)) as http:
+        document = http.get("http://localhost/openapi.json").json()
     compared = 0
     for tool in listed:
         op = contract.operation_of_tool(tool.name)

@@ -17,19 +17,15 @@ from pathlib import Path
 from typing import Any, Final
 
 import httpx
-import httpx2
 import pytest
 import trio
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
 from dreamcycle.daemon.api import contract, models
-from dreamcycle.daemon.api.mcp_tools import MCP_PATH
 from dreamcycle.daemon.cli.access import DAEMON_ONLY_STATUS
 from dreamcycle.daemon.client import AsyncMemoryClient, Endpoint, MemoryClient
 from tests.api_helpers import ApiDaemon, running_api
-from tests.daemon_helpers import Peer, documentation_chunks, write_jsonl
-from tests.test_mcp import answer
+from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
+from tests.test_mcp import answer, http_session
 
 FROZEN_MS: Final = 1_750_000_000_000
 IDLE_INTERVAL_S: Final = "3600"
@@ -54,6 +50,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiDaemon]:
     peer.dreamcycle("run", "--once")
     peer.dreamcycle("sweep", "--percentile", "30", "--min-population", "5")
     with running_api(peer, interval_s=IDLE_INTERVAL_S) as api:
+        # The daemon's own first cycle (after `run --once`'s) ended: with the interval an
+        # hour, no other runs while the surfaces are asked.
+        wait_until(lambda: peer.cycles_done() >= 2, what="the daemon's first cycle")
         yield api
 
 
@@ -93,19 +92,9 @@ def through_clients(served: ApiDaemon, op: contract.Operation[Any, Any], request
 
 
 def as_tool(served: ApiDaemon, tool: str, arguments: dict[str, Any]) -> Any:
-    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=served.socket_path))
-
     async def conversation() -> Any:
         with trio.fail_after(TIMEOUT_S):
-            async with (
-                http,
-                streamable_http_client(f"http://localhost{MCP_PATH}", http_client=http) as (
-                    read,
-                    write,
-                ),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
+            async with http_session(served.socket_path) as session:
                 return answer(await session.call_tool(tool, arguments))
 
     return trio.run(conversation)
