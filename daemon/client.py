@@ -59,16 +59,6 @@ UNIX_HOST: Final = "localhost"
 #: Every operation, as daemon/api/contract.py declares it: the clients know no other.
 Route = contract.Operation
 ROUTES: Final = contract.OPERATIONS
-RECALL, SAVE, OUTCOME, PULSE, TOMBSTONE = (
-    contract.RECALL, contract.SAVE, contract.OUTCOME, contract.PULSE, contract.TOMBSTONE
-)  # fmt: skip
-STATUS, MEMORY, FORGOTTEN, SUPERSEDE, CONTEXT = (
-    contract.STATUS, contract.MEMORY, contract.FORGOTTEN, contract.SUPERSEDE, contract.CONTEXT
-)  # fmt: skip
-EXPLAIN, PIN, UNPIN, REINFORCE, PENALIZE = (
-    contract.EXPLAIN, contract.PIN, contract.UNPIN, contract.REINFORCE, contract.PENALIZE
-)  # fmt: skip
-REVIVE, UPDATE, TIMELINE = contract.REVIVE, contract.UPDATE, contract.TIMELINE
 
 
 # ---- errors -------------------------------------------------------------------------------
@@ -498,43 +488,45 @@ class MemoryClient:
         a decision hash for outcomes. Any other query, like any argument the request model
         refuses, raises BadRequest naming it, before anything is sent."""
         return self.send(
-            RECALL,
+            contract.RECALL,
             _recall_request(
                 query, filters, top_k, record, decision, min_relevance, explain, min_confidence
             ),
         )
 
     def save(self, content: str, **fields: Unpack[SaveFields]) -> models.SaveResponse:
-        return self.send(SAVE, request_model(models.SaveRequest, content=content, **fields))
+        return self.send(
+            contract.SAVE, request_model(models.SaveRequest, content=content, **fields)
+        )
 
     def outcome(
         self, decision: str, reward: float, reason: str, cited: Sequence[str] = ()
     ) -> models.Queued:
         """How a recalled decision turned out; `cited` names (or prefixes) the chunks it used."""
-        return self.send(OUTCOME, _outcome_request(decision, reward, reason, cited))
+        return self.send(contract.OUTCOME, _outcome_request(decision, reward, reason, cited))
 
     def pulse(self, text: str, **fields: Unpack[PulseFields]) -> models.Queued:
-        return self.send(PULSE, request_model(models.PulseRequest, text=text, **fields))
+        return self.send(contract.PULSE, request_model(models.PulseRequest, text=text, **fields))
 
     def tombstone(
         self, content_hash: str, reason: str, ttl_s: float | None = None
     ) -> models.Queued:
-        return self.send(TOMBSTONE, _tombstone_request(content_hash, reason, ttl_s))
+        return self.send(contract.TOMBSTONE, _tombstone_request(content_hash, reason, ttl_s))
 
     def status(self) -> models.StatusResponse:
-        return self.send(STATUS, None)
+        return self.send(contract.STATUS, None)
 
     def memory(self, ref: str) -> models.Memory:
         """One chunk, by its hash or a prefix only it has."""
-        return self.send(MEMORY, request_model(models.MemoryRequest, ref=ref))
+        return self.send(contract.MEMORY, request_model(models.MemoryRequest, ref=ref))
 
     def forgotten(self, limit: int | None = None, offset: int = 0) -> models.ForgottenResponse:
-        return self.send(FORGOTTEN, _forgotten_request(limit, offset))
+        return self.send(contract.FORGOTTEN, _forgotten_request(limit, offset))
 
     def supersede(
         self, old_hash: str, content: str, reason: str, **fields: Unpack[SaveFields]
     ) -> models.SupersedeResponse:
-        return self.send(SUPERSEDE, _supersede_request(old_hash, content, reason, fields))
+        return self.send(contract.SUPERSEDE, _supersede_request(old_hash, content, reason, fields))
 
     def context(
         self,
@@ -546,37 +538,39 @@ class MemoryClient:
         decision: str | None = None,
     ) -> models.ContextResponse:
         """Pinned, previously successful and relevant memories for a task, in one budget."""
-        return self.send(CONTEXT, _context_request(task, filters, budget_tokens, record, decision))
+        return self.send(
+            contract.CONTEXT, _context_request(task, filters, budget_tokens, record, decision)
+        )
 
     def explain(self, ref: str) -> models.ExplainResponse:
         """Why a memory stands where it does: salience steps, decisions, learned keys."""
-        return self.send(EXPLAIN, request_model(models.RefRequest, ref=ref))
+        return self.send(contract.EXPLAIN, request_model(models.RefRequest, ref=ref))
 
     def pin(self, ref: str, pin_floor: float | None = None) -> models.ChunkQueued:
-        return self.send(PIN, _pin_request(ref, pin_floor))
+        return self.send(contract.PIN, _pin_request(ref, pin_floor))
 
     def unpin(self, ref: str) -> models.ChunkQueued:
-        return self.send(UNPIN, request_model(models.RefRequest, ref=ref))
+        return self.send(contract.UNPIN, request_model(models.RefRequest, ref=ref))
 
     def reinforce(
         self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
     ) -> models.ChunkQueued:
-        return self.send(REINFORCE, _feedback_request(ref, reason, strength, nonce))
+        return self.send(contract.REINFORCE, _feedback_request(ref, reason, strength, nonce))
 
     def penalize(
         self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
     ) -> models.ChunkQueued:
-        return self.send(PENALIZE, _feedback_request(ref, reason, strength, nonce))
+        return self.send(contract.PENALIZE, _feedback_request(ref, reason, strength, nonce))
 
     def revive(self, ref: str) -> models.Revival:
         """Bring a cold memory back to the live tier at the next cycle."""
-        return self.send(REVIVE, request_model(models.RefRequest, ref=ref))
+        return self.send(contract.REVIVE, request_model(models.RefRequest, ref=ref))
 
     def update(self, ref: str, **fields: Unpack[UpdateFields]) -> models.UpdateResponse:
-        return self.send(UPDATE, request_model(models.UpdateRequest, ref=ref, **fields))
+        return self.send(contract.UPDATE, request_model(models.UpdateRequest, ref=ref, **fields))
 
     def timeline(self, **fields: Unpack[TimelineFields]) -> models.TimelineResponse:
-        return self.send(TIMELINE, request_model(models.TimelineRequest, **fields))
+        return self.send(contract.TIMELINE, request_model(models.TimelineRequest, **fields))
 
     def close(self) -> None:
         self._pool.close()
@@ -652,43 +646,49 @@ class AsyncMemoryClient:
         min_confidence: float = 0.0,
     ) -> models.RecallResponse:
         return await self.send(
-            RECALL,
+            contract.RECALL,
             _recall_request(
                 query, filters, top_k, record, decision, min_relevance, explain, min_confidence
             ),
         )
 
     async def save(self, content: str, **fields: Unpack[SaveFields]) -> models.SaveResponse:
-        return await self.send(SAVE, request_model(models.SaveRequest, content=content, **fields))
+        return await self.send(
+            contract.SAVE, request_model(models.SaveRequest, content=content, **fields)
+        )
 
     async def outcome(
         self, decision: str, reward: float, reason: str, cited: Sequence[str] = ()
     ) -> models.Queued:
-        return await self.send(OUTCOME, _outcome_request(decision, reward, reason, cited))
+        return await self.send(contract.OUTCOME, _outcome_request(decision, reward, reason, cited))
 
     async def pulse(self, text: str, **fields: Unpack[PulseFields]) -> models.Queued:
-        return await self.send(PULSE, request_model(models.PulseRequest, text=text, **fields))
+        return await self.send(
+            contract.PULSE, request_model(models.PulseRequest, text=text, **fields)
+        )
 
     async def tombstone(
         self, content_hash: str, reason: str, ttl_s: float | None = None
     ) -> models.Queued:
-        return await self.send(TOMBSTONE, _tombstone_request(content_hash, reason, ttl_s))
+        return await self.send(contract.TOMBSTONE, _tombstone_request(content_hash, reason, ttl_s))
 
     async def status(self) -> models.StatusResponse:
-        return await self.send(STATUS, None)
+        return await self.send(contract.STATUS, None)
 
     async def memory(self, ref: str) -> models.Memory:
-        return await self.send(MEMORY, request_model(models.MemoryRequest, ref=ref))
+        return await self.send(contract.MEMORY, request_model(models.MemoryRequest, ref=ref))
 
     async def forgotten(
         self, limit: int | None = None, offset: int = 0
     ) -> models.ForgottenResponse:
-        return await self.send(FORGOTTEN, _forgotten_request(limit, offset))
+        return await self.send(contract.FORGOTTEN, _forgotten_request(limit, offset))
 
     async def supersede(
         self, old_hash: str, content: str, reason: str, **fields: Unpack[SaveFields]
     ) -> models.SupersedeResponse:
-        return await self.send(SUPERSEDE, _supersede_request(old_hash, content, reason, fields))
+        return await self.send(
+            contract.SUPERSEDE, _supersede_request(old_hash, content, reason, fields)
+        )
 
     async def context(
         self,
@@ -700,36 +700,38 @@ class AsyncMemoryClient:
         decision: str | None = None,
     ) -> models.ContextResponse:
         return await self.send(
-            CONTEXT, _context_request(task, filters, budget_tokens, record, decision)
+            contract.CONTEXT, _context_request(task, filters, budget_tokens, record, decision)
         )
 
     async def explain(self, ref: str) -> models.ExplainResponse:
-        return await self.send(EXPLAIN, request_model(models.RefRequest, ref=ref))
+        return await self.send(contract.EXPLAIN, request_model(models.RefRequest, ref=ref))
 
     async def pin(self, ref: str, pin_floor: float | None = None) -> models.ChunkQueued:
-        return await self.send(PIN, _pin_request(ref, pin_floor))
+        return await self.send(contract.PIN, _pin_request(ref, pin_floor))
 
     async def unpin(self, ref: str) -> models.ChunkQueued:
-        return await self.send(UNPIN, request_model(models.RefRequest, ref=ref))
+        return await self.send(contract.UNPIN, request_model(models.RefRequest, ref=ref))
 
     async def reinforce(
         self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
     ) -> models.ChunkQueued:
-        return await self.send(REINFORCE, _feedback_request(ref, reason, strength, nonce))
+        return await self.send(contract.REINFORCE, _feedback_request(ref, reason, strength, nonce))
 
     async def penalize(
         self, ref: str, reason: str, strength: float | None = None, nonce: str = ""
     ) -> models.ChunkQueued:
-        return await self.send(PENALIZE, _feedback_request(ref, reason, strength, nonce))
+        return await self.send(contract.PENALIZE, _feedback_request(ref, reason, strength, nonce))
 
     async def revive(self, ref: str) -> models.Revival:
-        return await self.send(REVIVE, request_model(models.RefRequest, ref=ref))
+        return await self.send(contract.REVIVE, request_model(models.RefRequest, ref=ref))
 
     async def update(self, ref: str, **fields: Unpack[UpdateFields]) -> models.UpdateResponse:
-        return await self.send(UPDATE, request_model(models.UpdateRequest, ref=ref, **fields))
+        return await self.send(
+            contract.UPDATE, request_model(models.UpdateRequest, ref=ref, **fields)
+        )
 
     async def timeline(self, **fields: Unpack[TimelineFields]) -> models.TimelineResponse:
-        return await self.send(TIMELINE, request_model(models.TimelineRequest, **fields))
+        return await self.send(contract.TIMELINE, request_model(models.TimelineRequest, **fields))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -73,17 +73,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.contract import CONTEXT, PULSE, RECALL, REINFORCE, SAVE
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.client import (
-    CONTEXT,
-    PULSE,
-    RECALL,
-    REINFORCE,
-    SAVE,
-    ApiError,
-    MemoryClient,
-    Route,
-)
+from dreamcycle.daemon.client import ApiError, MemoryClient, Route
 from dreamcycle.daemon.cold_search import ColdSearch
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking

@@ -47,7 +47,7 @@ from dreamcycle.daemon import client, defaults
 from dreamcycle.daemon.api import contract, models, refusals
 from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.client import ApiError, Route, request_model
+from dreamcycle.daemon.client import ApiError, request_model
 from dreamcycle.pulses.constants import STRENGTH_MAX
 from dreamcycle.pulses.context import MIN_BUDGET
 
@@ -68,7 +68,7 @@ INSTRUCTIONS: Final = (
 
 
 class Transport(Protocol):
-    async def send(self, route: Route[Req, Resp], request: Req) -> Resp: ...
+    async def send(self, route: contract.Operation[Req, Resp], request: Req) -> Resp: ...
 
 
 class InProcess:
@@ -78,7 +78,7 @@ class InProcess:
         self._ops = ops
         self._limiter = limiter
 
-    async def send(self, route: Route[Req, Resp], request: Req) -> Resp:
+    async def send(self, route: contract.Operation[Req, Resp], request: Req) -> Resp:
         method = getattr(self._ops, route.name)
         call = method if request is None else functools.partial(method, request)
         try:
@@ -170,7 +170,7 @@ class MemoryTools:
             stability=stability,
         )
         request = request_model(models.SaveRequest, content=content, **fields)
-        return await self._transport.send(client.SAVE, request)
+        return await self._transport.send(contract.SAVE, request)
 
     async def mem_search(
         self,
@@ -226,13 +226,15 @@ class MemoryTools:
             filters=request_model(models.RecallFilters, **filters),
             **_given(budget_tokens=budget_tokens),
         )
-        return (await self._transport.send(client.CONTEXT, request)).text
+        return (await self._transport.send(contract.CONTEXT, request)).text
 
     async def mem_explain(self, id: ChunkRef) -> models.ExplainResponse:
         """Why a memory stands where it does: salience, pin, deletion policy, tier, every
         journaled step that moved it (with its cause: outcome, pulse, sweep, revival), the
         decisions that returned it with their outcomes, and the questions it learned."""
-        return await self._transport.send(client.EXPLAIN, request_model(models.RefRequest, ref=id))
+        return await self._transport.send(
+            contract.EXPLAIN, request_model(models.RefRequest, ref=id)
+        )
 
     async def mem_pin(
         self,
@@ -245,11 +247,11 @@ class MemoryTools:
         """Pin a memory: its salience never decays below the floor and it is never swept.
         Applied, and shared with other peers, at the next dream cycle."""
         request = request_model(models.PinRequest, ref=id, **_given(pin_floor=pin_floor))
-        return await self._transport.send(client.PIN, request)
+        return await self._transport.send(contract.PIN, request)
 
     async def mem_unpin(self, id: ChunkRef) -> models.ChunkQueued:
         """Clear a memory's pin floor (at the next dream cycle)."""
-        return await self._transport.send(client.UNPIN, request_model(models.RefRequest, ref=id))
+        return await self._transport.send(contract.UNPIN, request_model(models.RefRequest, ref=id))
 
     async def mem_reinforce(
         self,
@@ -264,7 +266,7 @@ class MemoryTools:
         request = request_model(
             models.FeedbackRequest, ref=id, reason=reason, **_given(strength=strength)
         )
-        return await self._transport.send(client.REINFORCE, request)
+        return await self._transport.send(contract.REINFORCE, request)
 
     async def mem_penalize(
         self,
@@ -279,12 +281,12 @@ class MemoryTools:
         request = request_model(
             models.FeedbackRequest, ref=id, reason=reason, **_given(strength=strength)
         )
-        return await self._transport.send(client.PENALIZE, request)
+        return await self._transport.send(contract.PENALIZE, request)
 
     async def mem_revive(self, id: ChunkRef) -> models.Revival:
         """Bring a cold memory (one mem_forgotten lists) back to the live tier and index, at
         the next dream cycle. A memory that is not cold is refused."""
-        return await self._transport.send(client.REVIVE, request_model(models.RefRequest, ref=id))
+        return await self._transport.send(contract.REVIVE, request_model(models.RefRequest, ref=id))
 
     async def mem_timeline(
         self,
@@ -307,7 +309,7 @@ class MemoryTools:
                 around_ms=around_ms, session_id=session_id, project=project, kind=kind, limit=limit
             ),
         )
-        return await self._transport.send(client.TIMELINE, request)
+        return await self._transport.send(contract.TIMELINE, request)
 
     async def mem_get_observation(self, id: ChunkRef) -> models.Memory:
         """One memory in full, by content hash or unique prefix: its metadata, salience and
@@ -317,7 +319,7 @@ class MemoryTools:
     async def mem_stats(self) -> models.StatusResponse:
         """Counts (live, cold, tombstoned, pinned), the salience histogram, the index and the
         last dream cycle."""
-        return await self._transport.send(client.STATUS, None)
+        return await self._transport.send(contract.STATUS, None)
 
     async def mem_outcome(
         self,
@@ -341,7 +343,7 @@ class MemoryTools:
             reason=reason,
             cited=cited or [],
         )
-        return await self._transport.send(client.OUTCOME, request)
+        return await self._transport.send(contract.OUTCOME, request)
 
     async def mem_forgotten(
         self,
@@ -354,7 +356,7 @@ class MemoryTools:
         """What the sweep moved to the cold tier (least valuable memories), most recent first,
         and why. Cold memories are still recalled when nothing live matches well."""
         request = request_model(models.ForgottenRequest, offset=offset, **_given(limit=limit))
-        return await self._transport.send(client.FORGOTTEN, request)
+        return await self._transport.send(contract.FORGOTTEN, request)
 
     async def mem_update(
         self,
@@ -387,7 +389,7 @@ class MemoryTools:
                 reason=reason,
             ),
         )
-        return await self._transport.send(client.UPDATE, request)
+        return await self._transport.send(contract.UPDATE, request)
 
     async def mem_delete(
         self,
@@ -400,7 +402,7 @@ class MemoryTools:
         request = request_model(
             models.TombstoneRequest, content_hash=old.content_hash, reason=reason or "deleted"
         )
-        return await self._transport.send(client.TOMBSTONE, request)
+        return await self._transport.send(contract.TOMBSTONE, request)
 
     async def mem_session_summary(
         self,
@@ -422,7 +424,7 @@ class MemoryTools:
                 topic_key=f"session/{session_id}" if session_id else None,
             ),
         )
-        return await self._transport.send(client.SAVE, request)
+        return await self._transport.send(contract.SAVE, request)
 
     async def _recall(
         self,
@@ -450,11 +452,11 @@ class MemoryTools:
             record=True,
             **_given(min_confidence=min_confidence),
         )
-        return await self._transport.send(client.RECALL, request)
+        return await self._transport.send(contract.RECALL, request)
 
     async def _memory(self, ref: str) -> models.Memory:
         return await self._transport.send(
-            client.MEMORY, request_model(models.MemoryRequest, ref=ref)
+            contract.MEMORY, request_model(models.MemoryRequest, ref=ref)
         )
 
 

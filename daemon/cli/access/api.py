@@ -88,7 +88,8 @@ class ApiAccess:
         min_confidence: float = 0.0,
     ) -> Recalled:
         from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.client import RECALL, request_model
+        from dreamcycle.daemon.api.contract import RECALL
+        from dreamcycle.daemon.client import request_model
 
         def send(request: models.RecallRequest) -> Recalled:
             answer = self._client.send(RECALL, request)
@@ -147,7 +148,8 @@ class ApiAccess:
 
     def revive(self, content_hash: str) -> None:
         from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.client import REVIVE, BadRequest, Conflict, NotFound, request_model
+        from dreamcycle.daemon.api.contract import REVIVE
+        from dreamcycle.daemon.client import BadRequest, Conflict, NotFound, request_model
 
         def build() -> models.RefRequest:
             # A prefix goes the direct way, which resolves it in the words every command prints.
@@ -173,7 +175,8 @@ class ApiAccess:
         decided_elsewhere: bool = False,
     ) -> Queued:
         from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.client import OUTCOME, request_model
+        from dreamcycle.daemon.api.contract import OUTCOME
+        from dreamcycle.daemon.client import request_model
 
         return self._served(
             lambda: request_model(
@@ -196,7 +199,8 @@ class ApiAccess:
 
     def pulse(self, spec: PulseSpec) -> Queued:
         from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.client import PULSE, request_model
+        from dreamcycle.daemon.api.contract import PULSE
+        from dreamcycle.daemon.client import request_model
 
         return self._served(
             lambda: request_model(models.PulseRequest, **asdict(spec)),
@@ -208,7 +212,8 @@ class ApiAccess:
         self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
     ) -> Queued:
         from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.client import TOMBSTONE, request_model
+        from dreamcycle.daemon.api.contract import TOMBSTONE
+        from dreamcycle.daemon.client import request_model
 
         return self._served(
             lambda: request_model(
@@ -232,7 +237,8 @@ class ApiAccess:
         progress: Progress | None,
     ) -> IngestReport:
         from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.client import SAVE, BadRequest, Conflict, Unavailable, request_model
+        from dreamcycle.daemon.api.contract import SAVE
+        from dreamcycle.daemon.client import BadRequest, Conflict, Unavailable, request_model
         from dreamcycle.daemon.ingest import IngestReport
         from dreamcycle.store.database import EFFICACY_TYPE
 
