@@ -206,10 +206,20 @@ def bit_identical_replay(peer: Replica, workdir: Path) -> bool:
     )
 
 
+def outbox_drained(peer: Replica) -> bool:
+    """Whether `peer` has applied and published every entry it queued."""
+    rows = peer.query("SELECT count(*) FROM outbox WHERE applied = 0 OR segment_seq IS NULL")
+    return int(rows[0][0]) == 0
+
+
 class Settled:
-    """A probe of a mesh catching up, to poll until it holds: the pulses its peers
-    originated (and `also()`) stopped growing for `polls` polls in a row, and every peer
-    applied each of them. `expected` is the set the last poll found."""
+    """A probe of a mesh catching up, to poll until it holds: every peer applied and
+    published what it queued, the pulses the peers originated (and `also()`) stopped
+    growing for `polls` polls in a row, and every peer applied each of them. `expected` is
+    the set the last poll found.
+
+    A set that stays the same proves nothing while queues are full: on a loaded machine
+    the peers may not have applied anything yet."""
 
     def __init__(
         self,
@@ -228,6 +238,9 @@ class Settled:
 
     def __call__(self) -> bool:
         peers = self.peers()
+        if not all(outbox_drained(p) for p in peers):
+            self.seen.clear()
+            return False
         expected = originated_pulses(peers) | self.also()
         self.seen.append(expected)
         stable = len(self.seen) > self.polls and self.seen[0] == expected

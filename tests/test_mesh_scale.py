@@ -25,11 +25,11 @@ import pytest
 
 from scripts.local_servers import RunningS3
 from scripts.mesh_check import (
+    Settled,
     compare_replicas,
     exactly_once,
     journal_pulse_order,
     journal_pulses,
-    originated_pulses,
     replay,
 )
 from scripts.mesh_load import Emitter, documentation_rows, write_rows
@@ -47,6 +47,8 @@ OUTCOME_EVERY: Final = 5
 INTERVAL_S: Final = 1.0
 WINDOW_S: Final = 3.0
 CONVERGE_TIMEOUT_S: Final = 180.0
+#: Polls (0.2 s apart) the originated pulses must stay the same once queues are empty.
+SETTLE_POLLS: Final = 5
 START_TIMEOUT_S: Final = 180.0
 
 
@@ -115,17 +117,9 @@ def test_five_daemons_apply_every_pulse_once_and_agree(
         for emitter in emitters:
             emitter.close()
 
-    seen: list[set[str]] = []
-
-    def converged() -> bool:
-        expected = originated_pulses(mesh)
-        seen.append(expected)
-        # Every outcome has become pulses on its peer: the set has stopped growing.
-        settled = len(seen) > 5 and seen[-6] == expected
-        return settled and all(exactly_once(p, expected).missing == 0 for p in mesh)
-
-    wait_for(converged, "every pulse on every peer", CONVERGE_TIMEOUT_S, mesh)
-    expected = seen[-1]
+    settled = Settled(lambda: mesh, SETTLE_POLLS)
+    wait_for(settled, "every pulse on every peer", CONVERGE_TIMEOUT_S, mesh)
+    expected = settled.expected
     assert len(expected) >= BURST + STEADY - (BURST + STEADY) // OUTCOME_EVERY
     for peer in mesh:
         report = exactly_once(peer, expected)
