@@ -421,6 +421,17 @@ def test_directory_listing_hides_temp_and_lock_files(tmp_path: Path) -> None:
     assert backend.list_after("", "") == []
 
 
+def test_a_directory_log_whose_root_is_a_file_is_unreachable_not_empty(tmp_path: Path) -> None:
+    root = tmp_path / "zeitgeist"
+    backend = DirectoryBackend(root)
+    assert backend.list_after(SEGMENT_PREFIX, "") == []  # not made yet: a new, empty log
+    root.write_text("a mount gone wrong")
+    with pytest.raises(BackendError, match="Not a directory"):
+        backend.list_after(SEGMENT_PREFIX, "")
+    with pytest.raises(BackendError, match="Not a directory"):
+        backend.read_versioned("lease/compaction")
+
+
 PROBES_PER_THREAD = 150
 PROBE_THREADS = 4
 

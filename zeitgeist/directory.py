@@ -129,6 +129,12 @@ class DirectoryBackend:
     def _fail(self, operation: str, key: str, exc: OSError) -> BackendError:
         return BackendError(f"dir: {operation} {key!r} under {self.root}: {exc}")
 
+    def _missing(self, operation: str, key: str, exc: OSError) -> None:
+        """Raise BackendError unless `key` is merely absent: a log whose root is a file
+        (a mount gone wrong) is unreachable, not empty. A root not made yet is a new log."""
+        if self.root.exists() and not self.root.is_dir():
+            raise self._fail(operation, key, exc) from exc
+
     def _write_temp(self, path: Path, data: bytes) -> Path:
         """A fsynced file with `data` next to `path`, under a name no listing shows."""
         temp = path.with_name(f"{TEMP_PREFIX}{path.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
@@ -205,7 +211,8 @@ class DirectoryBackend:
                 data = b"" if size > max_bytes else stream.read(min(size, max_bytes) + 1)
                 if size < len(data) <= max_bytes:
                     data += stream.read(max_bytes + 1 - len(data))  # it grew meanwhile
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+            self._missing("read", key, exc)
             raise KeyError(key) from None
         except OSError as exc:
             if key.startswith(SEGMENT_PREFIX) and _about_the_file(path, exc):
@@ -239,7 +246,8 @@ class DirectoryBackend:
         try:
             with os.scandir(directory) as items:
                 later = [item for item in items if item.name > after_name]
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            self._missing("list", prefix, exc)
             return []
         except OSError as exc:
             raise self._fail("list", prefix, exc) from exc
