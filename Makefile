@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 # Three test processes, each taking whole files (their module fixtures start servers and
 # daemons once): most tests wait on daemons and servers, so three share two cores well.
+# Files go out in the order tests/conftest.py gives (those with slow tests first), not
+# by their number of tests.
 TEST_WORKERS ?= 3
 
 .PHONY: demo test test-under-load test-long lint typecheck-link setup setup-test servers clean
@@ -16,7 +18,7 @@ demo: setup
 	$(BIN)/python scripts/demo.py
 
 test: setup-test servers
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The same run as `make test` (keep the two pytest lines in step), beside LOAD_PROCESSES
 # busy loops that keep the cores taken: what the tests of timing and CPU priority must
@@ -28,12 +30,12 @@ test-under-load: setup-test servers
 	trap 'kill $$pids 2>/dev/null; wait' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	for i in $$(seq $(LOAD_PROCESSES)); do sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
 	echo "busy loops running:$$pids"; \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The tests of a minute or more (marked `long`), left out of `make test` to keep it short:
 # a small run of scripts/chaos.py.
 test-long: setup-test servers
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m long $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m long $(PYTEST_ARGS)
 
 lint: setup-test typecheck-link
 	$(BIN)/ruff check .

@@ -60,8 +60,10 @@ DATABASE_FILE: Final = "dreamcycle.db"
 CONCURRENT_COMMANDS: Final = 4
 #: A CLI that takes longer than this is hung (the slowest, ingest, takes ~6 s).
 CLI_TIMEOUT_S: Final = 120.0
-#: How long a daemon may take to stop after SIGTERM.
-STOP_TIMEOUT_S: Final = 10.0
+#: How long a daemon may take to exit after SIGTERM before a test calls it hung. Its
+#: interpreter's exit alone took over 10 s on a loaded machine; how soon a stop request
+#: ends the work is bounded by the SIGTERM tests, each with a bound of its own.
+STOP_TIMEOUT_S: Final = 30.0
 #: How long a SIGKILLed daemon is waited for before the test fails.
 KILL_TIMEOUT_S: Final = 60.0
 POLL_INTERVAL_S: Final = 0.05
