@@ -23,7 +23,7 @@ from typing import Any, Final, Union, get_args, get_origin, get_type_hints
 from urllib.parse import SplitResult, urlsplit
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.cycle_thread import CPU_PRIORITIES
+from dreamcycle.daemon.service.cycle_thread import CPU_PRIORITIES
 from dreamcycle.pulses.credit import CreditRule
 from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, preview, validate_parameters
 from dreamcycle.pulses.ranking import InvalidRanking, RankingWeights
@@ -487,7 +487,7 @@ class LogConfig:
 class ClockConfig:
     source: str = defaults.CLOCK_SOURCE
     file: str = ""  # with source = "file": holds milliseconds since the Unix epoch
-    #: The most time one cycle accounts for, whatever the clock jumped (daemon/accounted.py).
+    #: The most time one cycle accounts for, whatever the clock jumped (daemon/cycle/accounted.py).
     max_step_s: float = defaults.CLOCK_MAX_STEP_S
 
     def check(self) -> None:

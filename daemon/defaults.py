@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from dreamcycle.pulses import confidence, credit, keys, ranking
+from dreamcycle.pulses import confidence, credit, ranking
+from dreamcycle.pulses import retrieval_keys as keys
 from dreamcycle.pulses import sweep as sweep_math
 from dreamcycle.store import embedder
 from dreamcycle.store import index as hnsw_index
@@ -48,7 +49,7 @@ ZEITGEIST_DIR: Final = "zeitgeist"
 
 CYCLE_INTERVAL_S: Final = 30.0
 #: How long a statement of the cycle waits at most for the API's requests in flight
-#: (daemon/requests_first.py); 0: never. Chosen with scripts/bench_recall.py, which compares
+#: (daemon/service/requests_first.py); 0: never. Chosen with scripts/bench_recall.py, which compares
 #: it with 0 while cycles run (`--give-way`); 20 ms and the two bounds below were not
 #: compared with other values there.
 CYCLE_GIVE_WAY_S: Final = 0.02
@@ -60,7 +61,7 @@ CYCLE_WAIT_PER_RUN: Final = 4.0
 #: How many full waits a cycle may wait beyond what its running earned (a second's worth
 #: at the default give_way_s): a burst of requests is waited out whole.
 CYCLE_WAIT_CREDIT_WAITS: Final = 50
-#: The cycle's CPU priority (daemon/cycle_thread.py): "idle" runs it under SCHED_IDLE,
+#: The cycle's CPU priority (daemon/service/cycle_thread.py): "idle" runs it under SCHED_IDLE,
 #: behind the API's requests; "normal" level with them. Chosen with scripts/bench_recall.py
 #: (`--cpu-priority`), which compares the two with cycles back to back beside the HTTP
 #: figures: under "idle", recall by text, context bundles and save-then-recall have shorter
@@ -222,7 +223,7 @@ RECALL_CANDIDATES: Final = 100
 #: neither kind strays far from its faster path.
 RECALL_EXACT_FILTER_SCALE: Final = 500.0
 #: From this many cold chunks on, the API searches the cold tier through a graph of it
-#: rather than reading every cold embedding per query (daemon/cold_search.py). The exact
+#: rather than reading every cold embedding per query (daemon/recall/cold_search.py). The exact
 #: search costs in proportion to the cold tier (scripts/bench_recall.py `--cold-share`
 #: measures it); below this size it costs less than one k-NN query of the live index of a
 #: store of 100k chunks. 0 searches exactly at every size.
@@ -274,7 +275,7 @@ LEARNING_INTRINSIC_PRIOR: Final = True
 #: questions' answers were never cited and are swept like anything else. Learned, the
 #: weight buried them (docs/efficacy.md); off, recall.cold_factor holds.
 LEARNING_COLD_WEIGHT: Final = False
-#: Weights of the credit inferred from what agent sessions do (daemon/implicit_credit.py),
+#: Weights of the credit inferred from what agent sessions do (daemon/memory/implicit_credit.py),
 #: each the amount one signal credits a chunk with (0: the signal is ignored).
 LEARNING_IMPLICIT_SAVED: Final = 0.5
 LEARNING_IMPLICIT_SUMMARY: Final = 0.5
@@ -306,7 +307,7 @@ AUDIT_RETENTION_S: Final = 90 * _DAY_S
 #: Where "now" comes from: "system" (real time) or "file" (simulated time shared by processes).
 CLOCK_SOURCE: Final = "system"
 CLOCK_SOURCES: Final = ("system", "file")
-#: The most time one cycle accounts for (daemon/accounted.py): decay, the sweep's interval
+#: The most time one cycle accounts for (daemon/cycle/accounted.py): decay, the sweep's interval
 #: and grace period and cold retention follow a clock stepped forward by at most this much
 #: per cycle (one hour, 120 cycles of 30 s; a downscale step); a week of real downtime is
 #: caught up within 168 cycles.
@@ -329,7 +330,7 @@ API_ACCESS_LOG: Final = False
 #: Mode of the Unix socket file: only the daemon's user may connect.
 API_SOCKET_MODE: Final = 0o600
 #: Largest request body accepted, in bytes (a memory is text, not a file upload): room for
-#: the longest content a memory may hold (daemon/limits.py) written as JSON, whose escapes
+#: the longest content a memory may hold (daemon/memory/limits.py) written as JSON, whose escapes
 #: take up to twelve bytes a character (a surrogate pair).
 API_MAX_BODY_BYTES: Final = 16 << 20
 #: How long a thread holding the GIL runs before one waiting for it may take it. A request
@@ -338,7 +339,7 @@ API_MAX_BODY_BYTES: Final = 16 << 20
 #: in process with cycles running, which compared it with 1 ms: recall by vector's p99 was
 #: shorter at this value in every run.
 THREAD_SWITCH_INTERVAL_S: Final = 0.0002
-#: How long a client (daemon/client.py, `dreamcycle mcp`) waits for the daemon's answer.
+#: How long a client (daemon/api/client.py, `dreamcycle mcp`) waits for the daemon's answer.
 CLIENT_TIMEOUT_S: Final = 30.0
 #: Connections the blocking client keeps open to the daemon: as many threads call at once.
 CLIENT_CONNECTIONS: Final = 4

@@ -10,23 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-import numpy as np
-import numpy.typing as npt
-
-from dreamcycle.daemon import metrics
-from dreamcycle.daemon.backend_probe import probed_backend
 from dreamcycle.daemon.clock import Clock, clock_from_config
-from dreamcycle.daemon.cold_search import EXACT_CACHE, ColdSearch
 from dreamcycle.daemon.config import Config
 from dreamcycle.daemon.defaults import STARTUP_PROBE_DEADLINE_S
-from dreamcycle.daemon.health import BackendHealth, ObservedBackend
-from dreamcycle.daemon.keys import EntryGate, open_keys
-from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.store import tiers
-from dreamcycle.store.database import Database, tier_stamp
+from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.service.backend_probe import probed_backend
+from dreamcycle.daemon.service.health import BackendHealth, ObservedBackend
+from dreamcycle.daemon.signing_keys import EntryGate, open_keys
+from dreamcycle.store.database import Database
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
-from dreamcycle.store.read_paths import StoredVectors
 from dreamcycle.store.salience import SalienceCache
 from dreamcycle.zeitgeist.backend import LogBackend
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
@@ -139,28 +132,18 @@ def issue_hlc(db: Database, wall_ms: Callable[[], int]) -> int:
     return value
 
 
-@dataclass
+@dataclass(eq=False)
 class Runtime:
-    """Database, embedder and wall clock: what every command needs."""
+    """Database, embedder and wall clock: what every command needs. Compared and hashed
+    by identity: what recall keeps between calls is found by its runtime
+    (daemon/recall/state.py)."""
 
     config: Config
     db: Database
     embedder: Embedder
     #: Every "now" of this process; injected so tests and benchmarks can simulate time.
     clock: Clock
-    #: What recall reads whole, kept between calls while the database has not changed.
-    recall_cache: StampedCache = field(default_factory=StampedCache, repr=False)
-    #: Stored embeddings recall has read, kept: an admitted chunk's never changes.
-    stored_vectors: StoredVectors = field(default_factory=StoredVectors, repr=False)
-    #: The cold tier's search: exact here, through a graph in the daemon's API.
-    cold_search: ColdSearch = field(default_factory=ColdSearch, repr=False)
     _lock_file: IO[str] | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        # A value cached inside a write transaction carries a stamp of changes that a
-        # rollback undoes, and a later commit can reach the same stamp with other rows.
-        # One hook per cache: runtimes made with dataclasses.replace share the connection.
-        self.db.conn.set_rollback_hook(self.recall_cache.clear, id=id(self.recall_cache))
 
     @property
     def peer_id(self) -> str:
@@ -240,19 +223,6 @@ class Runtime:
             level = logging.INFO if index.live_count else logging.DEBUG  # a new store's is no news
             log.log(level, "index rebuilt", extra={"reason": reason, "live": index.live_count})
         return index, reason
-
-    def cold_vectors(self, stamp: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-        """Labels and embeddings of the cold tier, read once per database state `stamp`."""
-        tiers_at = tier_stamp(stamp)
-        cached = self.recall_cache.get(EXACT_CACHE, tiers_at)
-        if cached is None:
-            cached = self.recall_cache.put(
-                EXACT_CACHE,
-                tiers_at,
-                tiers.cold_vectors(self.db, self.embedder.index_version, self.embedder.dim),
-            )
-        labels, vectors = cached
-        return labels, vectors
 
     def saved_index(self, stamp: str) -> HnswIndex | None:
         """The daemon's saved index if it is sound and reflects the database at `stamp`;

@@ -38,6 +38,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.vectors import Vectors
 from dreamcycle.store.filtered_search import nearest_in_filter
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         rt = Runtime.open(config)
         try:
             index = rt.open_peer().index
-            rt.stored_vectors.load_all(rt.db, rt.embedder.index_version)
+            recall_state(rt).stored_vectors.load_all(rt.db, rt.embedder.index_version)
             live = np.array(sorted(index.labels() - index.deleted_labels()), dtype=np.int64)
             k = config.recall.candidates
             scale = config.recall.exact_filter_scale
@@ -178,7 +179,12 @@ def main(argv: list[str] | None = None) -> int:
                     i: int, filters: list[frozenset[int]] = filters, asked: Vectors = asked
                 ) -> list[int]:
                     return nearest_in_filter(
-                        rt.db, rt.stored_vectors, index, asked[i], k, filters[i % FILTERS_PER_SIZE]
+                        rt.db,
+                        recall_state(rt).stored_vectors,
+                        index,
+                        asked[i],
+                        k,
+                        filters[i % FILTERS_PER_SIZE],
                     )
 
                 figures: list[Figure] = [

@@ -16,7 +16,7 @@ Then, in one run:
   text, by text with filters, a context bundle (not recorded), and save-then-recall (a new chunk saved, then
   recalled by its text: the pair is timed, and the chunk must come first);
 * the same through a real `dreamcycle run` daemon over its Unix socket, with the blocking
-  client agents import (daemon/client.py, over urllib3), beside an HTTP floor: the
+  client agents import (daemon/api/client.py, over urllib3), beside an HTTP floor: the
   daemon's server stack alone (scripts/http_floor.py: Hypercorn's trio worker, a bare ASGI
   app, one worker-thread hop) answering a recorded recall by vector through the same
   client, so the HTTP figures can be read as floor + the rest; and the floor again
@@ -73,19 +73,19 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api.client import ApiError, MemoryClient, Route
 from dreamcycle.daemon.api.contract import CONTEXT, PULSE, RECALL, REINFORCE, SAVE
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.client import ApiError, MemoryClient, Route
-from dreamcycle.daemon.cold_search import ColdSearch
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.cycle_thread import CPU_PRIORITIES, CycleThread
 from dreamcycle.daemon.defaults import CYCLE_MAX_GIVE_WAY_S
-from dreamcycle.daemon.keys import init_key
-from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import rank_query
+from dreamcycle.daemon.recall.cold_search import ColdSearch
+from dreamcycle.daemon.recall.retrieve import rank_query
+from dreamcycle.daemon.recall.state import RecallState, recall_state, share
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service import share_the_interpreter
+from dreamcycle.daemon.service.cycle_thread import CPU_PRIORITIES, CycleThread
+from dreamcycle.daemon.service.loop import share_the_interpreter
+from dreamcycle.daemon.signing_keys import init_key
 from dreamcycle.daemon.statuses import CycleStatus
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.pulses.vectors import Vectors
@@ -409,9 +409,8 @@ def graph_agreement(
     both ways (exact cold search against the graph, the live index as it is)."""
     # A cache of its own: a search through the graph drops the whole cold tier's embeddings
     # from its cache, which the exact search would then read again for every query.
-    through_graph = dataclasses.replace(
-        rt, cold_search=ops.cold_search, recall_cache=StampedCache()
-    )
+    through_graph = dataclasses.replace(rt)
+    share(through_graph, RecallState(ops.recall.cold_search))
     stamp = rt.db.change_stamp()
     cold = read_paths.tier_sets(rt.db).cold
     live, live_vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
@@ -420,8 +419,10 @@ def graph_agreement(
         exact_live = set(best_labels(live, live_vectors @ vector, pool))
         labels, _ = peer.index.knn_many(vector[None, :], pool)
         live_found.append(len(exact_live & set(labels[0].tolist())) / len(exact_live))
-        exact_cold = set(rt.cold_search.candidates(rt, stamp, cold, vector, pool))
-        graph_cold = set(ops.cold_search.candidates(through_graph, stamp, cold, vector, pool))
+        exact_cold = set(recall_state(rt).cold_search.candidates(rt, stamp, cold, vector, pool))
+        graph_cold = set(
+            ops.recall.cold_search.candidates(through_graph, stamp, cold, vector, pool)
+        )
         cold_found.append(len(exact_cold & graph_cold) / max(len(exact_cold), 1))
         hits = [
             [hit.rowid for hit in rank_query(view, "", vector, rt.config.recall.top_k)]
@@ -521,7 +522,7 @@ def cold_builds_beside(ops: Operations, rt: Runtime) -> Iterator[list[float]]:
     COLD_GRAPH_PENDING_MAX chunks to the cold tier starts one; yields each build's
     seconds, from its start to the new graph in use."""
     seconds: list[float] = []
-    search = ops.cold_search
+    search = ops.recall.cold_search
 
     def build() -> None:
         before = search.builds
@@ -801,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         ready_line = COLD_GRAPH_LINE if graph_wanted else None
         if graph_wanted:
             started = time.perf_counter()
-            while not ops.cold_search.ready:
+            while not ops.recall.cold_search.ready:
                 if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
                     raise BenchmarkError("the cold tier's graph was not built in time")
                 time.sleep(0.05)

@@ -21,7 +21,7 @@ Per store, in order, in one process:
   moves the bottom of every kind to the cold tier, the second is what a daily sweep of a
   settled store costs;
 * bulk ingest of real text (paragraphs of the standard library's documentation) through
-  `daemon.ingest.ingest`, with a progress bar, beside its baseline: the embedder's own
+  `daemon.intake.ingest.ingest`, with a progress bar, beside its baseline: the embedder's own
   batched rate on the same texts, measured just before;
 * peak resident memory (VmHWM) of the process.
 
@@ -59,10 +59,11 @@ if __package__ in (None, ""):
 
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import LAST_SWEEP_META_KEY, run_cycle_blocking
-from dreamcycle.daemon.forgetting import sweep as run_sweep
-from dreamcycle.daemon.ingest import INGEST_BATCH, ingest
-from dreamcycle.daemon.keys import init_key
+from dreamcycle.daemon.intake.ingest import INGEST_BATCH, ingest
+from dreamcycle.daemon.memory.forgetting import sweep as run_sweep
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime, save_index
+from dreamcycle.daemon.signing_keys import init_key
 from dreamcycle.store.database import Database, NewObservation
 from scripts.bench_common import (
     BenchmarkError,
@@ -226,7 +227,7 @@ def measure_store(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Every figure of one store; runs in the child process."""
     from dreamcycle.daemon.api import models
     from dreamcycle.daemon.api.operations import Operations
-    from dreamcycle.daemon.service import share_the_interpreter
+    from dreamcycle.daemon.service.loop import share_the_interpreter
 
     share_the_interpreter()  # as the daemon's process runs
     config = bench_config(data_dir)
@@ -344,7 +345,7 @@ def sample(calls: int, call: Callable[[int], Any]) -> dict[str, float]:
 def wait_for_vectors(rt: Runtime, live: int) -> None:
     """Until the API's background load holds every live chunk's embedding."""
     deadline = time.monotonic() + VECTORS_LOAD_TIMEOUT_S
-    while len(rt.stored_vectors) < live:
+    while len(recall_state(rt).stored_vectors) < live:
         if time.monotonic() > deadline:
             raise BenchmarkError("the stored embeddings were not loaded in time")
         time.sleep(0.1)

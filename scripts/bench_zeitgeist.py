@@ -49,14 +49,14 @@ if __package__ in (None, ""):  # run as a file: make the repository importable
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.backend_probe import ProbeBeforeWrite
 from dreamcycle.daemon.clock import SystemClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import CURSOR_META_KEY, PHASES, CycleState, run_cycle_blocking
-from dreamcycle.daemon.health import ObservedBackend
-from dreamcycle.daemon.ingest import ingest, read_files
-from dreamcycle.daemon.keys import write_keyring
+from dreamcycle.daemon.intake.ingest import ingest, read_files
 from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.service.backend_probe import ProbeBeforeWrite
+from dreamcycle.daemon.service.health import ObservedBackend
+from dreamcycle.daemon.signing_keys import write_keyring
 from dreamcycle.pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
@@ -74,8 +74,12 @@ from dreamcycle.zeitgeist.entries import (
     decode_segment,
 )
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, parse_segment_key, segment_listing_start
 from dreamcycle.zeitgeist.log import PreparedSegment, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import (
+    SEGMENT_PREFIX,
+    parse_segment_key,
+    segment_listing_start,
+)
 from dreamcycle.zeitgeist.s3 import S3Backend
 from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 from scripts.bench_common import (

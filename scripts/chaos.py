@@ -123,7 +123,7 @@ from dreamcycle.zeitgeist.entries import (
     encode_segment,
 )
 from dreamcycle.zeitgeist.hlc import hlc_from_ms
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     CLAIM_PREFIX,
     SEGMENT_PREFIX,
     SEQ_MAX,

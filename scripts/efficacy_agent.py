@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.emit import emit_outcome, emit_session_outcome
-from dreamcycle.daemon.implicit_credit import STOPWORDS
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.recall import RecallResult, recall
+from dreamcycle.daemon.intake.emit import emit_outcome, emit_session_outcome
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.memory.implicit_credit import STOPWORDS
+from dreamcycle.daemon.recall.retrieve import RecallResult, recall
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.hashing import content_hash

@@ -20,20 +20,21 @@ from pathlib import Path
 from typing import Any, Final
 
 from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.cold_search import ColdSearch, GraphShape
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.keys import init_key
-from dreamcycle.daemon.learned_ranking import (
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.recall.cold_search import ColdSearch, GraphShape
+from dreamcycle.daemon.recall.learned_ranking import (
     cold_factor,
     fusion_weights,
     intrinsic_strength,
     key_gate,
     split_evidence,
 )
-from dreamcycle.daemon.recall import rank_query
+from dreamcycle.daemon.recall.retrieve import rank_query
+from dreamcycle.daemon.recall.state import RecallState, share
 from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.daemon.signing_keys import init_key
 from dreamcycle.pulses.key_gate import BAND_EDGES
 from dreamcycle.store.hashing import content_hash
 from dreamcycle.zeitgeist.entries import SupersedeEntry, encode_entry
@@ -154,12 +155,13 @@ def simulate(
     rt.embedder = embedder  # type: ignore[assignment]
     if cold_graph:
         index = config.index
-        rt.cold_search = ColdSearch(
+        graph = ColdSearch(
             graph_from=1,
             pending_max=0,
             skip_max=0,
             shape=GraphShape(index.m, index.ef_construction, index.ef),
         )
+        share(rt, RecallState(graph))
     peer = rt.open_peer()
     hashes = {t.chunk_id: content_hash(t.text) for t in corpus.turns}
     sim = Simulation(

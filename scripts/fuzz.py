@@ -107,8 +107,8 @@ from dreamcycle.zeitgeist.entries import (
     entry_order_key,
 )
 from dreamcycle.zeitgeist.hlc import HLC_MAX, HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import snapshot_key
 from dreamcycle.zeitgeist.log import Heartbeat, InvalidHeartbeat, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import snapshot_key
 from dreamcycle.zeitgeist.snapshot import fold_entries
 from scripts.bench_common import (
     Column,

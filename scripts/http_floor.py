@@ -27,7 +27,7 @@ from hypercorn.trio import serve
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dreamcycle.daemon.service import share_the_interpreter
+from dreamcycle.daemon.service.loop import share_the_interpreter
 
 Message = MutableMapping[str, Any]
 

@@ -3,7 +3,7 @@
 What scripts/mesh_run.py (twenty daemons), scripts/chaos.py (three, under faults) and
 tests/test_mesh_scale.py (five) share. Each peer is a data directory driven through the
 `dreamcycle` console script as a user runs it; what is emitted is queued through the
-functions `pulse-emit` and `recall` run (daemon/emit.py, daemon/recall.py), in this
+functions `pulse-emit` and `recall` run (daemon/intake/emit.py, daemon/recall/retrieve.py), in this
 process, against each peer's database while its daemon runs, as `pulse-emit` does (a
 process per pulse would cost a second each). What each peer stored is read with apsw, the
 SQLite library the daemon and the emitters use (`MeshPeer.query` says why); what its
@@ -52,7 +52,7 @@ def provision_key(data_dir: Path, peer_id: str, keyring_path: Path) -> None:
     a key file in the data directory, its public key in the shared keyring (peers set up
     side by side take turns on the keyring). Nothing when the key file exists."""
     from dreamcycle.daemon.defaults import KEYS_KEY_FILE
-    from dreamcycle.daemon.keys import write_private_key
+    from dreamcycle.daemon.signing_keys import write_private_key
     from dreamcycle.zeitgeist.signing import generate_key
 
     key_path = data_dir / KEYS_KEY_FILE
@@ -71,7 +71,7 @@ def provision_key(data_dir: Path, peer_id: str, keyring_path: Path) -> None:
 def trust_key(keyring_path: Path, signer: Signer, roles: Sequence[str] = ("peer",)) -> None:
     """Add `signer`'s public key, trusted for `roles`, to the keyring at `keyring_path`
     (others may do so too)."""
-    from dreamcycle.daemon.keys import read_keyring, write_keyring
+    from dreamcycle.daemon.signing_keys import read_keyring, write_keyring
 
     keyring_path.parent.mkdir(parents=True, exist_ok=True)
     with (keyring_path.parent / f".{keyring_path.name}.lock").open("a") as lock:

@@ -224,7 +224,7 @@ def join(run: Run) -> None:
 
 def rotate(run: Run, peer: MeshPeer) -> None:
     """SECURITY.md: a new key, trusted everywhere (one keyring), then the restart."""
-    from dreamcycle.daemon.keys import read_signer
+    from dreamcycle.daemon.signing_keys import read_signer
 
     peer.command("keys init --rotate")
     rt = peer.runtime()

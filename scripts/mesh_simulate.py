@@ -21,8 +21,8 @@ import blake3
 
 from dreamcycle.zeitgeist.entries import ReconsolidateEntry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import parse_segment_key
 from dreamcycle.zeitgeist.log import Zeitgeist
+from dreamcycle.zeitgeist.object_keys import parse_segment_key
 from dreamcycle.zeitgeist.s3 import S3Backend
 from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 from scripts.local_servers import start_seaweedfs

@@ -150,7 +150,7 @@ def storage_refusal(exc: BaseException) -> str | None:
     writing the database (locked, read-only, unopenable, full, failing): the file and the
     problem. None for any other failure.
 
-    The daemon waits these faults out (daemon/health.py); a command reports them, and
+    The daemon waits these faults out (daemon/service/health.py); a command reports them, and
     nothing it meant to write was committed."""
     if not isinstance(exc, apsw.Error):
         return None

@@ -8,7 +8,7 @@ from typing import Final
 from dreamcycle.store.database import Database
 
 #: The columns of recall_fts: a chunk's own words, and the words of the questions it
-#: learned to answer (searched as separate lists, see daemon/recall.py).
+#: learned to answer (searched as separate lists, see daemon/recall/retrieve.py).
 CONTENT_COLUMN: Final = "content"
 LEARNED_COLUMN: Final = "learned"
 COLUMNS: Final = (CONTENT_COLUMN, LEARNED_COLUMN)

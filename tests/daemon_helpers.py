@@ -33,14 +33,14 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from dreamcycle.daemon.cycle_thread import idle_is_reversible
+from dreamcycle.daemon.service.cycle_thread import idle_is_reversible
 
 # Re-exported: the tests that provision keys import them from here.
 from scripts.mesh_peers import provision_key as provision_key
 from scripts.mesh_peers import trust_key as trust_key
 
 if TYPE_CHECKING:
-    from dreamcycle.daemon.service import Service
+    from dreamcycle.daemon.service.loop import Service
 
 T = TypeVar("T")
 

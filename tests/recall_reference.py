@@ -2,7 +2,7 @@
 
 Every candidate's whole row and embedding are read back one by one, the vector
 retriever is hnswlib's own (with its filter for a wide `allowed`; a narrow one's live
-chunks are compared one by one), and both full-text searches always run. It must rank exactly as daemon.recall.rank_query does.
+chunks are compared one by one), and both full-text searches always run. It must rank exactly as daemon.recall.retrieve.rank_query does.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from dreamcycle.daemon.learned_ranking import fusion_weights
-from dreamcycle.daemon.recall import Hit
-from dreamcycle.daemon.recall_keys import key_scores_of
-from dreamcycle.daemon.recall_pool import _best, _nearest
+from dreamcycle.daemon.recall.candidates import _best, _nearest
+from dreamcycle.daemon.recall.learned_ranking import fusion_weights
+from dreamcycle.daemon.recall.retrieval_keys import key_scores_of
+from dreamcycle.daemon.recall.retrieve import Hit
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import Candidate, lexical_ranks, rank_candidates
 from dreamcycle.pulses.vectors import Vector
@@ -58,7 +59,9 @@ def reference_rank_query(
         for label in search_lexical(db, query, pool, cold=None, column=LEARNED_COLUMN)
         if label in key_scores
     ]
-    cold_labels, cold_vectors = rt.cold_vectors(stamp)  # the exact search of the cold tier
+    cold_labels, cold_vectors = recall_state(rt).cold_search.cold_vectors(
+        rt, stamp
+    )  # the exact search of the cold tier
     labels.update(_nearest(cold_labels, cold_vectors, vector, pool))
     labels -= exclude
     if allowed is not None:

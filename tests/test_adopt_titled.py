@@ -22,9 +22,9 @@ from dreamcycle.daemon.cycle import CycleState, run_cycle_blocking
 from dreamcycle.daemon.cycle._adopt import adopt
 from dreamcycle.daemon.cycle.state import EntryStatus
 from dreamcycle.daemon.defaults import EMBEDDING_MATCH_MIN_COSINE, KEYS_KEYRING_FILE
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.keys import init_key
+from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.signing_keys import init_key
 from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.embeddings import blob_to_vector

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.client import BadRequest, Conflict, MemoryClient, NotFound
-from dreamcycle.daemon.cycle_thread import idle_is_reversible
+from dreamcycle.daemon.api.client import BadRequest, Conflict, MemoryClient, NotFound
+from dreamcycle.daemon.service.cycle_thread import idle_is_reversible
 from dreamcycle.store.timefmt import ms_from_iso
 from tests.api_helpers import ApiDaemon, running_api, wait_applied
 from tests.daemon_helpers import (

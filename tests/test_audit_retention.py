@@ -20,9 +20,9 @@ from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.emit import PulseRequest, emit_pulse, emit_revision, emit_tombstone
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.rebuild import rebuild, replay_steps
+from dreamcycle.daemon.intake.emit import PulseRequest, emit_pulse, emit_revision, emit_tombstone
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.memory.rebuild import rebuild, replay_steps
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.store import checkpoints, tiers

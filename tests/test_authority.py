@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dreamcycle.daemon import metrics
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
-from dreamcycle.daemon.keys import read_keyring, write_keyring
-from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.signing_keys import read_keyring, write_keyring
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import OutcomeEntry, ReconsolidateEntry, encode_segment
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import segment_key
+from dreamcycle.zeitgeist.object_keys import segment_key
 from dreamcycle.zeitgeist.signing import Signer, generate_key
 from tests.daemon_helpers import trust_key
 from tests.test_daemon_robustness import entry_status, peer, publish_as, wall_clock_ms

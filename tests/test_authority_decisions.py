@@ -6,7 +6,7 @@ choice: every peer adopted the key and ranked the chunk first for that query. A 
 now accepted only for a decision whose attribution its signer published (applied here
 first) or one of this peer's own, and only for a chunk that attribution returned; any
 other is refused and counted (`unattributed_key`). Outcomes keep their rules: one for a
-decision its signer attributed applies as before (daemon/authority.py).
+decision its signer attributed applies as before (daemon/cycle/authority.py).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Final
 
 import pytest
 
-from dreamcycle.daemon import metrics
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.service import metrics
 from dreamcycle.zeitgeist.entries import AttributionEntry, OutcomeEntry, RetrievalKeyEntry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
 from tests.test_daemon_robustness import (

@@ -15,8 +15,8 @@ import pytest
 
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import payload_digest
-from dreamcycle.zeitgeist.keys import claim_key, segment_key
 from dreamcycle.zeitgeist.log import ClaimTaken, FencedOut, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import claim_key, segment_key
 from dreamcycle.zeitgeist.signing import Keyring, Rejection, Signer, Verifier, generate_key
 from tests.test_zeitgeist_codec import BASE_MS, one_of_each_kind
 from tests.test_zeitgeist_log import ManualClock, make_zeitgeist

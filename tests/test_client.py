@@ -1,4 +1,4 @@
-"""daemon/client.py against a real `dreamcycle run` daemon, over its Unix socket and TCP.
+"""daemon/api/client.py against a real `dreamcycle run` daemon, over its Unix socket and TCP.
 
 One daemon serves the module; each test works on its own memories (told apart by
 project), so the order tests run in does not matter.
@@ -25,7 +25,7 @@ import trio
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.client import (
+from dreamcycle.daemon.api.client import (
     AsyncMemoryClient,
     BadRequest,
     Conflict,
@@ -298,7 +298,7 @@ def test_the_blocking_client_leaves_httpx_unimported() -> None:
     # A command that reaches the daemon starts a tenth of a second sooner without it.
     imported = subprocess.run(
         [sys.executable, "-c",
-         "import sys, dreamcycle.daemon.client; print('httpx' in sys.modules)"],
+         "import sys, dreamcycle.daemon.api.client; print('httpx' in sys.modules)"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert imported.stdout.strip() == "False"

@@ -1,8 +1,8 @@
 """A wall clock stepped forward by days and back again: what it may and may not do.
 
-Decay and the sweep measure accounted time (daemon/accounted.py), which follows the clock
+Decay and the sweep measure accounted time (daemon/cycle/accounted.py), which follows the clock
 by at most `clock.max_step_s` per cycle and never back; the HLC comes back with the wall
-clock (daemon/hlc_recovery.py), and this host's own entries stamped while it was ahead
+clock (daemon/cycle/hlc_recovery.py), and this host's own entries stamped while it was ahead
 still apply here.
 
 One file: each test follows the same jump through a different part of the daemon, from one
@@ -21,13 +21,13 @@ import pytest
 
 from dreamcycle.daemon.cli.main import main
 from dreamcycle.daemon.clock import FileClock, ManualClock
-from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.emit import PulseRequest, emit_pulse
-from dreamcycle.daemon.forgetting import move_to_cold
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.rebuild import replay
+from dreamcycle.daemon.intake.emit import PulseRequest, emit_pulse
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.memory.confidence import HalfLives
+from dreamcycle.daemon.memory.forgetting import move_to_cold
+from dreamcycle.daemon.memory.rebuild import replay
 from dreamcycle.daemon.runtime import HLC_META_KEY, Peer, Runtime
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.pulses.sweep import SweepPlan
@@ -35,8 +35,8 @@ from dreamcycle.store.database import NewObservation
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import TombstoneEntry, encode_segment
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import heartbeat_key, segment_key
 from dreamcycle.zeitgeist.log import DEFAULT_MAX_FUTURE_MS, Heartbeat
+from dreamcycle.zeitgeist.object_keys import heartbeat_key, segment_key
 from tests.daemon_helpers import Peer as ProcessPeer
 from tests.daemon_helpers import documentation_chunks, emitted_id, wait_until
 

@@ -1,4 +1,4 @@
-"""Recall's search of the cold tier through a graph (daemon/cold_search.py) finds what the
+"""Recall's search of the cold tier through a graph (daemon/recall/cold_search.py) finds what the
 exact search finds, follows the tier as it changes, and is rebuilt when it falls behind."""
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from dreamcycle.daemon import cold_search, cycle_thread, defaults
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.cold_search import ColdSearch
 from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.recall.cold_search import ColdSearch
+from dreamcycle.daemon.recall.retrieve import cold_search
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
-from dreamcycle.daemon.service import Service
+from dreamcycle.daemon.service import cycle_thread
+from dreamcycle.daemon.service.loop import Service
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
@@ -100,7 +103,7 @@ def _search(rt: Runtime, search: ColdSearch, vector: npt.NDArray[np.float32]) ->
 
 
 def _vector_of(rt: Runtime, rowid: int) -> npt.NDArray[np.float32]:
-    matrix, _ = rt.stored_vectors.gather(rt.db, [rowid], rt.embedder.index_version)
+    matrix, _ = recall_state(rt).stored_vectors.gather(rt.db, [rowid], rt.embedder.index_version)
     return np.asarray(matrix[0], dtype=np.float32)
 
 
@@ -403,7 +406,7 @@ def test_the_apis_build_runs_behind_the_requests_until_it_starves(
         monkeypatch.setattr(defaults, "COLD_GRAPH_IDLE_LIMIT_S", 0.0)
         assert ops.raise_cold_build_if_starved() is not None
         release.set()
-        wait_until(lambda: ops.cold_search.ready, what="the cold graph", timeout_s=WAIT_S)
+        wait_until(lambda: ops.recall.cold_search.ready, what="the cold graph", timeout_s=WAIT_S)
         assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
         assert ops.raise_cold_build_if_starved() is None  # none under way
     finally:
@@ -431,7 +434,7 @@ def test_a_stop_raises_the_apis_build_so_it_can_see_the_stop(
         peer.close()
         rt.close()
     assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
-    assert not ops.cold_search.ready  # stopped at its first step
+    assert not ops.recall.cold_search.ready  # stopped at its first step
 
 
 @needs_reversible_idle
@@ -465,12 +468,14 @@ def test_the_running_service_raises_the_apis_build_once_it_starves(
             run_service_while(
                 service,
                 lambda: wait_until(
-                    lambda: api.cold_search.ready, what="the cold graph", timeout_s=LOAD_WAIT_S
+                    lambda: api.recall.cold_search.ready,
+                    what="the cold graph",
+                    timeout_s=LOAD_WAIT_S,
                 ),
             )
     finally:
         rt.close()
-    assert api.cold_search.builds >= 1
+    assert api.recall.cold_search.builds >= 1
     assert policies and policies[-1] == os.SCHED_OTHER  # it waited until it was raised
     (build_thread,) = set(build_threads)
     on_build_thread = [policy for native_id, policy in changes if native_id == build_thread]

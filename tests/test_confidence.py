@@ -16,9 +16,9 @@ from pathlib import Path
 import apsw
 import pytest
 
-from dreamcycle.daemon.client import BadRequest, MemoryClient
-from dreamcycle.daemon.confidence import HalfLives
+from dreamcycle.daemon.api.client import BadRequest, MemoryClient
 from dreamcycle.daemon.config import DownscaleConfig
+from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.pulses.confidence import (
     CONFIDENCE_BY_TYPE,
     CONFIDENCE_CAP_BY_KIND,

@@ -15,11 +15,11 @@ import pytest
 import trio
 
 from dreamcycle.daemon.api import contract, mcp_tools
+from dreamcycle.daemon.api.client import AsyncMemoryClient, MemoryClient
 from dreamcycle.daemon.api.http import create_app
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cli.main import build_parser as dreamcycle_parser
 from dreamcycle.daemon.cli.pulse_emit import build_parser as pulse_emit_parser
-from dreamcycle.daemon.client import AsyncMemoryClient, MemoryClient
 
 #: What the guard answers before any route, and every operation while the index loads.
 GUARDED = {"401", "413", "421", "503"}

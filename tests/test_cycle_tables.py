@@ -18,7 +18,7 @@ from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import PHASES, CycleState, run_phases
 from dreamcycle.daemon.cycle.reconsolidate import HANDLERS
 from dreamcycle.daemon.journal_kinds import JournalKind
-from dreamcycle.daemon.rebuild import STEPS
+from dreamcycle.daemon.memory.rebuild import STEPS
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.zeitgeist.entries import ENTRY_TYPES, PulseEntry
 

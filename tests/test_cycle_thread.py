@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from dreamcycle.daemon import cycle_thread, defaults
-from dreamcycle.daemon import service as service_module
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api.models import SaveRequest, SaveResponse
 from dreamcycle.daemon.config import ConfigError, load_config
 from dreamcycle.daemon.cycle import PhaseRunner
-from dreamcycle.daemon.cycle_thread import IDLE, NORMAL, CycleThread
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service import Service
+from dreamcycle.daemon.service import cycle_thread
+from dreamcycle.daemon.service import loop as service_module
+from dreamcycle.daemon.service.cycle_thread import IDLE, NORMAL, CycleThread
+from dreamcycle.daemon.service.loop import Service
 from dreamcycle.store.embedder import Embedder
 from tests.daemon_helpers import needs_reversible_idle, run_service_while, thread_policies
 

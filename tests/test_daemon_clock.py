@@ -18,7 +18,7 @@ from dreamcycle.daemon.clock import (
 )
 from dreamcycle.daemon.config import Config, ConfigError, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store.database import NewObservation, initial_salience
 from dreamcycle.store.timefmt import iso_from_ms

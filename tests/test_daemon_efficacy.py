@@ -11,11 +11,10 @@ from typing import Any, Final
 
 import pytest
 
-from dreamcycle.daemon import metrics
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.efficacy import (
+from dreamcycle.daemon.cycle.efficacy import (
     LAST_EFFICACY_META_KEY,
     Inputs,
     gather,
@@ -24,11 +23,12 @@ from dreamcycle.daemon.efficacy import (
     topic_key,
     window_label,
 )
-from dreamcycle.daemon.emit import emit_outcome
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.intake.emit import emit_outcome
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer as DaemonPeer
 from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.daemon.service import metrics
 from dreamcycle.pulses.efficacy import (
     ATTRIBUTION_CORRELATION,
     COUNTERFACTUAL_REPLAY,

@@ -16,12 +16,12 @@ import pytest
 
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.emit import emit_outcome, emit_session_outcome
-from dreamcycle.daemon.implicit_credit import REASONS, SIGNAL_SAVED, words
-from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.intake.emit import emit_outcome, emit_session_outcome
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.memory.implicit_credit import REASONS, SIGNAL_SAVED, words
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.pulses.keys import SAME_KEY_SIMILARITY
-from dreamcycle.store import keys as key_store
+from dreamcycle.pulses.retrieval_keys import SAME_KEY_SIMILARITY
+from dreamcycle.store import retrieval_keys as key_store
 from dreamcycle.store.database import NewObservation
 from tests.test_daemon_learning import QUERY, START_MS, ask, open_peer, rowid_of, saliences
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.learned_ranking import (
+from dreamcycle.daemon.recall.learned_ranking import (
     INTRINSIC_META_KEY,
     KEY_GATE_META_KEY,
     intrinsic_evidence,
@@ -25,13 +25,13 @@ from dreamcycle.daemon.learned_ranking import (
     open_key_bands,
     split_evidence,
 )
-from dreamcycle.daemon.recall import rank_query
-from dreamcycle.daemon.recall_keys import KeyUse, key_scores_of
+from dreamcycle.daemon.recall.retrieval_keys import KeyUse, key_scores_of
+from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.evidence import MIN_EVIDENCE, GridEvidence, PairedGain
 from dreamcycle.pulses.intrinsic import STRENGTHS
 from dreamcycle.pulses.key_gate import BAND_EDGES, KeyGate, band_of
-from dreamcycle.store import keys as key_store
+from dreamcycle.store import retrieval_keys as key_store
 from tests.test_daemon_learning import QUERY, START_MS, credit, open_peer, rowid_of
 
 

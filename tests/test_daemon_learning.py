@@ -25,17 +25,17 @@ from dreamcycle import migrations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.emit import PulseRequest, emit_outcome, emit_pulse
-from dreamcycle.daemon.forgetting import move_to_cold, revive
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.learned_ranking import (
+from dreamcycle.daemon.intake.emit import PulseRequest, emit_outcome, emit_pulse
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.memory.forgetting import move_to_cold, revive
+from dreamcycle.daemon.memory.learning import teach_key
+from dreamcycle.daemon.memory.rebuild import RebuildError, rebuild, replay_steps
+from dreamcycle.daemon.recall.learned_ranking import (
     FUSION_META_KEY,
     fusion_weights,
     split_evidence,
 )
-from dreamcycle.daemon.learning import teach_key
-from dreamcycle.daemon.rebuild import RebuildError, rebuild, replay_steps
-from dreamcycle.daemon.recall import Hit, recall
+from dreamcycle.daemon.recall.retrieve import Hit, recall
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.constants import OUTCOME_DECAY_PER_HOP
 from dreamcycle.pulses.credit import MISS_FACTOR
@@ -44,7 +44,7 @@ from dreamcycle.pulses.fusion import SHARES, SplitEvidence, observe
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.pulses.sweep import SweepPlan
 from dreamcycle.store import checkpoints, tiers
-from dreamcycle.store import keys as key_store
+from dreamcycle.store import retrieval_keys as key_store
 from dreamcycle.store.database import Database, NewObservation, initial_salience
 from dreamcycle.store.lexical import search_lexical
 from dreamcycle.store.migrations import apply_migrations

@@ -23,8 +23,8 @@ from dreamcycle.daemon.cycle import (
     run_cycle_blocking,
 )
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.outcome import decision_hash
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse
@@ -40,8 +40,8 @@ from dreamcycle.zeitgeist.entries import (
     encode_segment,
 )
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import segment_key
 from dreamcycle.zeitgeist.log import PreparedSegment, PublishResult
+from dreamcycle.zeitgeist.object_keys import segment_key
 from dreamcycle.zeitgeist.signing import Signer, generate_key
 from tests.daemon_helpers import trust_key
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.client import MemoryClient
+from dreamcycle.daemon.api.client import MemoryClient
 from tests.api_helpers import running_api
 from tests.daemon_helpers import (
     DREAMCYCLE,

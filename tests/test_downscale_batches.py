@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import CycleState, downscale, run_cycle_blocking
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.rebuild import replay_steps
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.memory.confidence import HalfLives
+from dreamcycle.daemon.memory.rebuild import replay_steps
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.sweep import InvalidSweep, due_for_decay
 from dreamcycle.store.database import EFFICACY_TYPE, Database, DecayCandidate, NewObservation

@@ -17,7 +17,7 @@ from typing import Final
 import pytest
 
 from dreamcycle.daemon.cycle import SUPERSEDED_REASON, run_cycle_blocking
-from dreamcycle.daemon.engram_import import (
+from dreamcycle.daemon.intake.engram_import import (
     EDITED_AGAIN_REASON,
     OVER_LIMIT_REASON,
     read_engram,

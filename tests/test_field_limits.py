@@ -1,6 +1,6 @@
 """One limit per field, the same on every surface.
 
-A memory's fields have the protocol's limits (daemon/limits.py: what every peer can
+A memory's fields have the protocol's limits (daemon/memory/limits.py: what every peer can
 publish and decode), and a query, a task, a decision's text or a pulse's text one limit
 (pulses/constants.py QUERY_MAX_CHARS), reasons another (REASON_MAX_CHARS). The API's
 models, and so the OpenAPI document and the MCP tools' schemas, state exactly these; the
@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from dreamcycle.daemon.api import contract, mcp_tools, models
-from dreamcycle.daemon.limits import FIELD_MAX_CHARS, check_fields
+from dreamcycle.daemon.memory.limits import FIELD_MAX_CHARS, check_fields
 from dreamcycle.pulses.constants import QUERY_MAX_CHARS, REASON_MAX_CHARS
 from dreamcycle.store.database import InvalidObservation
 from dreamcycle.zeitgeist.entries import CONTENT_MAX_CHARS, LABEL_MAX_CHARS, TITLE_MAX_CHARS

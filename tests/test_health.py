@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from dreamcycle.daemon import metrics
-from dreamcycle.daemon.health import BackendHealth, Health
+from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.service.health import BackendHealth, Health
 from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "monitoring"

@@ -22,7 +22,7 @@ import pytest
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import SUPERSEDED_REASON, run_cycle_blocking
-from dreamcycle.daemon.engram_import import (
+from dreamcycle.daemon.intake.engram_import import (
     SESSION_SUMMARY_KIND,
     TOMBSTONE_REASON,
     Action,
@@ -31,7 +31,7 @@ from dreamcycle.daemon.engram_import import (
     normalized_hash,
     read_engram,
 )
-from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Runtime
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks
 

@@ -18,14 +18,15 @@ from typing import Final
 import numpy as np
 import pytest
 
-from dreamcycle.daemon import defaults, metrics
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.clock import ManualClock, SystemClock
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.recall import recall
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import INDEX_FILE_LABEL, INDEX_IDENTITY_META_KEY, Runtime, save_index
-from dreamcycle.daemon.service import serve
+from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.service.loop import serve
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.index import HnswIndex, Unusable, meta_path

@@ -16,8 +16,8 @@ from typing import Final
 
 import pytest
 
-from dreamcycle.daemon.ingest import IngestError, read_file
-from dreamcycle.daemon.limits import (
+from dreamcycle.daemon.intake.ingest import IngestError, read_file
+from dreamcycle.daemon.memory.limits import (
     FIELD_MAX_CHARS,
     FieldOverLimit,
     check_fields,

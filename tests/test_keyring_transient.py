@@ -20,8 +20,8 @@ import pytest
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
-from dreamcycle.daemon.keys import KeyringFile, init_key, open_keys, write_keyring
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.signing_keys import KeyringFile, init_key, open_keys, write_keyring
 from dreamcycle.zeitgeist.entries import ReconsolidateEntry, TombstoneEntry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from dreamcycle.zeitgeist.signing import InvalidKeyring, Keyring, Signer, generate_key

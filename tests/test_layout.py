@@ -56,6 +56,91 @@ def test_imports_point_one_way(package: str) -> None:
     assert {path: names for path, names in wrong.items() if names} == {}
 
 
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Every module of ours and the modules of ours it imports, wherever the import stands
+    (at the top, in a function, or for type checking only): `from package import name`
+    imports the module `package.name` when there is one, else the package."""
+    modules = {_module_name(path): path for package in PACKAGES for path in _modules(package)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, base] if base else up)
+                targets = [
+                    f"{base}.{alias.name}"
+                    if f"{base}.{alias.name}".removeprefix("dreamcycle.") in modules
+                    else base
+                    for alias in node.names
+                ]
+            else:
+                continue
+            for target in targets:
+                target = target.removeprefix("dreamcycle.")
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    imported.add(target)
+        graph[name] = imported
+    return graph
+
+
+def _loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of `graph` with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            part = [stack.pop()]
+            while part[-1] != module:
+                part.append(stack.pop())
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import loop anywhere in the tree, inside a package or across packages."""
+    graph = _import_graph()
+    assert "daemon.runtime" in graph and graph["daemon.recall.state"] >= {"daemon.runtime"}
+    assert _loops(graph) == []
+
+
+def test_the_runtime_holds_no_recall_state() -> None:
+    """Recall's caches and the cold tier's search live in daemon/recall, beside the runtime."""
+    graph = _import_graph()
+    assert not {m for m in graph["daemon.runtime"] if m.startswith("daemon.recall")}
+    source = (REPO / "daemon" / "runtime.py").read_text()
+    for name in ("recall_cache", "stored_vectors", "cold_search", "cold_vectors"):
+        assert name not in source, name
+
+
 def test_every_phase_is_a_module_that_says_what_a_crash_leaves() -> None:
     for name, run in PHASES:
         path = REPO / "daemon" / "cycle" / f"{name}.py"

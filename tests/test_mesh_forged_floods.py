@@ -17,7 +17,7 @@ import pytest
 from dreamcycle.daemon.clock import SystemClock
 from dreamcycle.zeitgeist.entries import Entry, TombstoneEntry, encode_segment
 from dreamcycle.zeitgeist.hlc import hlc_from_ms
-from dreamcycle.zeitgeist.keys import segment_key, snapshot_key
+from dreamcycle.zeitgeist.object_keys import segment_key, snapshot_key
 from scripts.local_servers import RunningS3
 from tests.daemon_helpers import Peer, wait_until, write_jsonl
 from tests.test_mesh_hostile import cycles_later, emit_applied, running, two_peers

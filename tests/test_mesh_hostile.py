@@ -46,7 +46,7 @@ from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.hashing import content_hash
 from dreamcycle.zeitgeist.entries import AssertEntry, Entry, PulseEntry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import claim_key, segment_key
+from dreamcycle.zeitgeist.object_keys import claim_key, segment_key
 from dreamcycle.zeitgeist.s3 import S3Backend
 from scripts.local_servers import RunningS3
 from tests.daemon_helpers import Daemon, Peer, emitted_id, wait_until, write_jsonl

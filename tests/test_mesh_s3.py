@@ -37,11 +37,11 @@ from typing import Final
 import pytest
 
 from dreamcycle.daemon.clock import SystemClock
-from dreamcycle.daemon.keys import read_keyring
+from dreamcycle.daemon.signing_keys import read_keyring
 from dreamcycle.store.timefmt import ms_from_iso
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, is_rollup_key, parse_segment_key
 from dreamcycle.zeitgeist.log import CompactionOutcome, CompactionReport, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import SEGMENT_PREFIX, is_rollup_key, parse_segment_key
 from dreamcycle.zeitgeist.signing import Signer, Verifier, generate_key
 from scripts.local_servers import RunningS3
 from scripts.mesh_check import compare_replicas, journal_pulse_order

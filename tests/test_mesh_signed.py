@@ -61,7 +61,7 @@ from dreamcycle.zeitgeist.entries import (
     encode_segment,
 )
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     SEGMENT_PREFIX,
     is_rollup_key,
     parse_segment_key,

@@ -1,4 +1,4 @@
-"""A stop request (SIGTERM, as daemon/service.py passes it to the running phase) ends
+"""A stop request (SIGTERM, as daemon/service/loop.py passes it to the running phase) ends
 publication between segments: what was published stays published, the rest stays queued
 and goes out, once, at the next promote. (Downscale's stop: tests/test_downscale_batches.py;
 admission and propagation under a real SIGTERM: tests/test_faults_sigterm.py.)"""

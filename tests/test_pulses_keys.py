@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from dreamcycle.pulses.keys import (
+from dreamcycle.pulses.retrieval_keys import (
     KEY_HALF_LIFE_S,
     MAX_KEY_WEIGHT,
     MAX_KEYS_PER_CHUNK,

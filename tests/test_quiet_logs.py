@@ -25,8 +25,8 @@ import trio
 from dreamcycle.daemon.api import http
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import load_config
-from dreamcycle.daemon.logs import PER_REQUEST_LOGGERS, configure_logging
 from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.daemon.service.logs import PER_REQUEST_LOGGERS, configure_logging
 from tests.api_helpers import opened_runtime
 from tests.daemon_helpers import Peer, write_jsonl
 

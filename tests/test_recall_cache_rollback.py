@@ -9,6 +9,7 @@ import pytest
 
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store.database import NewObservation
 
@@ -30,19 +31,19 @@ def test_a_rollback_empties_the_recall_cache_and_a_commit_keeps_it(tmp_path: Pat
     rt = _runtime(tmp_path)
     try:
         with rt.db.transaction():
-            rt.recall_cache.put("tiers", rt.db.change_stamp(), "committed")
-        assert rt.recall_cache.entries, "a commit must not drop what is cached"
+            recall_state(rt).cache.put("tiers", rt.db.change_stamp(), "committed")
+        assert recall_state(rt).cache.entries, "a commit must not drop what is cached"
         with pytest.raises(Refused), rt.db.transaction():
             rt.db.add_observations([NewObservation(content="undone")], now_ms=rt.clock.now_ms())
             inside = rt.db.change_stamp()
-            rt.recall_cache.put("tiers", inside, "seen only inside")
+            recall_state(rt).cache.put("tiers", inside, "seen only inside")
             raise Refused
-        assert rt.recall_cache.entries == {}
+        assert recall_state(rt).cache.entries == {}
         # The same stamp, reached again by a commit of another chunk, finds nothing cached.
         with rt.db.transaction():
             rt.db.add_observations([NewObservation(content="kept")], now_ms=rt.clock.now_ms())
         assert rt.db.change_stamp() == inside
-        assert rt.recall_cache.get("tiers", inside) is None
+        assert recall_state(rt).cache.get("tiers", inside) is None
     finally:
         rt.close()
 
@@ -51,10 +52,10 @@ def test_reads_do_not_empty_the_recall_cache(tmp_path: Path) -> None:
     rt = _runtime(tmp_path)
     try:
         stamp = rt.db.change_stamp()
-        rt.recall_cache.put("tiers", stamp, "kept")
+        recall_state(rt).cache.put("tiers", stamp, "kept")
         with rt.db.snapshot():
             rt.db.change_stamp()
-        assert rt.recall_cache.get("tiers", stamp) == "kept"
+        assert recall_state(rt).cache.get("tiers", stamp) == "kept"
     finally:
         rt.close()
 
@@ -64,16 +65,14 @@ def test_a_runtime_made_from_another_keeps_both_caches_emptied(tmp_path: Path) -
     its cache and the original's."""
     import dataclasses
 
-    from dreamcycle.daemon.memo import StampedCache
-
     rt = _runtime(tmp_path)
     try:
-        other = dataclasses.replace(rt, recall_cache=StampedCache())
-        rt.recall_cache.put("tiers", "s", "original")
-        other.recall_cache.put("tiers", "s", "other")
+        other = dataclasses.replace(rt)
+        recall_state(rt).cache.put("tiers", "s", "original")
+        recall_state(other).cache.put("tiers", "s", "other")
         with pytest.raises(Refused), rt.db.transaction():
             raise Refused
-        assert rt.recall_cache.entries == {}
-        assert other.recall_cache.entries == {}
+        assert recall_state(rt).cache.entries == {}
+        assert recall_state(other).cache.entries == {}
     finally:
         rt.close()

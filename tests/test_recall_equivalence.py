@@ -23,17 +23,16 @@ from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking, tombstone_hashes
-from dreamcycle.daemon.ingest import ingest
-from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import Hit, rank_query
-from dreamcycle.daemon.recall_pool import search_words
+from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.recall.candidates import search_words
+from dreamcycle.daemon.recall.retrieve import Hit, rank_query
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.store import keys as key_store
+from dreamcycle.store import retrieval_keys as key_store
 from dreamcycle.store import tiers
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.filtered_search import nearest_in_filter
-from dreamcycle.store.read_paths import StoredVectors
 from tests.daemon_helpers import documentation_chunks
 from tests.recall_reference import exact_top, reference_rank_query
 
@@ -301,8 +300,6 @@ def _without_bounds(rt: Runtime) -> Runtime:
     return replace(
         rt,
         config=replace(rt.config, recall=recall),
-        recall_cache=StampedCache(),
-        stored_vectors=StoredVectors(),
     )
 
 
@@ -312,7 +309,7 @@ def test_without_bounds_salience_is_read_for_hits_only_and_ranks_the_same(
 ) -> None:
     rt = _without_bounds(store.rt)
     if preloaded:
-        assert rt.stored_vectors.load_all(rt.db, rt.embedder.index_version) > 0
+        assert recall_state(rt).stored_vectors.load_all(rt.db, rt.embedder.index_version) > 0
     assume = frozenset(sorted(store.projects["project-1"])[:20])
     for text, vector in _queries(store):
         option_sets: list[dict[str, Any]] = [
@@ -355,10 +352,15 @@ def test_a_narrow_filter_is_searched_exactly_over_its_live_chunks(store: Store) 
         assert live == allowed - store.tombstoned - store.cold
         for _, vector in _queries(store)[:: len(QUESTIONS)]:
             for n in (1, CANDIDATES, CHUNKS):
-                found = nearest_in_filter(rt.db, rt.stored_vectors, index, vector, n, allowed)
+                found = nearest_in_filter(
+                    rt.db, recall_state(rt).stored_vectors, index, vector, n, allowed
+                )
                 assert found == exact_top(rt, index, allowed, vector, n)
                 assert len(found) == min(n, len(live))
-        assert nearest_in_filter(rt.db, rt.stored_vectors, index, vector, 0, allowed) == []
+        assert (
+            nearest_in_filter(rt.db, recall_state(rt).stored_vectors, index, vector, 0, allowed)
+            == []
+        )
 
 
 def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
@@ -366,20 +368,24 @@ def test_exact_ties_break_by_rowid_even_at_the_cut(store: Store) -> None:
     allowed = store.projects["project-1"]
     twins = sorted(allowed - store.tombstoned - store.cold)[:6]
     # Six chunks with one embedding: whichever of them make the cut must be the lowest.
-    shared = rt.stored_vectors.gather(rt.db, [twins[0]], rt.embedder.index_version)[0][0]
+    shared = recall_state(rt).stored_vectors.gather(rt.db, [twins[0]], rt.embedder.index_version)[
+        0
+    ][0]
     with pytest.raises(_Undo), rt.db.transaction():
         rt.db.set_embeddings(
             twins, np.tile(shared, (len(twins), 1)), model_id=rt.embedder.model_id,
             index_version=rt.embedder.index_version,
         )  # fmt: skip
-        fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+        fresh = replace(rt)
         assert (
-            nearest_in_filter(fresh.db, fresh.stored_vectors, index, shared, 3, allowed)
+            nearest_in_filter(
+                fresh.db, recall_state(fresh).stored_vectors, index, shared, 3, allowed
+            )
             == twins[:3]
         )
         assert (
             nearest_in_filter(
-                fresh.db, fresh.stored_vectors, index, -shared, len(allowed), allowed
+                fresh.db, recall_state(fresh).stored_vectors, index, -shared, len(allowed), allowed
             )[-6:]
             == twins
         )
@@ -407,7 +413,7 @@ def test_a_filter_searches_only_the_chunks_the_index_holds(store: Store) -> None
             index_version="other/8",
         )  # fmt: skip
         rt.db.fetch_all("UPDATE observations SET admitted_seq = 0 WHERE id = ?", (foreign,))
-        fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+        fresh = replace(rt)
         allowed = store.projects["project-2"] | {pending, foreign}
         hits = rank_query(fresh, "", vector, CHUNKS, index=index, allowed=allowed)
         assert hits
@@ -415,7 +421,7 @@ def test_a_filter_searches_only_the_chunks_the_index_holds(store: Store) -> None
         # Found by their words, both are ranked: the foreign one with no embedding to
         # compare (another model's cannot be), as the reference ranks it.
         for allowed_now in (None, allowed):
-            fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+            fresh = replace(rt)
             found = rank_query(
                 fresh, "foreign chunk", vector, CHUNKS, index=index, allowed=allowed_now
             )
@@ -435,7 +441,7 @@ def test_keys_of_another_model_are_left_out_of_recall(store: Store) -> None:
     vector = rt.embedder.embed_one(text)
 
     def ranked() -> list[Hit]:
-        fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+        fresh = replace(rt)
         return rank_query(fresh, text, vector, TOP_K, index=index)
 
     before = ranked()
@@ -451,7 +457,7 @@ def test_keys_of_another_model_are_left_out_of_recall(store: Store) -> None:
             assert [(k.text, k.weight) for k in ours] == [(k.text, k.weight) for k in old]
             assert len(key_store.keys_of(rt.db, hit.rowid)) == len(old) + 1
         _same(ranked(), before)
-        fresh = replace(rt, recall_cache=StampedCache(), stored_vectors=StoredVectors())
+        fresh = replace(rt)
         _same(reference_rank_query(fresh, text, vector, TOP_K, index=index), before)
         raise _Undo
 

@@ -11,6 +11,7 @@ import pytest
 
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store import tiers
 from dreamcycle.store.database import NewObservation
@@ -52,20 +53,20 @@ def test_cold_vectors_are_read_again_when_the_tiers_change_and_not_after_a_save(
         first, second = _add(rt, "the ferry leaves at nine"), _add(rt, "winter tyres")
         with rt.db.transaction():
             tiers.move_to_cold(rt.db, [first], reason="test", now_ms=NOW_MS)
-        labels, _ = rt.cold_vectors(rt.db.change_stamp())
+        labels, _ = recall_state(rt).cold_search.cold_vectors(rt, rt.db.change_stamp())
         assert labels.tolist() == [first] and len(reads) == 1
         _add(rt, "saved since: a live chunk, the cold tier is as it was")
-        labels, _ = rt.cold_vectors(rt.db.change_stamp())
+        labels, _ = recall_state(rt).cold_search.cold_vectors(rt, rt.db.change_stamp())
         assert labels.tolist() == [first] and len(reads) == 1
         with rt.db.transaction():
             tiers.move_to_cold(rt.db, [second], reason="test", now_ms=NOW_MS)
-        labels, _ = rt.cold_vectors(rt.db.change_stamp())
+        labels, _ = recall_state(rt).cold_search.cold_vectors(rt, rt.db.change_stamp())
         assert labels.tolist() == [first, second] and len(reads) == 2
         with rt.db.transaction():
             rt.db.conn.execute(
                 "UPDATE observations SET deleted_at = '2027-01-01' WHERE id = ?", (first,)
             )
-        labels, _ = rt.cold_vectors(rt.db.change_stamp())
+        labels, _ = recall_state(rt).cold_search.cold_vectors(rt, rt.db.change_stamp())
         assert labels.tolist() == [second] and len(reads) == 3
     finally:
         rt.close()

@@ -23,12 +23,12 @@ from mcp import Client
 from mcp_types import TextContent
 
 from dreamcycle.daemon.api import models, refusals
+from dreamcycle.daemon.api.client import BadRequest, request_model
 from dreamcycle.daemon.api.hot_path import hot_path
 from dreamcycle.daemon.api.http import create_app
 from dreamcycle.daemon.api.mcp_tools import EFFECTS, TOOLS, InProcess, build_server
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cli.common import EXIT_USAGE, run_guarded
-from dreamcycle.daemon.client import BadRequest, request_model
 from dreamcycle.daemon.runtime import Runtime
 from tests.api_helpers import attached_operations, opened_runtime
 

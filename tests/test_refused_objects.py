@@ -32,8 +32,8 @@ from dreamcycle.zeitgeist.entries import (
     read_seal,
 )
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import segment_key, snapshot_key
 from dreamcycle.zeitgeist.log import Zeitgeist
+from dreamcycle.zeitgeist.object_keys import segment_key, snapshot_key
 from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 from tests.daemon_helpers import trust_key
 from tests.test_daemon_robustness import entry_status, peer, publish_signed, wall_clock_ms

@@ -1,4 +1,4 @@
-"""What `status` reports (daemon/status.py): its salience histogram counts the memories
+"""What `status` reports (daemon/memory/status_report.py): its salience histogram counts the memories
 `counts.live` counts, and its counts are integers in the API's JSON answer.
 
 The daemon records its efficacy metrics as chunks of their own (type EFFICACY_TYPE) at its
@@ -16,8 +16,8 @@ import pytest
 from dreamcycle.daemon.api import models
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.memory.status_report import status_report
 from dreamcycle.daemon.runtime import Runtime
-from dreamcycle.daemon.status import status_report
 from dreamcycle.store.database import EFFICACY_TYPE
 from tests.api_helpers import attached_operations, opened_runtime
 

@@ -21,8 +21,8 @@ import pytest
 import trio
 
 from dreamcycle.daemon.api import contract, models
-from dreamcycle.daemon.cli.access import DAEMON_ONLY_STATUS
-from dreamcycle.daemon.client import AsyncMemoryClient, Endpoint, MemoryClient
+from dreamcycle.daemon.api.client import AsyncMemoryClient, Endpoint, MemoryClient
+from dreamcycle.daemon.cli.access.protocol import DAEMON_ONLY_STATUS
 from tests.api_helpers import ApiDaemon, running_api
 from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
 from tests.test_mcp import answer, http_session

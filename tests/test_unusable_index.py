@@ -15,7 +15,7 @@ import apsw
 import numpy as np
 import pytest
 
-from dreamcycle.daemon.health import StorageFault, storage_fault
+from dreamcycle.daemon.service.health import StorageFault, storage_fault
 from dreamcycle.store.index import HnswIndex, IndexSaveFailed
 from dreamcycle.store.index_file import meta_path, replace_durably, temporary_path
 from tests.daemon_helpers import CLI_TIMEOUT_S, DREAMCYCLE, Peer, documentation_chunks, write_jsonl

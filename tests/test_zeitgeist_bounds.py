@@ -59,8 +59,8 @@ from dreamcycle.zeitgeist.entries import (
     encode_segment,
 )
 from dreamcycle.zeitgeist.hlc import HLC_MAX, HybridLogicalClock, hlc_from_ms, ms_to_hlc_span
-from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, claim_key, segment_key, snapshot_key
 from dreamcycle.zeitgeist.log import ClaimTaken, Heartbeat, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import SEGMENT_PREFIX, claim_key, segment_key, snapshot_key
 from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 from scripts.fuzz import unit_vector, valid_entry
 from scripts.local_servers import RunningS3

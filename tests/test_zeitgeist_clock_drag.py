@@ -21,15 +21,15 @@ from typing import Final
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import CURSOR_META_KEY, run_cycle_blocking
-from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.runtime import HLC_META_KEY, Peer, Runtime
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.hashing import content_hash
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import TombstoneEntry, encode_segment
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import parse_segment_key, segment_key
 from dreamcycle.zeitgeist.log import Zeitgeist
+from dreamcycle.zeitgeist.object_keys import parse_segment_key, segment_key
 from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 from tests.daemon_helpers import trust_key
 from tests.test_daemon_robustness import paragraphs

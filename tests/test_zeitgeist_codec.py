@@ -42,7 +42,7 @@ from dreamcycle.zeitgeist.entries import (
     entry_order_key,
 )
 from dreamcycle.zeitgeist.hlc import HLC_MAX, hlc_from_ms
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     InvalidKey,
     InvalidPeerId,
     SegmentKey,

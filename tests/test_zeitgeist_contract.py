@@ -23,7 +23,8 @@ from dreamcycle.zeitgeist.backend import BackendError, KeyExists, LogBackend, Pr
 from dreamcycle.zeitgeist.directory import DirectoryBackend, InvalidBackendKey
 from dreamcycle.zeitgeist.entries import Entry, PulseEntry, encode_entry
 from dreamcycle.zeitgeist.hlc import hlc_from_ms
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.log import CompactionOutcome, FencedOut, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import (
     SEGMENT_PREFIX,
     SNAPSHOT_PREFIX,
     claim_key,
@@ -31,7 +32,6 @@ from dreamcycle.zeitgeist.keys import (
     parse_segment_key,
     segment_key,
 )
-from dreamcycle.zeitgeist.log import CompactionOutcome, FencedOut, Zeitgeist
 from tests.test_zeitgeist_codec import (
     BASE_MS,
     make_assert,

@@ -26,12 +26,12 @@ from typing import Final
 
 import pytest
 
-from dreamcycle.daemon import metrics
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
-from dreamcycle.daemon.keys import init_key
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.signing_keys import init_key
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import (
     SEGMENT_LIMITS,
@@ -43,8 +43,8 @@ from dreamcycle.zeitgeist.entries import (
     payload_digest,
 )
 from dreamcycle.zeitgeist.hlc import hlc_from_ms
-from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, claim_key, claim_prefix, segment_key
 from dreamcycle.zeitgeist.log import ClaimTaken, FencedOut, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import SEGMENT_PREFIX, claim_key, claim_prefix, segment_key
 from dreamcycle.zeitgeist.signing import Keyring, Rejection, Signer, Verifier, generate_key
 from tests.daemon_helpers import trust_key
 from tests.test_daemon_robustness import entry_status, open_peer

@@ -15,13 +15,6 @@ from dreamcycle.zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, Versioned
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import Entry, PulseEntry, TombstoneEntry
 from dreamcycle.zeitgeist.hlc import COUNTER_BITS, HybridLogicalClock, InvalidHlc, hlc_from_ms
-from dreamcycle.zeitgeist.keys import (
-    LEASE_KEY,
-    claim_key,
-    claim_prefix,
-    heartbeat_key,
-    parse_segment_key,
-)
 from dreamcycle.zeitgeist.log import (
     DEFAULT_LEASE_TTL_MS,
     DEFAULT_LIVENESS_TIMEOUT_MS,
@@ -34,6 +27,13 @@ from dreamcycle.zeitgeist.log import (
     InvalidHeartbeat,
     InvalidSetting,
     Zeitgeist,
+)
+from dreamcycle.zeitgeist.object_keys import (
+    LEASE_KEY,
+    claim_key,
+    claim_prefix,
+    heartbeat_key,
+    parse_segment_key,
 )
 from dreamcycle.zeitgeist.snapshot import fold_entries
 from tests.test_zeitgeist_codec import BASE_MS, content_hash, make_pulse, one_of_each_kind

@@ -6,8 +6,8 @@ import pytest
 
 from dreamcycle.daemon.clock import SystemClock
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import segment_key
 from dreamcycle.zeitgeist.log import Heartbeat, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import segment_key
 from tests.conftest import make_backend
 
 PEERS = 20

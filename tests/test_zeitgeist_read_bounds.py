@@ -22,15 +22,14 @@ import pytest
 
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.health import BackendHealth, ObservedBackend
-from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.service.health import BackendHealth, ObservedBackend
 from dreamcycle.store.database import NewObservation
 from dreamcycle.zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, ObjectTooLarge, Versioned
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import CorruptSegment, ReconsolidateEntry, Refusal, SegmentLimits
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import LEASE_KEY, claim_key, heartbeat_key, segment_key
 from dreamcycle.zeitgeist.log import (
     MAX_CLAIM_BYTES,
     MAX_HEARTBEAT_BYTES,
@@ -39,6 +38,7 @@ from dreamcycle.zeitgeist.log import (
     Heartbeat,
     Zeitgeist,
 )
+from dreamcycle.zeitgeist.object_keys import LEASE_KEY, claim_key, heartbeat_key, segment_key
 from scripts.local_servers import RunningS3
 from tests.test_daemon_robustness import entry_status, open_peer, paragraphs, publish_as
 from tests.test_zeitgeist_bounds import Counted, logged_about, reader

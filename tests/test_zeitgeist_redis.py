@@ -26,7 +26,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dreamcycle.zeitgeist.backend import BackendError, KeyExists, PreconditionFailed
-from dreamcycle.zeitgeist.keys import InvalidKey
+from dreamcycle.zeitgeist.object_keys import InvalidKey
 from dreamcycle.zeitgeist.redis_streams import RedisConfigError, RedisStreamsBackend, is_transient
 from dreamcycle.zeitgeist.retry import RetryPolicy
 from scripts.local_servers import RunningRedis, start_redis

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 from dreamcycle.zeitgeist.backend import LogBackend
 from dreamcycle.zeitgeist.defaults import DEFAULT_LEASE_TTL_MS
 from dreamcycle.zeitgeist.entries import decode_segment, encode_segment
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.log import CompactionOutcome, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import (
     SEGMENT_PREFIX,
     is_rollup_key,
     parse_segment_key,
     rollup_key,
 )
-from dreamcycle.zeitgeist.log import CompactionOutcome, Zeitgeist
 from dreamcycle.zeitgeist.signing import Keyring, Signer, Verifier, generate_key
 from tests.test_zeitgeist_codec import one_of_each_kind
 from tests.test_zeitgeist_log import CountingBackend, ManualClock, beat, make_zeitgeist

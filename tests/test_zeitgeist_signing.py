@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from dreamcycle.daemon.config import Config, load_config
-from dreamcycle.daemon.keys import (
+from dreamcycle.daemon.signing_keys import (
     KeyExists,
     KeyUnavailable,
     check_can_run,
@@ -37,8 +37,8 @@ from dreamcycle.zeitgeist.entries import (
     encode_segment,
 )
 from dreamcycle.zeitgeist.hlc import hlc_from_ms
-from dreamcycle.zeitgeist.keys import heartbeat_key
 from dreamcycle.zeitgeist.log import Heartbeat
+from dreamcycle.zeitgeist.object_keys import heartbeat_key
 from dreamcycle.zeitgeist.signing import (
     InvalidKeyring,
     Keyring,

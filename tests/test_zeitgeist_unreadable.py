@@ -30,7 +30,7 @@ import pytest
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.cycle._position import cursor, key_hlc
-from dreamcycle.daemon.ingest import ingest
+from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.store.database import NewObservation
 from dreamcycle.zeitgeist import directory
@@ -38,8 +38,8 @@ from dreamcycle.zeitgeist.backend import BackendError, UnreadableObject
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import ReconsolidateEntry, encode_segment
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
-from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX, heartbeat_key, segment_key
 from dreamcycle.zeitgeist.log import Zeitgeist
+from dreamcycle.zeitgeist.object_keys import SEGMENT_PREFIX, heartbeat_key, segment_key
 from tests.test_daemon_robustness import entry_status, open_peer, paragraphs, publish_as
 
 NOW_MS: Final = 1_750_000_000_000

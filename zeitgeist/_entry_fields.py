@@ -34,7 +34,7 @@ from dreamcycle.zeitgeist._entry_wire import (
     InvalidEntry,
     OverLimit,
 )
-from dreamcycle.zeitgeist.keys import InvalidPeerId, validate_peer_id
+from dreamcycle.zeitgeist.object_keys import InvalidPeerId, validate_peer_id
 
 #: The fields a reconsolidate entry may change; anything else needs a new assert.
 RECONSOLIDATE_FIELDS: Final = frozenset({"title", "topic_key", "pin_floor", "importance"})

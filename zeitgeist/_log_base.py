@@ -30,7 +30,7 @@ from dreamcycle.zeitgeist.entries import (
     encode_segment,
 )
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms, ms_to_hlc_span
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     SNAPSHOT_PREFIX,
     parse_segment_key,
     parse_snapshot_key,

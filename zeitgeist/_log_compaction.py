@@ -19,7 +19,7 @@ from dreamcycle.zeitgeist._log_heartbeats import LogHeartbeats
 from dreamcycle.zeitgeist._log_reader import LogReader
 from dreamcycle.zeitgeist.backend import KeyExists, ObjectTooLarge, PreconditionFailed
 from dreamcycle.zeitgeist.entries import CorruptSegment, Entry, canonical_json, parse_json
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     LEASE_KEY,
     SEGMENT_PREFIX,
     SNAPSHOT_PREFIX,

@@ -14,7 +14,7 @@ from dreamcycle.zeitgeist._log_base import LogCore, ZeitgeistError
 from dreamcycle.zeitgeist.backend import ObjectTooLarge
 from dreamcycle.zeitgeist.entries import canonical_json, parse_json
 from dreamcycle.zeitgeist.hlc import check_hlc
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     HEARTBEAT_PREFIX,
     InvalidKey,
     InvalidPeerId,

@@ -33,7 +33,7 @@ from dreamcycle.zeitgeist.entries import (
     read_seal,
 )
 from dreamcycle.zeitgeist.hlc import check_hlc, hlc_from_ms
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     SEGMENT_PREFIX,
     SNAPSHOT_PREFIX,
     InvalidKey,

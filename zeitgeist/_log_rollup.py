@@ -47,7 +47,7 @@ from dreamcycle.zeitgeist.entries import (
     payload_digest,
 )
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, ms_to_hlc_span
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     ROLLUP_LEASE_KEY,
     InvalidKey,
     RollupKey,

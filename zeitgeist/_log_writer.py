@@ -28,7 +28,7 @@ from dreamcycle.zeitgeist.entries import (
     payload_digest,
 )
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import (
+from dreamcycle.zeitgeist.object_keys import (
     InvalidKey,
     claim_key,
     claim_prefix,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from dreamcycle.zeitgeist.defaults import MAX_SNAPSHOT_COMPRESSED_BYTES
-from dreamcycle.zeitgeist.keys import PROBE_PREFIX
+from dreamcycle.zeitgeist.object_keys import PROBE_PREFIX
 
 #: The most any read returns unless its caller bounds it tighter: as large as the largest
 #: object the log layer reads (a snapshot at its default limit), so no call, however

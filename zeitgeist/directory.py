@@ -34,7 +34,7 @@ from dreamcycle.zeitgeist.backend import (
     Versioned,
     check_read_bound,
 )
-from dreamcycle.zeitgeist.keys import PROBE_PREFIX, SEGMENT_PREFIX
+from dreamcycle.zeitgeist.object_keys import PROBE_PREFIX, SEGMENT_PREFIX
 
 #: Lock file for compare-and-swap writes; its leading dot keeps it out of listings.
 LOCK_FILE_NAME: Final = ".versioned.lock"
@@ -217,7 +217,7 @@ class DirectoryBackend:
         except OSError as exc:
             if key.startswith(SEGMENT_PREFIX) and _about_the_file(path, exc):
                 # Not chained: a permission error among the causes reads as this peer's
-                # own data directory made read-only (daemon/health.py).
+                # own data directory made read-only (daemon/service/health.py).
                 raise UnreadableObject(
                     f"dir: cannot read {key!r} under {self.root}: {exc}; peers sharing a "
                     "directory must be able to read each other's files"

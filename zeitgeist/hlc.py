@@ -102,7 +102,7 @@ class HybridLogicalClock:
     def rewind(self, value: int) -> None:
         """Lower the high-water mark to `value` (never raise it): for a peer whose own wall
         clock had run ahead, once nothing it must stay above is that high (the caller's
-        judgement; see daemon/hlc_recovery.py). Later now() values exceed `value`."""
+        judgement; see daemon/cycle/hlc_recovery.py). Later now() values exceed `value`."""
         check_hlc(value, "rewound hlc")
         with self._lock:
             self._last = min(self._last, value)

@@ -59,7 +59,7 @@ from dreamcycle.zeitgeist.backend import (
     written_by_earlier_attempt,
 )
 from dreamcycle.zeitgeist.defaults import DEFAULT_CONNECT_TIMEOUT_S
-from dreamcycle.zeitgeist.keys import InvalidKey
+from dreamcycle.zeitgeist.object_keys import InvalidKey
 from dreamcycle.zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
 
 T = TypeVar("T")

@@ -1,5 +1,5 @@
 """Why a signed object was not accepted: the reasons a signature check (zeitgeist/signing.py)
-and the authority rules (daemon/authority.py) give, each the label of the rejection
+and the authority rules (daemon/cycle/authority.py) give, each the label of the rejection
 counter."""
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from dreamcycle.zeitgeist.backend import (
     written_by_earlier_attempt,
 )
 from dreamcycle.zeitgeist.defaults import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_S3_REGION
-from dreamcycle.zeitgeist.keys import InvalidKey
+from dreamcycle.zeitgeist.object_keys import InvalidKey
 from dreamcycle.zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
 
 if TYPE_CHECKING:

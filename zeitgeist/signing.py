@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from dreamcycle.zeitgeist.entries import KEY_ID_HEX_LEN, Entry, SegmentSeal
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
-from dreamcycle.zeitgeist.keys import InvalidPeerId, validate_peer_id
+from dreamcycle.zeitgeist.object_keys import InvalidPeerId, validate_peer_id
 from dreamcycle.zeitgeist.rejections import Rejection as Rejection  # its public face too
 
 KEYRING_FORMAT_VERSION: Final = 1

@@ -6,7 +6,7 @@ import time
 
 from dreamcycle.daemon.api import models, views
 from dreamcycle.daemon.api.errors import NotFound
-from dreamcycle.daemon.recall import Hit
+from dreamcycle.daemon.recall.retrieve import Hit
 from dreamcycle.pulses.context import Bundle, Member, Tier, render
 from dreamcycle.store.database import EFFICACY_TYPE, Database
 

@@ -6,7 +6,7 @@ path, its request and answer models (daemon/api/models.py: every limit and rule 
 Schema can state is in them), the refusals it may answer besides a bad body, what it
 does to memory (`Effects`: the MCP tools' annotations), the MCP tools that reach it and
 the command that runs it. The HTTP routes (daemon/api/http.py), both clients
-(daemon/client.py), the MCP tools (daemon/api/mcp_tools.py) and the commands
+(daemon/api/client.py), the MCP tools (daemon/api/mcp_tools.py) and the commands
 (daemon/cli/) take their paths, models, summaries, refusals and annotations from here;
 tests/test_contract.py fails when a surface lacks an operation or states it otherwise.
 Adding an operation is one entry here and one `Operations` method.

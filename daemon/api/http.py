@@ -3,7 +3,7 @@
 Routes live under /v1; /openapi.json and /docs describe them; /mcp serves them as MCP
 tools (daemon/api/mcp_tools.py); /healthz answers while the process lives, /readyz
 once the index is loaded and, in the daemon, while its database, backend and cycles are
-sound (daemon/health.py). Each operation runs in a worker thread behind the API's own
+sound (daemon/service/health.py). Each operation runs in a worker thread behind the API's own
 limiter, never the dream cycle's (a recall by vector that records nothing may run on the
 event loop: daemon/api/hot_path.py), and its answer is serialized there too; request bodies
 are parsed by pydantic's JSON parser (daemon/api/json_route.py), so the event loop, which
@@ -55,7 +55,7 @@ from dreamcycle.daemon.api.json_route import PydanticJsonRoute, json_answer
 from dreamcycle.daemon.api.mcp_tools import MCP_PATH, InProcess, StreamableHttp
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import Config
-from dreamcycle.daemon.health import Health
+from dreamcycle.daemon.service.health import Health
 
 log = logging.getLogger("dreamcycle.api")
 

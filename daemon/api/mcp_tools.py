@@ -43,11 +43,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dreamcycle.daemon import client, defaults
-from dreamcycle.daemon.api import contract, models, refusals
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.api import client, contract, models, refusals
+from dreamcycle.daemon.api.client import ApiError, request_model
 from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.client import ApiError, request_model
 from dreamcycle.pulses.constants import STRENGTH_MAX
 from dreamcycle.pulses.context import MIN_BUDGET
 

@@ -16,7 +16,7 @@ from pydantic_core import PydanticKnownError
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api.refusals import NOT_BLANK
-from dreamcycle.daemon.limits import FIELD_MAX_CHARS
+from dreamcycle.daemon.memory.limits import FIELD_MAX_CHARS
 from dreamcycle.pulses.constants import (
     K_MAX,
     MAX_HOPS_MAX,
@@ -80,7 +80,7 @@ HashOrPrefix = Annotated[
 Kind = Literal["fact", "preference", "insight", "summary", "note"]
 DeletionPolicy = Literal["auto_prune", "manual_only", "never"]
 # Bounded so that nothing a client sends can make one request unreasonably expensive; the
-# same limits every other surface applies (daemon/limits.py, pulses/constants.py).
+# same limits every other surface applies (daemon/memory/limits.py, pulses/constants.py).
 MAX_TEXT_CHARS = QUERY_MAX_CHARS
 #: A memory's fields: the protocol's limits, which every peer must be able to publish.
 CONTENT_CHARS = FIELD_MAX_CHARS["content"]

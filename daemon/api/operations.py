@@ -16,7 +16,7 @@ Each runs in a worker thread of its own (never the dream cycle's), or, for a rec
   of chunks never holds a query up; it runs one thread (a single query gains little
   from more, and their spinning takes the core the query's word search runs on);
 * each operation is a request in flight while it runs, and the attached peer's cycle
-  gives way to it before each of its statements (daemon/requests_first.py).
+  gives way to it before each of its statements (daemon/service/requests_first.py).
 
 Errors: ValueError is a bad request, NotFound an unknown decision or hash,
 Conflict a request that contradicts what is stored, NotReady a daemon still
@@ -41,14 +41,10 @@ import numpy as np
 import pydantic
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.admission import record_admission
 from dreamcycle.daemon.api import models, views
 from dreamcycle.daemon.api.answers import context_hit, context_response, memory_row, recall_hit
 from dreamcycle.daemon.api.errors import Conflict, NotFound, NotReady
-from dreamcycle.daemon.cold_search import ColdSearch, GraphShape
-from dreamcycle.daemon.confidence import Cause, change_confidence, corroborate
-from dreamcycle.daemon.cycle_thread import CycleThread
-from dreamcycle.daemon.emit import (
+from dreamcycle.daemon.intake.emit import (
     ConflictingOutcome,
     PulseRequest,
     UnknownHash,
@@ -62,11 +58,16 @@ from dreamcycle.daemon.emit import (
     resolve_hash,
 )
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall import Hit, cached_state, rank_query, record_attribution
-from dreamcycle.daemon.recall_pool import WordMatches, search_words
-from dreamcycle.daemon.requests_first import RequestsFirst
+from dreamcycle.daemon.memory.admission import record_admission
+from dreamcycle.daemon.memory.confidence import Cause, change_confidence, corroborate
+from dreamcycle.daemon.memory.status_report import status_report
+from dreamcycle.daemon.recall.candidates import WordMatches, search_words
+from dreamcycle.daemon.recall.cold_search import ColdSearch, GraphShape
+from dreamcycle.daemon.recall.retrieve import Hit, cached_state, rank_query, record_attribution
+from dreamcycle.daemon.recall.state import RecallState, recall_state, share
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.status import status_report
+from dreamcycle.daemon.service.cycle_thread import CycleThread
+from dreamcycle.daemon.service.requests_first import RequestsFirst
 from dreamcycle.pulses import constants
 from dreamcycle.pulses.context import Candidate, Tier, pack
 from dreamcycle.pulses.pulse import PulseKind
@@ -125,12 +126,11 @@ class Operations:
             batch_size=config.embedding.batch_size,
             threads=defaults.API_EMBEDDING_THREADS,
         )
-        self._cache = StampedCache()
         #: `cached_state` when the last recall read, and how many times the cache had been
         #: emptied by then (None before the first).
         self._recalled_at: tuple[str, int] | None = None
         # The daemon's own: the cycle's ranking (the prune gate) and the API's share one copy.
-        self._vectors = rt.stored_vectors
+        vectors = recall_state(rt).stored_vectors
         # Last in, first out: one caller at a time keeps reusing one connection, whose page
         # cache is warm (SQLite empties a connection's cache when another one commits, so
         # each connection taken in turn would read the same pages again after every commit).
@@ -152,14 +152,18 @@ class Operations:
         #: the cycle is (`cycle.cpu_priority`): a build takes a core for tens of seconds, and
         #: the requests beside it are what it would slow.
         self._cold_thread = CycleThread("cold-graph", config.cycle.cpu_priority)
-        self.cold_search = ColdSearch(
+        cold_search = ColdSearch(
             config.recall.cold_graph_from,
             shape=GraphShape(config.index.m, config.index.ef_construction, config.index.ef),
             background=self._cold_thread.submit,
             open_db=lambda: Database(config.database_path, prepare=False),
             helpers=self._helper_pool,
             core_to_spare=self._core_to_spare,
+            cache=StampedCache(),
+            vectors=vectors,
         )
+        #: What every view (one per connection) recalls with.
+        self.recall = RecallState(cold_search)
 
     # ---- life cycle -------------------------------------------------------------------
 
@@ -185,13 +189,15 @@ class Operations:
 
     def _prepare_cold_search(self) -> None:
         # A connection of its own: a build holds it for seconds.
-        self.cold_search.prepare(self._view(Database(self._rt.config.database_path, prepare=False)))
+        self.recall.cold_search.prepare(
+            self._view(Database(self._rt.config.database_path, prepare=False))
+        )
 
     def raise_cold_build_if_starved(self) -> str | None:
         """Raise the cold tier's graph build to normal priority once it has run
         COLD_GRAPH_IDLE_LIMIT_S under SCHED_IDLE (other processes keep every core busy,
         and the tier is searched exactly meanwhile); why, if it was raised now."""
-        seconds = self.cold_search.build_seconds()
+        seconds = self.recall.cold_search.build_seconds()
         if seconds is None:
             return None
         return self._cold_thread.raise_if_holding_up(
@@ -212,7 +218,7 @@ class Operations:
 
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:
-            held = self._vectors.load_all(view.db, self._embedder.index_version)
+            held = self.recall.stored_vectors.load_all(view.db, self._embedder.index_version)
         log.debug("stored embeddings held for recall", extra={"chunks": held})
 
     def detach(self) -> None:
@@ -226,7 +232,7 @@ class Operations:
 
     def close(self) -> None:
         self.detach()
-        self.cold_search.close()
+        self.recall.cold_search.close()
         # A build ends at its next step, which under SCHED_IDLE may be long in coming.
         self._cold_thread.raise_if_holding_up(
             step_seconds=0.0, waiting_to_write=False, stopping=True
@@ -246,15 +252,9 @@ class Operations:
     def _view(self, db: Database) -> Runtime:
         """The daemon's runtime seen through another connection and this layer's embedder."""
         self._opened.append(db)
-        return Runtime(
-            config=self._rt.config,
-            db=db,
-            embedder=self._embedder,
-            clock=self._rt.clock,
-            recall_cache=self._cache,
-            stored_vectors=self._vectors,
-            cold_search=self.cold_search,
-        )
+        view = Runtime(config=self._rt.config, db=db, embedder=self._embedder, clock=self._rt.clock)
+        share(view, self.recall)
+        return view
 
     @contextmanager
     def _reading(self) -> Iterator[Runtime]:
@@ -271,7 +271,7 @@ class Operations:
     @contextmanager
     def _writing(self) -> Iterator[Runtime]:
         # Aside while waiting for and holding the write lock: a cycle giving way to this
-        # request may hold it (daemon/requests_first.py).
+        # request may hold it (daemon/service/requests_first.py).
         with self.requests_first.stepping_aside(), self._write_lock:
             if self._writer is None:
                 self._writer = self._view(Database(self._rt.config.database_path, prepare=False))
@@ -296,7 +296,7 @@ class Operations:
             and not request.filters.active()
             and peer is not None
             and peer.index.readable_at_once
-            and self.cold_search.quick
+            and self.recall.cold_search.quick
             and self._caches_current()
         )
 
@@ -309,7 +309,7 @@ class Operations:
         except queue.Empty:
             return False
         try:
-            return (cached_state(view.db), self._cache.emptied) == self._recalled_at
+            return (cached_state(view.db), self.recall.cache.emptied) == self._recalled_at
         finally:
             self._readers.put(view)
 
@@ -361,7 +361,7 @@ class Operations:
     ) -> list[Hit]:
         """`rank_query` over `peer`'s index, noting the state it read at (what
         `recall_at_once` asks)."""
-        emptied = self._cache.emptied  # before the read: an emptying meanwhile is not missed
+        emptied = self.recall.cache.emptied  # before the read: an emptying meanwhile is not missed
         hits = rank_query(
             view,
             text,
@@ -457,7 +457,7 @@ class Operations:
             nonce=request.nonce,
         )
         # Embedded before the write lock is taken: while a request waits for or holds it,
-        # the cycle gives way to no request (daemon/requests_first.py), and other writers
+        # the cycle gives way to no request (daemon/service/requests_first.py), and other writers
         # wait; the model takes milliseconds.
         embedded = self._embedder.embed_one(request.text) if request.text.strip() else None
         with self._writing() as writer:
@@ -789,13 +789,14 @@ def _allowed(view: Runtime, filters: models.RecallFilters) -> frozenset[int]:
     change: agents repeat the same few filters (their project, say)."""
     name = f"filter:{json.dumps(filters.model_dump(), sort_keys=True)}"
     stamp = view.db.filter_stamp()
-    cached: frozenset[int] | None = view.recall_cache.get(name, stamp)
+    cache = recall_state(view).cache
+    cached: frozenset[int] | None = cache.get(name, stamp)
     if cached is None:
         # A copy to iterate: another thread's put or rollback may change the cache meanwhile.
-        stale = [key for key in list(view.recall_cache.entries) if key.startswith("filter:")]
+        stale = [key for key in list(cache.entries) if key.startswith("filter:")]
         if len(stale) >= FILTERS_CACHED:
-            view.recall_cache.entries.pop(stale[0], None)
-        cached = view.recall_cache.put(name, stamp, _matching(view.db, filters))
+            cache.entries.pop(stale[0], None)
+        cached = cache.put(name, stamp, _matching(view.db, filters))
     return cached
 
 

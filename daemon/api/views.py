@@ -14,13 +14,13 @@ import numpy as np
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import models
-from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.config import DownscaleConfig
 from dreamcycle.daemon.journal_kinds import JournalKind
+from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.pulses.context import Candidate
 from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store import checkpoints
-from dreamcycle.store import keys as key_store
+from dreamcycle.store import retrieval_keys as key_store
 from dreamcycle.store.database import EFFICACY_TYPE, Database
 from dreamcycle.store.timefmt import iso_from_ms, ms_from_iso
 

@@ -109,7 +109,7 @@ def access_options() -> argparse.ArgumentParser:
 
 def load(args: argparse.Namespace) -> Config:
     from dreamcycle.daemon.config import load_config
-    from dreamcycle.daemon.logs import configure_logging
+    from dreamcycle.daemon.service.logs import configure_logging
 
     config = load_config(
         args.config,
@@ -218,27 +218,27 @@ CANNOT_RUN_HERE: Final = (
     ("dreamcycle.daemon.runtime", "DataDirUnlockable"),
     ("dreamcycle.daemon.api.http", "ApiUnavailable"),
     ("dreamcycle.zeitgeist.backend", "BackendError"),
-    ("dreamcycle.daemon.metrics", "MetricsUnavailable"),
+    ("dreamcycle.daemon.service.metrics", "MetricsUnavailable"),
     ("dreamcycle.store.database", "DatabaseError"),
     ("dreamcycle.store.migrations", "MigrationError"),
     ("dreamcycle.store.embedder", "EmbedderUnavailable"),
     # The journal cannot be replayed into this database (`dreamcycle rebuild`).
-    ("dreamcycle.daemon.rebuild", "RebuildError"),
+    ("dreamcycle.daemon.memory.rebuild", "RebuildError"),
     # The index could not be written to the data directory (permissions, a full disk, a
     # directory in its place).
     ("dreamcycle.store.index_file", "IndexSaveFailed"),
-    ("dreamcycle.daemon.client", "Unavailable"),
-    ("dreamcycle.daemon.keys", "KeyUnavailable"),
-    ("dreamcycle.daemon.keys", "KeyExists"),
+    ("dreamcycle.daemon.api.client", "Unavailable"),
+    ("dreamcycle.daemon.signing_keys", "KeyUnavailable"),
+    ("dreamcycle.daemon.signing_keys", "KeyExists"),
 )
 BAD_INPUT: Final = (
     ("dreamcycle.daemon.config", "ConfigError"),
     ("dreamcycle.store.database", "InvalidObservation"),
     ("builtins", "ValueError"),
     # What the daemon refused: the same requests the direct way refuses as bad input.
-    ("dreamcycle.daemon.client", "BadRequest"),
-    ("dreamcycle.daemon.client", "NotFound"),
-    ("dreamcycle.daemon.client", "Conflict"),
+    ("dreamcycle.daemon.api.client", "BadRequest"),
+    ("dreamcycle.daemon.api.client", "NotFound"),
+    ("dreamcycle.daemon.api.client", "Conflict"),
 )
 
 
@@ -312,8 +312,8 @@ def _cell(value: Any) -> str:
 
 
 def announce_first_key(config: Config) -> None:
-    """Make a new peer's signing key (daemon.keys.first_key) and say where it went."""
-    from dreamcycle.daemon.keys import first_key
+    """Make a new peer's signing key (daemon.signing_keys.first_key) and say where it went."""
+    from dreamcycle.daemon.signing_keys import first_key
 
     signer = first_key(config)
     if signer is not None:

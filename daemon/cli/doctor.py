@@ -445,7 +445,7 @@ def _server_time_ms(backend: LogBackend) -> int | None:
 
 def _keys(config: Config) -> Check:
     """This peer's private key (present, 0600) and a keyring the daemon can read."""
-    from dreamcycle.daemon.keys import KeyUnavailable, read_keyring, read_signer
+    from dreamcycle.daemon.signing_keys import KeyUnavailable, read_keyring, read_signer
     from dreamcycle.zeitgeist.signing import InvalidKeyring
 
     try:

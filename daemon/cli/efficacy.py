@@ -18,7 +18,7 @@ from dreamcycle.daemon.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from dreamcycle.daemon.efficacy import Measurement
+    from dreamcycle.daemon.cycle.efficacy import Measurement
     from dreamcycle.daemon.runtime import Runtime
 
 CURRENT = "current"
@@ -55,7 +55,7 @@ def register(verbs: Any) -> None:
 
 
 def _efficacy(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon.efficacy import (
+    from dreamcycle.daemon.cycle.efficacy import (
         gather,
         held_salience,
         learned,
@@ -126,7 +126,7 @@ def _replayed_salience(rt: Runtime, rule: str) -> dict[int, float]:
     """Salience of the chunks live after replaying the journal with every pulse under `rule`."""
     from tqdm import tqdm
 
-    from dreamcycle.daemon.rebuild import replay
+    from dreamcycle.daemon.memory.rebuild import replay
     from dreamcycle.pulses.propagate import UpdateRule
 
     total = sum(rt.db.journal_counts().values())

@@ -57,7 +57,7 @@ def register(verbs: Any) -> None:
 def _ingest(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from dreamcycle.daemon.ingest import read_files
+    from dreamcycle.daemon.intake.ingest import read_files
 
     config = load(args)
     refusals = {path: why for path in args.files if (why := not_text(path)) is not None}

@@ -95,7 +95,7 @@ def register(verbs: Any) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon.keys import init_key, read_signer
+    from dreamcycle.daemon.signing_keys import init_key, read_signer
 
     config = load(args)
     if args.if_missing and config.key_path.exists():
@@ -112,7 +112,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon.keys import KeyUnavailable, read_signer
+    from dreamcycle.daemon.signing_keys import KeyUnavailable, read_signer
 
     config = load(args)
     signer = read_signer(config)
@@ -132,7 +132,7 @@ def _print_key(peer_id: str, key_id: str, public_key: str) -> None:
 
 
 def _trust(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon.keys import read_keyring, write_keyring
+    from dreamcycle.daemon.signing_keys import read_keyring, write_keyring
     from dreamcycle.zeitgeist.signing import TrustedKey, decode_public_key, key_id_of
 
     config = load(args)
@@ -170,8 +170,8 @@ def _trust(args: argparse.Namespace) -> int:
 def _heartbeat_key(config: Any, peer_id: str) -> str:
     """The public key `peer_id`'s heartbeat publishes; ValueError when there is none."""
     from dreamcycle.daemon.runtime import open_backend
-    from dreamcycle.zeitgeist.keys import heartbeat_key
     from dreamcycle.zeitgeist.log import MAX_HEARTBEAT_BYTES, Heartbeat
+    from dreamcycle.zeitgeist.object_keys import heartbeat_key
 
     backend = open_backend(config)
     try:
@@ -201,7 +201,7 @@ def _ms_or_none(text: str | None, option: str) -> int | None:
 
 
 def _revoke(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon.keys import read_keyring, write_keyring
+    from dreamcycle.daemon.signing_keys import read_keyring, write_keyring
 
     config = load(args)
     keyring = read_keyring(config.keyring_path)
@@ -214,7 +214,7 @@ def _revoke(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon.keys import read_keyring, read_signer
+    from dreamcycle.daemon.signing_keys import read_keyring, read_signer
     from dreamcycle.store.timefmt import iso_from_ms
 
     config = load(args)

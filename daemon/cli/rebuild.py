@@ -30,7 +30,7 @@ def register(verbs: Any) -> None:
 def _rebuild(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from dreamcycle.daemon.rebuild import rebuild
+    from dreamcycle.daemon.memory.rebuild import rebuild
     from dreamcycle.daemon.runtime import Runtime
 
     rt = Runtime.open(load_existing(args))

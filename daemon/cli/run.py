@@ -79,11 +79,11 @@ def _run_classified(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon import metrics
-    from dreamcycle.daemon.health import unwritable_data_dir
-    from dreamcycle.daemon.keys import check_can_run
     from dreamcycle.daemon.runtime import Runtime
-    from dreamcycle.daemon.service import serve, service_health
+    from dreamcycle.daemon.service import metrics
+    from dreamcycle.daemon.service.health import unwritable_data_dir
+    from dreamcycle.daemon.service.loop import serve, service_health
+    from dreamcycle.daemon.signing_keys import check_can_run
 
     config = load(args)
     if args.interval is not None:

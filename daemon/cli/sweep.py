@@ -50,7 +50,8 @@ def register(verbs: Any) -> None:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from dreamcycle.daemon import accounted, forgetting
+    from dreamcycle.daemon.cycle import accounted
+    from dreamcycle.daemon.memory import forgetting
     from dreamcycle.daemon.runtime import Runtime
     from dreamcycle.store.salience import SalienceCache
 

@@ -22,7 +22,6 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
-from dreamcycle.daemon import metrics
 from dreamcycle.daemon.cycle import (
     classify,
     downscale,
@@ -45,6 +44,7 @@ from dreamcycle.daemon.cycle.state import (
     PhaseFn,
 )
 from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.service import metrics
 
 __all__ = [
     "CURSOR_META_KEY",

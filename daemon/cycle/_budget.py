@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from dreamcycle.daemon import hostile
+from dreamcycle.daemon.cycle import hostile
 from dreamcycle.daemon.cycle.state import CycleState
 from dreamcycle.daemon.defaults import PULSE_BUDGET_LOOKBACK_S, PULSE_BUDGET_WINDOW_S
 from dreamcycle.daemon.runtime import Peer

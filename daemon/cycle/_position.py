@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dreamcycle.daemon.admission import persist_clock as persist_hlc
 from dreamcycle.daemon.cycle.state import CURSOR_META_KEY
+from dreamcycle.daemon.memory.admission import persist_clock as persist_hlc
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.zeitgeist.keys import parse_segment_key, parse_snapshot_key
+from dreamcycle.zeitgeist.object_keys import parse_segment_key, parse_snapshot_key
 
 
 def key_hlc(key: str) -> int:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from dreamcycle.daemon.admission import admission_vectors, record_admission
 from dreamcycle.daemon.cycle.state import CycleState
+from dreamcycle.daemon.memory.admission import admission_vectors, record_admission
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.pulse import InvalidPulse, SalientPulse
 from dreamcycle.zeitgeist.entries import PulseEntry

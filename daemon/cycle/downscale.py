@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.cycle.state import CycleState
 from dreamcycle.daemon.journal_kinds import JournalKind
+from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.sweep import downscale
 from dreamcycle.store.database import DecayCandidate

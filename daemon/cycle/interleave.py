@@ -33,7 +33,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
         if entry.hlc > horizon:
             # Observing it would drag this peer's clock, and so its keys, into the future.
             # This host's own entries still apply: its own clock stamped them while the wall
-            # clock was ahead (daemon/hlc_recovery.py); only other peers' are refused.
+            # clock was ahead (daemon/cycle/hlc_recovery.py); only other peers' are refused.
             if entry.id not in local_ids:
                 st.rejected[entry.id] = f"hlc {entry.hlc:016x} is more than the allowed skew ahead"
             continue

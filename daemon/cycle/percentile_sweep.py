@@ -1,7 +1,7 @@
 """Phase 7, percentile_sweep: the bottom percentile to the cold tier, when due.
 
 Reads: the cycle's accounted time, the last sweep's time, every chunk's value for the
-sweep (daemon/forgetting.py), recent successful decisions for the prune gate. Writes:
+sweep (daemon/memory/forgetting.py), recent successful decisions for the prune gate. Writes:
 revived and expired cold chunks; the sweep's time (first, in its own transaction); chunks
 moved to the cold tier with their journal steps. Local curation: nothing is published.
 A crash inside: a crash after the sweep's time is recorded skips one sweep rather than
@@ -14,8 +14,8 @@ from typing import Any
 
 from dreamcycle.daemon.cycle._tombstone import tombstone_hashes
 from dreamcycle.daemon.cycle.state import LAST_SWEEP_META_KEY, CycleState
-from dreamcycle.daemon.forgetting import RETENTION_REASON, expire_cold, revive_reingested
-from dreamcycle.daemon.forgetting import sweep as run_sweep
+from dreamcycle.daemon.memory.forgetting import RETENTION_REASON, expire_cold, revive_reingested
+from dreamcycle.daemon.memory.forgetting import sweep as run_sweep
 from dreamcycle.daemon.runtime import Peer
 
 

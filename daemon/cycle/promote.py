@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Any, Final
 
-from dreamcycle.daemon import audit, efficacy, hostile, metrics
+from dreamcycle.daemon.cycle import audit, efficacy, hostile
 from dreamcycle.daemon.cycle._position import cursor, persist_clock
 from dreamcycle.daemon.cycle.state import (
     LAST_COMPACTION_META_KEY,
@@ -25,12 +25,13 @@ from dreamcycle.daemon.cycle.state import (
     FatalCycleError,
 )
 from dreamcycle.daemon.defaults import FORGED_CLAIMS_PER_PUBLISH, MAX_ENTRIES_PER_SEGMENT
-from dreamcycle.daemon.keys import count_rejection
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.signing_keys import count_rejection
 from dreamcycle.zeitgeist.backend import BackendError
 from dreamcycle.zeitgeist.entries import Entry, decode_entry, decode_segment
-from dreamcycle.zeitgeist.keys import claim_key
 from dreamcycle.zeitgeist.log import ClaimTaken, FencedOut, Heartbeat, PreparedSegment
+from dreamcycle.zeitgeist.object_keys import claim_key
 from dreamcycle.zeitgeist.signing import Rejection
 
 log = logging.getLogger("dreamcycle.cycle")

@@ -18,13 +18,13 @@ from typing import Any, Final
 
 import numpy as np
 
-from dreamcycle.daemon import authority
+from dreamcycle.daemon.cycle import authority
 from dreamcycle.daemon.cycle._adopt import adopt, embed_adoptable
 from dreamcycle.daemon.cycle._entry import isolated, record
 from dreamcycle.daemon.cycle._tombstone import hide_chunk
 from dreamcycle.daemon.cycle.state import CycleState, EntryOutcome, EntryStatus
 from dreamcycle.daemon.journal_kinds import JournalKind
-from dreamcycle.daemon.learning import teach_key
+from dreamcycle.daemon.memory.learning import teach_key
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.outcome import Attribution, Outcome
 from dreamcycle.pulses.vectors import Vector

@@ -1,7 +1,7 @@
 """Phase 5, salience_pulse_propagate: outcomes become pulses, and every pulse propagates.
 
 Reads: outcomes due for credit and their attributions, what agent sessions did since the
-last cycle (daemon.implicit_credit), the ordered pulse entries, each
+last cycle (daemon.memory.implicit_credit), the ordered pulse entries, each
 origin's budget window, the live index (k-NN for the BFS). Writes: pulses derived from
 outcomes (outbox), each pulse's salience changes with its journal step and its row in
 `pulses_applied`, budget charges; then, in one last transaction, the segments read this
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from dreamcycle.daemon import authority, defaults, implicit_credit
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.cycle import authority
 from dreamcycle.daemon.cycle._budget import (
     BUDGET_LOOKBACK_MS,
     budget_window,
@@ -25,9 +26,10 @@ from dreamcycle.daemon.cycle._budget import (
 from dreamcycle.daemon.cycle._entry import isolated, record
 from dreamcycle.daemon.cycle._position import cursor, key_hlc, persist_clock
 from dreamcycle.daemon.cycle.state import CURSOR_META_KEY, CycleState, EntryOutcome, EntryStatus
-from dreamcycle.daemon.forgetting import revive
 from dreamcycle.daemon.journal_kinds import JournalKind
-from dreamcycle.daemon.learning import convert_outcomes
+from dreamcycle.daemon.memory import implicit_credit
+from dreamcycle.daemon.memory.forgetting import revive
+from dreamcycle.daemon.memory.learning import convert_outcomes
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.propagate import UpdateRule, propagate
 from dreamcycle.pulses.pulse import PulseKind

@@ -15,16 +15,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dreamcycle.daemon import hostile, metrics
+from dreamcycle.daemon.cycle import hostile
 from dreamcycle.daemon.cycle._position import cursor, key_hlc
+from dreamcycle.daemon.cycle.hlc_recovery import recover_hlc
 from dreamcycle.daemon.cycle.state import CycleState, FetchedSegment
-from dreamcycle.daemon.hlc_recovery import recover_hlc
-from dreamcycle.daemon.keys import count_rejection
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.signing_keys import count_rejection
 from dreamcycle.zeitgeist.backend import BackendError, UnreadableObject
 from dreamcycle.zeitgeist.entries import CorruptSegment, DecodedSegment, decode_entry
-from dreamcycle.zeitgeist.keys import parse_segment_key
 from dreamcycle.zeitgeist.log import RolledUp, Zeitgeist
+from dreamcycle.zeitgeist.object_keys import parse_segment_key
 from dreamcycle.zeitgeist.signing import Rejection
 
 log = logging.getLogger("dreamcycle.cycle")

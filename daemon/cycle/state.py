@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from dreamcycle.daemon import accounted
+from dreamcycle.daemon.cycle import accounted
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.daemon.statuses import CycleStatus, EntryStatus
 from dreamcycle.zeitgeist.entries import Entry
@@ -60,7 +60,7 @@ class CycleState:
     #: long phases return between batches, and what they did not commit waits for the
     #: next start.
     stop_requested: Callable[[], bool] = field(default=lambda: False, repr=False)
-    #: The time decay and the sweep measure against (daemon/accounted.py), set once.
+    #: The time decay and the sweep measure against (daemon/cycle/accounted.py), set once.
     accounted_ms: int | None = None
 
     def all_entries(self) -> list[Entry]:

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from dreamcycle.daemon.api import models
-    from dreamcycle.daemon.client import MemoryClient
-    from dreamcycle.daemon.ingest import IngestReport
-    from dreamcycle.daemon.reingest import MetadataReport
+    from dreamcycle.daemon.api.client import MemoryClient
+    from dreamcycle.daemon.intake.ingest import IngestReport
+    from dreamcycle.daemon.intake.reingest import MetadataReport
     from dreamcycle.store.database import NewObservation
 
-from dreamcycle.daemon.cli.access import (
+from dreamcycle.daemon.cli.access.direct import DirectAccess
+from dreamcycle.daemon.cli.access.protocol import (
     DAEMON_ONLY_STATUS,
     WHOLE_HASH,
     ColdChunk,
@@ -28,7 +29,6 @@ from dreamcycle.daemon.cli.access import (
     Via,
     not_cold,
 )
-from dreamcycle.daemon.cli.access.direct import DirectAccess
 
 log = logging.getLogger("dreamcycle.cli")
 T = TypeVar("T")
@@ -56,7 +56,7 @@ class ApiAccess:
         """`send` the request `build` makes, or do it `direct`ly: when the API's models refuse
         the request, when the daemon does not answer, and (with `unknown_here_goes_direct`)
         when the daemon does not hold what the request names."""
-        from dreamcycle.daemon.client import BadRequest, NotFound, Unavailable
+        from dreamcycle.daemon.api.client import BadRequest, NotFound, Unavailable
 
         if self._gone:
             return direct()
@@ -88,8 +88,8 @@ class ApiAccess:
         min_confidence: float = 0.0,
     ) -> Recalled:
         from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.api.client import request_model
         from dreamcycle.daemon.api.contract import RECALL
-        from dreamcycle.daemon.client import request_model
 
         def send(request: models.RecallRequest) -> Recalled:
             answer = self._client.send(RECALL, request)
@@ -148,8 +148,8 @@ class ApiAccess:
 
     def revive(self, content_hash: str) -> None:
         from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.api.client import BadRequest, Conflict, NotFound, request_model
         from dreamcycle.daemon.api.contract import REVIVE
-        from dreamcycle.daemon.client import BadRequest, Conflict, NotFound, request_model
 
         def build() -> models.RefRequest:
             # A prefix goes the direct way, which resolves it in the words every command prints.
@@ -175,8 +175,8 @@ class ApiAccess:
         decided_elsewhere: bool = False,
     ) -> Queued:
         from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.api.client import request_model
         from dreamcycle.daemon.api.contract import OUTCOME
-        from dreamcycle.daemon.client import request_model
 
         return self._served(
             lambda: request_model(
@@ -199,8 +199,8 @@ class ApiAccess:
 
     def pulse(self, spec: PulseSpec) -> Queued:
         from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.api.client import request_model
         from dreamcycle.daemon.api.contract import PULSE
-        from dreamcycle.daemon.client import request_model
 
         return self._served(
             lambda: request_model(models.PulseRequest, **asdict(spec)),
@@ -212,8 +212,8 @@ class ApiAccess:
         self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
     ) -> Queued:
         from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.api.client import request_model
         from dreamcycle.daemon.api.contract import TOMBSTONE
-        from dreamcycle.daemon.client import request_model
 
         return self._served(
             lambda: request_model(
@@ -237,9 +237,9 @@ class ApiAccess:
         progress: Progress | None,
     ) -> IngestReport:
         from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.api.client import BadRequest, Conflict, Unavailable, request_model
         from dreamcycle.daemon.api.contract import SAVE
-        from dreamcycle.daemon.client import BadRequest, Conflict, Unavailable, request_model
-        from dreamcycle.daemon.ingest import IngestReport
+        from dreamcycle.daemon.intake.ingest import IngestReport
         from dreamcycle.store.database import EFFICACY_TYPE
 
         items = [item for file in files for item in file]

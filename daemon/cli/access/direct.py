@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dreamcycle.daemon.config import Config
-    from dreamcycle.daemon.ingest import IngestReport
-    from dreamcycle.daemon.reingest import MetadataReport
+    from dreamcycle.daemon.intake.ingest import IngestReport
+    from dreamcycle.daemon.intake.reingest import MetadataReport
     from dreamcycle.store.database import NewObservation
 
-from dreamcycle.daemon.cli.access import (
+from dreamcycle.daemon.cli.access.protocol import (
     ColdChunk,
     ColdPage,
     Progress,
@@ -43,7 +43,7 @@ class DirectAccess:
         record: bool,
         min_confidence: float = 0.0,
     ) -> Recalled:
-        from dreamcycle.daemon.recall import recall
+        from dreamcycle.daemon.recall.retrieve import recall
         from dreamcycle.daemon.runtime import Runtime
 
         rt = Runtime.open(self.config)
@@ -65,7 +65,7 @@ class DirectAccess:
         )
 
     def status(self) -> dict[str, Any]:
-        from dreamcycle.daemon.status import status_report
+        from dreamcycle.daemon.memory.status_report import status_report
         from dreamcycle.store.database import Database
 
         if not self.config.database_path.exists():
@@ -94,7 +94,7 @@ class DirectAccess:
         )
 
     def revive(self, content_hash: str) -> None:
-        from dreamcycle.daemon.emit import UnknownHash, resolve_hash
+        from dreamcycle.daemon.intake.emit import UnknownHash, resolve_hash
         from dreamcycle.daemon.runtime import Runtime
         from dreamcycle.store import tiers
 
@@ -121,7 +121,7 @@ class DirectAccess:
         cited: Sequence[str],
         decided_elsewhere: bool = False,
     ) -> Queued:
-        from dreamcycle.daemon.emit import emit_outcome
+        from dreamcycle.daemon.intake.emit import emit_outcome
 
         return self._emit(
             lambda rt: emit_outcome(
@@ -135,7 +135,7 @@ class DirectAccess:
         )
 
     def pulse(self, spec: PulseSpec) -> Queued:
-        from dreamcycle.daemon.emit import PulseRequest, emit_pulse
+        from dreamcycle.daemon.intake.emit import PulseRequest, emit_pulse
         from dreamcycle.pulses.pulse import PulseKind
 
         request = PulseRequest(**{**asdict(spec), "kind": PulseKind(spec.kind)})
@@ -144,7 +144,7 @@ class DirectAccess:
     def tombstone(
         self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
     ) -> Queued:
-        from dreamcycle.daemon.emit import emit_tombstone
+        from dreamcycle.daemon.intake.emit import emit_tombstone
 
         return self._emit(
             lambda rt: emit_tombstone(
@@ -159,7 +159,7 @@ class DirectAccess:
         embed: bool,
         progress: Progress | None,
     ) -> IngestReport:
-        from dreamcycle.daemon.ingest import ingest
+        from dreamcycle.daemon.intake.ingest import ingest
         from dreamcycle.daemon.runtime import Runtime
 
         rt = Runtime.open(self.config)
@@ -169,8 +169,8 @@ class DirectAccess:
             rt.close()
 
     def check_metadata(self, files: Sequence[Sequence[NewObservation]]) -> None:
-        """Refuse content stored before with metadata that cannot change (daemon/reingest.py)."""
-        from dreamcycle.daemon.reingest import check_fixed
+        """Refuse content stored before with metadata that cannot change (daemon/intake/reingest.py)."""
+        from dreamcycle.daemon.intake.reingest import check_fixed
         from dreamcycle.daemon.runtime import Runtime
 
         if not self.config.database_path.exists():
@@ -182,8 +182,8 @@ class DirectAccess:
             rt.close()
 
     def apply_metadata(self, files: Sequence[Sequence[NewObservation]]) -> MetadataReport:
-        """Content ingested again gets the metadata its files give now (daemon/reingest.py)."""
-        from dreamcycle.daemon.reingest import apply_metadata
+        """Content ingested again gets the metadata its files give now (daemon/intake/reingest.py)."""
+        from dreamcycle.daemon.intake.reingest import apply_metadata
         from dreamcycle.daemon.runtime import Runtime
 
         rt = Runtime.open(self.config)

@@ -25,8 +25,9 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from dreamcycle.daemon import defaults, metrics
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.config import Config
+from dreamcycle.daemon.service import metrics
 from dreamcycle.zeitgeist.entries import Entry
 from dreamcycle.zeitgeist.log import LogOnce
 from dreamcycle.zeitgeist.signing import (

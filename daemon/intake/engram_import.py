@@ -37,15 +37,15 @@ from urllib.parse import quote
 import apsw
 import blake3
 
-from dreamcycle.daemon.emit import (
+from dreamcycle.daemon.intake.emit import (
     QueuedRetractions,
     emit_revision,
     emit_supersede,
     emit_tombstone,
     queued_retractions,
 )
-from dreamcycle.daemon.ingest import INGEST_BATCH, embed_stored
-from dreamcycle.daemon.limits import FieldOverLimit, check_observation_limits
+from dreamcycle.daemon.intake.ingest import INGEST_BATCH, embed_stored
+from dreamcycle.daemon.memory.limits import FieldOverLimit, check_observation_limits
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store.database import Database, InvalidObservation, NewObservation
 from dreamcycle.store.engram_imports import ImportRecord, import_records, save_import_record

@@ -1,7 +1,7 @@
 """Recall's candidates: what every retriever returns for a query, in columns.
 
 Four retrievers: the HNSW index (live chunks; under a narrow filter an exact search of
-the matching chunks), learned keys (daemon.recall_keys), full text (BM25 over content
+the matching chunks), learned keys (daemon.recall.retrieval_keys), full text (BM25 over content
 and over learned words, both tiers) and an exact search of the cold tier. Every
 candidate is then re-scored exactly from its stored embedding, and carries what ranking
 multiplies by (salience, confidence, size) when a bound needs them.
@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.learned_ranking import cold_factor, fusion_weights, intrinsic_strength
-from dreamcycle.daemon.recall_keys import KeyUse, has_keys, key_scores_of
+from dreamcycle.daemon.recall.learned_ranking import cold_factor, fusion_weights, intrinsic_strength
+from dreamcycle.daemon.recall.retrieval_keys import KeyUse, has_keys, key_scores_of
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import (
     NEUTRAL_CONFIDENCE,
@@ -92,7 +93,7 @@ def candidate_pool(
     tiers = _tier_sets(rt, stamp)
     # The cold tier is searched (on a helper thread, in the API) while this one searches
     # the live tier.
-    cold_candidates = rt.cold_search.begin(rt, stamp, tiers.cold, vector, pool)
+    cold_candidates = recall_state(rt).cold_search.begin(rt, stamp, tiers.cold, vector, pool)
     labels = set(_vector_candidates(rt, vector, pool, index, stamp, allowed))
     key_scores = key_scores_of(rt, vector, stamp, keys)
     labels.update(_best(key_scores, pool))
@@ -193,9 +194,10 @@ def _tier_sets(rt: Runtime, stamp: str) -> read_paths.TierSets:
     if read_paths.in_write_transaction(rt.db):
         return read_paths.tier_sets(rt.db)
     tiers_at = tier_stamp(stamp)
-    cached: read_paths.TierSets | None = rt.recall_cache.get("tiers", tiers_at)
+    cache = recall_state(rt).cache
+    cached: read_paths.TierSets | None = cache.get("tiers", tiers_at)
     if cached is None:
-        cached = rt.recall_cache.put("tiers", tiers_at, read_paths.tier_sets(rt.db))
+        cached = cache.put("tiers", tiers_at, read_paths.tier_sets(rt.db))
     return cached
 
 
@@ -205,7 +207,9 @@ def _cosines(rt: Runtime, rowids: list[int], vector: Vector) -> npt.NDArray[np.f
     np.vecdot runs the dot kernel of np.dot once per row, so each cosine is the one a
     loop of np.dot gives to the last bit; a matrix product would sum in another order.
     """
-    matrix, present = rt.stored_vectors.gather(rt.db, rowids, rt.embedder.index_version)
+    matrix, present = recall_state(rt).stored_vectors.gather(
+        rt.db, rowids, rt.embedder.index_version
+    )
     cosines = np.full(len(rowids), -1.0, dtype=np.float64)
     if len(matrix):
         cosines[present] = np.vecdot(matrix, vector)
@@ -242,7 +246,7 @@ def _vector_candidates(
     if allowed is not None and (
         len(allowed) ** 2 <= rt.config.recall.exact_filter_scale * index.live_count
     ):
-        return nearest_in_filter(rt.db, rt.stored_vectors, index, vector, n, allowed)
+        return nearest_in_filter(rt.db, recall_state(rt).stored_vectors, index, vector, n, allowed)
     labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
     found: list[int] = labels[0].tolist()
     return found

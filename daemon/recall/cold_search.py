@@ -34,9 +34,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.daemon import defaults
+from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.pulses.vectors import Vector
-from dreamcycle.store import read_paths
+from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
 from dreamcycle.store.database import Database, tier_stamp
 from dreamcycle.store.read_paths import StoredVectors
@@ -48,7 +49,7 @@ __all__ = ["EXACT_CACHE", "ColdSearch", "GraphShape"]
 
 log = logging.getLogger(__name__)
 
-#: recall_cache's entry for the whole cold tier's embeddings (Runtime.cold_vectors).
+#: The cache's entry for the whole cold tier's embeddings (ColdSearch.cold_vectors).
 EXACT_CACHE = "cold"
 
 
@@ -83,7 +84,9 @@ class ColdSearch:
     `open_db` gives a background build its own connection. `helpers` search the graph
     beside the caller's search of the live index (see `begin`) whenever `core_to_spare`
     says a helper would have a core of its own then; None searches it in the caller's
-    thread.
+    thread. `cache` and `vectors` are those of the recall state the search belongs to
+    (daemon/recall/state.py): the exact search keeps the cold tier's embeddings in one,
+    and builds read stored embeddings through the other.
     """
 
     def __init__(
@@ -97,7 +100,11 @@ class ColdSearch:
         open_db: Callable[[], Database] | None = None,
         helpers: Executor | None = None,
         core_to_spare: Callable[[], bool] = lambda: True,
+        cache: StampedCache | None = None,
+        vectors: StoredVectors | None = None,
     ) -> None:
+        self.cache = cache if cache is not None else StampedCache()
+        self.vectors = vectors if vectors is not None else StoredVectors()
         if graph_from < 0 or pending_max < 0 or skip_max < 0:
             raise ValueError("graph_from, pending_max and skip_max must be >= 0")
         if background is not None and open_db is None:
@@ -158,7 +165,7 @@ class ColdSearch:
             if self._building or self._closed or self._broken:
                 return
             self._building = True
-        self._build(rt.db, rt.stored_vectors, rt.embedder.index_version)
+        self._build(rt.db, self.vectors, rt.embedder.index_version)
 
     def close(self) -> None:
         """Ends a build in progress at its next step; the owner of `background` waits for it."""
@@ -187,13 +194,13 @@ class ColdSearch:
         if not cold or n <= 0:
             return _answered([])
         if self.graph_from == 0 or len(cold) < self.graph_from or self._broken:
-            return _answered(_exact(rt, stamp, vector, n))
+            return _answered(self._exact(rt, stamp, vector, n))
         graph = self._graph
         if graph is None:
             self.start_build(rt)
             graph = self._graph  # built in this thread when there is no background
             if graph is None:
-                return _answered(_exact(rt, stamp, vector, n))
+                return _answered(self._exact(rt, stamp, vector, n))
         remainder = self._remainder_of(rt, stamp, cold, graph)
         if len(remainder.pending_labels) > self._pending_max or (
             len(remainder.skip) > self._skip_max
@@ -205,7 +212,7 @@ class ColdSearch:
         helpers = self._helpers if self._core_to_spare() else None
         running = helpers.submit(search) if helpers is not None else None
         # The whole tier's embeddings, read while no graph was ready, are not needed now.
-        rt.recall_cache.entries.pop(EXACT_CACHE, None)
+        self.cache.entries.pop(EXACT_CACHE, None)
 
         def merged() -> list[int]:
             labels, cosines = search() if running is None else running.result()
@@ -216,6 +223,25 @@ class ColdSearch:
 
         return merged
 
+    def cold_vectors(
+        self, rt: Runtime, stamp: str
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Labels and embeddings of the cold tier, read once per database state `stamp`."""
+        tiers_at = tier_stamp(stamp)
+        cached = self.cache.get(EXACT_CACHE, tiers_at)
+        if cached is None:
+            cached = self.cache.put(
+                EXACT_CACHE,
+                tiers_at,
+                tiers.cold_vectors(rt.db, rt.embedder.index_version, rt.embedder.dim),
+            )
+        labels, vectors = cached
+        return labels, vectors
+
+    def _exact(self, rt: Runtime, stamp: str, vector: Vector, n: int) -> list[int]:
+        labels, vectors = self.cold_vectors(rt, stamp)
+        return best_labels(labels, vectors @ vector, n) if len(labels) else []
+
     def _remainder_of(
         self, rt: Runtime, stamp: str, cold: frozenset[int], graph: ColdGraph
     ) -> _Remainder:
@@ -224,7 +250,7 @@ class ColdSearch:
         if found is not None and found.tiers_at == tiers_at and found.graph is graph:
             return found
         pending = np.array(sorted(cold - graph.labels), dtype=np.int64)
-        vectors, present = rt.stored_vectors.gather(rt.db, pending, rt.embedder.index_version)
+        vectors, present = self.vectors.gather(rt.db, pending, rt.embedder.index_version)
         if not len(vectors):
             vectors = np.zeros((0, rt.embedder.dim), dtype=np.float32)
         remainder = _Remainder(
@@ -245,14 +271,12 @@ class ColdSearch:
             self._building = True
         version = rt.embedder.index_version
         if self._background is None:
-            self._build(rt.db, rt.stored_vectors, version)
+            self._build(rt.db, self.vectors, version)
             return
         open_db = self._open_db
         assert open_db is not None, "checked in __init__"
         try:
-            self._background(
-                functools.partial(self._build_apart, open_db, rt.stored_vectors, version)
-            )
+            self._background(functools.partial(self._build_apart, open_db, self.vectors, version))
         except Exception:
             # Not handed over: left set, no build would ever run again.
             with self._lock:
@@ -321,8 +345,3 @@ class ColdSearch:
 
 def _answered(found: list[int]) -> Callable[[], list[int]]:
     return lambda: found
-
-
-def _exact(rt: Runtime, stamp: str, vector: Vector, n: int) -> list[int]:
-    labels, vectors = rt.cold_vectors(stamp)
-    return best_labels(labels, vectors @ vector, n) if len(labels) else []

@@ -1,5 +1,5 @@
 """Recall's learned-keys retriever: per chunk, how close the query is to a question the
-chunk answered before (pulses.keys), among the keys recall may use for it.
+chunk answered before (pulses.retrieval_keys), among the keys recall may use for it.
 
 Which keys count is `KeyUse`: those of the similarity bands this store's new questions
 showed they help in (pulses.key_gate), every live key (learning ranks with all and with
@@ -12,12 +12,13 @@ import enum
 
 import numpy as np
 
-from dreamcycle.daemon.learned_ranking import open_key_bands
+from dreamcycle.daemon.recall.learned_ranking import open_key_bands
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.key_gate import usable_similarities
-from dreamcycle.pulses.keys import alive
+from dreamcycle.pulses.retrieval_keys import alive
 from dreamcycle.pulses.vectors import Vector
-from dreamcycle.store import keys as key_store
+from dreamcycle.store import retrieval_keys as key_store
 
 
 class KeyUse(enum.Enum):
@@ -38,9 +39,10 @@ def key_scores_of(
     if keys is KeyUse.NONE:
         return {}
     stamp = key_store.keys_stamp(rt.db, stamp)
-    cached = rt.recall_cache.get("keys", stamp)
+    cache = recall_state(rt).cache
+    cached = cache.get("keys", stamp)
     if cached is None:
-        cached = rt.recall_cache.put("keys", stamp, key_store.all_keys(rt.db, rt.embedder.dim))
+        cached = cache.put("keys", stamp, key_store.all_keys(rt.db, rt.embedder.dim))
     chunks, matrix, weights, updated = cached
     if len(chunks) == 0:
         return {}
@@ -63,7 +65,8 @@ def key_scores_of(
 
 def has_keys(rt: Runtime) -> bool:
     stamp = key_store.keys_stamp(rt.db, rt.db.change_stamp())
-    cached = rt.recall_cache.get("has_keys", stamp)
+    cache = recall_state(rt).cache
+    cached = cache.get("has_keys", stamp)
     if cached is None:
-        cached = rt.recall_cache.put("has_keys", stamp, key_store.key_count(rt.db) > 0)
+        cached = cache.put("has_keys", stamp, key_store.key_count(rt.db) > 0)
     return bool(cached)

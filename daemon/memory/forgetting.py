@@ -20,7 +20,7 @@ from typing import Final
 import numpy as np
 
 from dreamcycle.daemon.journal_kinds import JournalKind
-from dreamcycle.daemon.recall import rank_query
+from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.sweep import (
     SweepCandidate,

@@ -18,8 +18,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.confidence import HalfLives
 from dreamcycle.daemon.journal_kinds import JournalKind
+from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.daemon.runtime import Runtime, save_index
 from dreamcycle.pulses.memory import InMemorySalience
 from dreamcycle.pulses.propagate import UpdateRule, propagate

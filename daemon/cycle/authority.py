@@ -13,7 +13,7 @@ A trusted peer can still be wrong or compromised, so a remote entry is refused
   "this chunk answers this question", and only a recall the signer published says
   which chunks its question returned. An outcome for a decision not known here is
   not refused: it waits, bounded by its TTL, for the decision's peer to convert it
-  (daemon/learning.py);
+  (daemon/memory/learning.py);
 - it tombstones or supersedes (a Forget pulse included) a chunk that is pinned or
   kept with deletion policy `never`, or changes a pin, unless its key is marked
   "operator";
@@ -35,8 +35,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from dreamcycle.daemon.keys import count_rejection
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.daemon.signing_keys import count_rejection
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.zeitgeist.entries import (
     AssertEntry,

@@ -28,7 +28,8 @@ from typing import Any, Final
 
 import apsw
 
-from dreamcycle.daemon import defaults, metrics
+from dreamcycle.daemon import defaults
+from dreamcycle.daemon.service import metrics
 from dreamcycle.daemon.statuses import CycleStatus
 from dreamcycle.store.database import Database
 from dreamcycle.zeitgeist.backend import (
@@ -41,7 +42,7 @@ from dreamcycle.zeitgeist.backend import (
     UnreadableObject,
     Versioned,
 )
-from dreamcycle.zeitgeist.keys import SEGMENT_PREFIX
+from dreamcycle.zeitgeist.object_keys import SEGMENT_PREFIX
 
 log = logging.getLogger("dreamcycle.health")
 

@@ -2,7 +2,7 @@
 which similarity bands of learned keys it uses, the strength of its prior over the
 candidates' sizes, and the weight of a cold chunk's relevance.
 
-Both are derived state, learned by daemon.learning from this peer's own cited
+Both are derived state, learned by daemon.memory.learning from this peer's own cited
 successes and kept in meta; neither is published. Unreadable means starting again
 from the configured split and the keys' prior, never failing a recall.
 """

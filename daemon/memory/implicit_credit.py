@@ -37,7 +37,7 @@ from typing import Final
 
 import numpy as np
 
-from dreamcycle.daemon.learning import Lesson, learn_from_credits, log
+from dreamcycle.daemon.memory.learning import Lesson, learn_from_credits, log
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.credit import Credit
 from dreamcycle.pulses.outcome import Outcome

@@ -37,7 +37,7 @@ from typing import Any, Final, TypeVar
 
 import trio
 
-from dreamcycle.daemon import defaults, metrics, systemd
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import http
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cycle import (
@@ -48,9 +48,10 @@ from dreamcycle.daemon.cycle import (
     record_cycle_start,
     run_phases,
 )
-from dreamcycle.daemon.cycle_thread import CycleThread
-from dreamcycle.daemon.health import Health, StorageFault, outbox_depth, storage_fault
 from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.service import metrics, systemd
+from dreamcycle.daemon.service.cycle_thread import CycleThread
+from dreamcycle.daemon.service.health import Health, StorageFault, outbox_depth, storage_fault
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.learned_ranking import (
+from dreamcycle.daemon.recall.candidates import candidate_pool
+from dreamcycle.daemon.recall.learned_ranking import (
     COLD_META_KEY,
     INTRINSIC_META_KEY,
     cold_evidence,
@@ -38,17 +39,17 @@ from dreamcycle.daemon.learned_ranking import (
     store_key_gate,
     store_split_evidence,
 )
-from dreamcycle.daemon.recall import rank_query
-from dreamcycle.daemon.recall_keys import KeyUse, key_scores_of
-from dreamcycle.daemon.recall_pool import candidate_pool
+from dreamcycle.daemon.recall.retrieval_keys import KeyUse, key_scores_of
+from dreamcycle.daemon.recall.retrieve import rank_query
+from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses import cold_weight, fusion, intrinsic
 from dreamcycle.pulses.credit import Credit, CreditRule, assign_credit
 from dreamcycle.pulses.evidence import reciprocal_rank_gain
-from dreamcycle.pulses.keys import LearnedKey, learn
 from dreamcycle.pulses.outcome import Attribution, Outcome, outcome_to_pulses
 from dreamcycle.pulses.ranking import rank_columns
-from dreamcycle.store import keys as key_store
+from dreamcycle.pulses.retrieval_keys import LearnedKey, learn
+from dreamcycle.store import retrieval_keys as key_store
 from dreamcycle.store.database import AttributionRecord, Database
 from dreamcycle.store.lexical import search_lexical
 from dreamcycle.zeitgeist.entries import PulseEntry, RetrievalKeyEntry, encode_entry
@@ -161,7 +162,7 @@ def learn_from_credits(
                 origin=peer.peer_id,
                 # Published under the decision whose recall returned the chunk, also for an
                 # earlier question of the session: other peers take a key only for a chunk
-                # the named decision's attribution returned (daemon/authority.py).
+                # the named decision's attribution returned (daemon/cycle/authority.py).
                 decision_hash=outcome.decision_hash,
                 chunk_hash=credit.chunk_hash,
                 embedding=query,
@@ -288,7 +289,9 @@ def _vector_list(peer: Peer, query: npt.NDArray[np.float32], pool: int, stamp: s
     similarity = {
         int(label): 1.0 - float(d) for label, d in zip(labels[0], distances[0], strict=True)
     }
-    cold_labels, cold_vectors = peer.runtime.cold_vectors(stamp)
+    cold_labels, cold_vectors = recall_state(peer.runtime).cold_search.cold_vectors(
+        peer.runtime, stamp
+    )
     if len(cold_labels):
         cosines = cold_vectors @ query
         for i in np.argsort(-cosines, kind="stable")[:pool]:

@@ -233,7 +233,7 @@ def emit_outcome(
 
 def emit_session_outcome(rt: Runtime, *, session: str, reward: float, reason: str) -> int:
     """Record a result reported once for a whole agent session; the next cycle credits the
-    session's decisions from it (daemon.implicit_credit). Returns its id."""
+    session's decisions from it (daemon.memory.implicit_credit). Returns its id."""
     check_text("the session id", session)
     if not session.strip():
         raise ValueError("the session id is empty")

@@ -17,17 +17,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dreamcycle.daemon.recall_keys import KeyUse
-from dreamcycle.daemon.recall_pool import WordMatches, candidate_pool
-from dreamcycle.daemon.recall_pool import search_words as search_words
+from dreamcycle.daemon.recall.candidates import WordMatches, candidate_pool
+from dreamcycle.daemon.recall.candidates import search_words as search_words
+from dreamcycle.daemon.recall.retrieval_keys import KeyUse
 from dreamcycle.daemon.runtime import Runtime, issue_hlc
 from dreamcycle.pulses.constants import QUERY_MAX_CHARS
 from dreamcycle.pulses.outcome import decision_hash
 from dreamcycle.pulses.pulse import check_length, check_text
 from dreamcycle.pulses.ranking import Ranked, rank_columns
 from dreamcycle.pulses.vectors import Vector
-from dreamcycle.store import keys as key_store
 from dreamcycle.store import read_paths
+from dreamcycle.store import retrieval_keys as key_store
 from dreamcycle.store.database import Database
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.zeitgeist.entries import AttributionEntry, encode_entry
@@ -77,7 +77,7 @@ def recall(
     `index` is the live index when the caller holds one (the daemon); otherwise
     the saved index is used if current, else an exact search. Chunks less certain than
     `min_confidence` are never ranked. `session_id` names the agent session asking, so
-    what the session does next can credit what it recalled (daemon.implicit_credit).
+    what the session does next can credit what it recalled (daemon.memory.implicit_credit).
     """
     cfg = rt.config.recall
     top_k = top_k or cfg.top_k

@@ -14,8 +14,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final, get_args, get_type_hints
 
-from dreamcycle.daemon.confidence import corroborate
-from dreamcycle.daemon.limits import check_observation_limits
+from dreamcycle.daemon.memory.confidence import corroborate
+from dreamcycle.daemon.memory.limits import check_observation_limits
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store.database import InvalidObservation, NewObservation
 

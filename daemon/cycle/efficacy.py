@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, cast
 
-from dreamcycle.daemon import metrics
 from dreamcycle.daemon.config import Config
-from dreamcycle.daemon.forgetting import prune_gate
+from dreamcycle.daemon.memory.forgetting import prune_gate
 from dreamcycle.daemon.runtime import Peer, Runtime
+from dreamcycle.daemon.service import metrics
 from dreamcycle.pulses.efficacy import (
     ATTRIBUTION_CORRELATION,
     COUNTERFACTUAL_REPLAY,

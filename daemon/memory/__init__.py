@@ -1,0 +1,1 @@
+"""What a memory is and becomes: admission, confidence, credit and learning, forgetting, limits, rebuild."""

@@ -1,0 +1,1 @@
+"""Recall: candidates from every retriever, fusion, the cold tier's search and what ranking learned."""
