@@ -11,6 +11,11 @@ SIGMA_MIN: Final = 1e-6
 SALIENCE_MAX: Final = 1.0
 #: Lowest possible salience of an unpinned chunk.
 SALIENCE_MIN: Final = 0.0
+#: A pulse moves salience in whole steps of this size (2 ** -40, about 1e-12): a sum of
+#: such steps below 2 ** 13 is exact in a float64, so changes commute, and peers applying
+#: the same pulses in different orders store the same salience bit for bit while no clamp
+#: is reached.
+SALIENCE_STEP: Final = 2.0**-40
 
 #: Outcome -> pulse parameters: tight credit assignment.
 OUTCOME_SIGMA: Final = 0.15

@@ -14,7 +14,9 @@ Two update rules:
   for an A/B of the two rules. Its cost grows as k ** max_hops.
 
 Both rules share the clamp (salience stays in [max(pin_floor, SALIENCE_MIN),
-SALIENCE_MAX]) and never touch or expand through tombstoned chunks.
+SALIENCE_MAX]) and never touch or expand through tombstoned chunks. A change moves
+salience by whole SALIENCE_STEPs, so changes add exactly and commute: peers applying the
+same pulses in different orders agree bit for bit unless a clamp was reached.
 
 Neither rule checks whether the pulse was already applied, whether it expired or
 whether it is valid: the caller validates and deduplicates first (`apply_pulse` is
@@ -31,7 +33,7 @@ from typing import Final
 
 import numpy as np
 
-from dreamcycle.pulses.constants import SALIENCE_MAX, SALIENCE_MIN
+from dreamcycle.pulses.constants import SALIENCE_MAX, SALIENCE_MIN, SALIENCE_STEP
 from dreamcycle.pulses.graph import NeighbourIndex, SalienceState
 from dreamcycle.pulses.kernel import gaussian_kernel
 from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse
@@ -61,6 +63,11 @@ class SalienceChange:
     before: float
     after: float
 
+    @property
+    def clamped(self) -> bool:
+        """Whether a bound cut the change short: where the order of pulses matters."""
+        return self.after != on_salience_grid(self.before) + self.delta
+
 
 @dataclass(frozen=True)
 class PropagationResult:
@@ -72,6 +79,11 @@ class PropagationResult:
 
 
 Neighbour = tuple[int, float]
+
+
+def on_salience_grid(value: float) -> float:
+    """`value` rounded to a whole number of SALIENCE_STEPs (exact: the step is a power of two)."""
+    return round(value / SALIENCE_STEP) * SALIENCE_STEP
 
 
 def clamp_salience(value: float, pin_floor: float) -> float:
@@ -158,8 +170,9 @@ def _apply_delta(
     pulse: SalientPulse, state: SalienceState, label: int, hop: int, distance: float
 ) -> SalienceChange:
     before = state.salience(label)
-    delta = hop_delta(pulse, hop, distance)
-    after = clamp_salience(before + delta, state.pin_floor(label))
+    # Both on the grid: the sum is exact, so the order pulses arrive in cannot round it.
+    delta = on_salience_grid(hop_delta(pulse, hop, distance))
+    after = clamp_salience(on_salience_grid(before) + delta, state.pin_floor(label))
     if after != before:
         state.set_salience(label, after)
     return SalienceChange(

@@ -6,10 +6,16 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from dreamcycle.zeitgeist.backend import LogBackend
 
 pytest_plugins = ["tests.servers"]
+
+# No time limit per example: on a busy machine one example may take ten times as long, and
+# a property test checks what a function returns, not how fast.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 BACKEND_NAMES = ["dir", "s3", "redis"]
 
