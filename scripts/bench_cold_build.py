@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         ops = Operations(rt)
         ops.attach(peer)
         try:
-            first_build_s = wait_for_build(ops.recall.cold_search, 0)
+            first_build_s = wait_for_build(ops.recall_state.cold_search, 0)
             print(f"store of {args.chunks} chunks; cold tier graph built in {first_build_s:.1f} s")
             time.sleep(SETTLE_S)
             workload = Workload(corpus, vectors, in_process_call(ops))
@@ -136,18 +136,18 @@ def main(argv: list[str] | None = None) -> int:
             for pair in range(args.pairs):
                 for results, (_, action) in zip(alone, figures, strict=True):
                     results.append(measure(args.calls, action))
-                builds_before = ops.recall.cold_search.builds
+                builds_before = ops.recall_state.cold_search.builds
                 started = time.perf_counter()
-                ops.recall.cold_search.start_build(rt)
+                ops.recall_state.cold_search.start_build(rt)
                 for results, (_, action) in zip(beside, figures, strict=True):
                     results.append(measure(args.calls, action))
-                if ops.recall.cold_search.build_seconds() is None:
+                if ops.recall_state.cold_search.build_seconds() is None:
                     # Ended early, failed, or never started (the daemon's log says which).
                     raise BenchmarkError(
                         f"pair {pair + 1}: no build was running when the calls beside it "
                         "ended; if builds ran, give fewer --calls"
                     )
-                wait_for_build(ops.recall.cold_search, builds_before)
+                wait_for_build(ops.recall_state.cold_search, builds_before)
                 build_seconds.append(time.perf_counter() - started)
             in_process_rss = rss_mib(os.getpid())
         finally:

@@ -410,7 +410,7 @@ def graph_agreement(
     # A cache of its own: a search through the graph drops the whole cold tier's embeddings
     # from its cache, which the exact search would then read again for every query.
     through_graph = dataclasses.replace(rt)
-    share(through_graph, RecallState(ops.recall.cold_search))
+    share(through_graph, RecallState(ops.recall_state.cold_search))
     stamp = rt.db.change_stamp()
     cold = read_paths.tier_sets(rt.db).cold
     live, live_vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
@@ -421,7 +421,7 @@ def graph_agreement(
         live_found.append(len(exact_live & set(labels[0].tolist())) / len(exact_live))
         exact_cold = set(recall_state(rt).cold_search.candidates(rt, stamp, cold, vector, pool))
         graph_cold = set(
-            ops.recall.cold_search.candidates(through_graph, stamp, cold, vector, pool)
+            ops.recall_state.cold_search.candidates(through_graph, stamp, cold, vector, pool)
         )
         cold_found.append(len(exact_cold & graph_cold) / max(len(exact_cold), 1))
         hits = [
@@ -522,7 +522,7 @@ def cold_builds_beside(ops: Operations, rt: Runtime) -> Iterator[list[float]]:
     COLD_GRAPH_PENDING_MAX chunks to the cold tier starts one; yields each build's
     seconds, from its start to the new graph in use."""
     seconds: list[float] = []
-    search = ops.recall.cold_search
+    search = ops.recall_state.cold_search
 
     def build() -> None:
         before = search.builds
@@ -802,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         ready_line = COLD_GRAPH_LINE if graph_wanted else None
         if graph_wanted:
             started = time.perf_counter()
-            while not ops.recall.cold_search.ready:
+            while not ops.recall_state.cold_search.ready:
                 if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
                     raise BenchmarkError("the cold tier's graph was not built in time")
                 time.sleep(0.05)

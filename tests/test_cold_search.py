@@ -22,8 +22,8 @@ from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.recall import cold_search
 from dreamcycle.daemon.recall.cold_search import ColdSearch
-from dreamcycle.daemon.recall.retrieve import cold_search
 from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.daemon.service import cycle_thread
@@ -406,7 +406,9 @@ def test_the_apis_build_runs_behind_the_requests_until_it_starves(
         monkeypatch.setattr(defaults, "COLD_GRAPH_IDLE_LIMIT_S", 0.0)
         assert ops.raise_cold_build_if_starved() is not None
         release.set()
-        wait_until(lambda: ops.recall.cold_search.ready, what="the cold graph", timeout_s=WAIT_S)
+        wait_until(
+            lambda: ops.recall_state.cold_search.ready, what="the cold graph", timeout_s=WAIT_S
+        )
         assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
         assert ops.raise_cold_build_if_starved() is None  # none under way
     finally:
@@ -434,7 +436,7 @@ def test_a_stop_raises_the_apis_build_so_it_can_see_the_stop(
         peer.close()
         rt.close()
     assert policies == [os.SCHED_IDLE, os.SCHED_OTHER]
-    assert not ops.recall.cold_search.ready  # stopped at its first step
+    assert not ops.recall_state.cold_search.ready  # stopped at its first step
 
 
 @needs_reversible_idle
@@ -468,14 +470,14 @@ def test_the_running_service_raises_the_apis_build_once_it_starves(
             run_service_while(
                 service,
                 lambda: wait_until(
-                    lambda: api.recall.cold_search.ready,
+                    lambda: api.recall_state.cold_search.ready,
                     what="the cold graph",
                     timeout_s=LOAD_WAIT_S,
                 ),
             )
     finally:
         rt.close()
-    assert api.recall.cold_search.builds >= 1
+    assert api.recall_state.cold_search.builds >= 1
     assert policies and policies[-1] == os.SCHED_OTHER  # it waited until it was raised
     (build_thread,) = set(build_threads)
     on_build_thread = [policy for native_id, policy in changes if native_id == build_thread]

@@ -163,7 +163,7 @@ class Operations:
             vectors=vectors,
         )
         #: What every view (one per connection) recalls with.
-        self.recall = RecallState(cold_search)
+        self.recall_state = RecallState(cold_search)
 
     # ---- life cycle -------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ class Operations:
 
     def _prepare_cold_search(self) -> None:
         # A connection of its own: a build holds it for seconds.
-        self.recall.cold_search.prepare(
+        self.recall_state.cold_search.prepare(
             self._view(Database(self._rt.config.database_path, prepare=False))
         )
 
@@ -197,7 +197,7 @@ class Operations:
         """Raise the cold tier's graph build to normal priority once it has run
         COLD_GRAPH_IDLE_LIMIT_S under SCHED_IDLE (other processes keep every core busy,
         and the tier is searched exactly meanwhile); why, if it was raised now."""
-        seconds = self.recall.cold_search.build_seconds()
+        seconds = self.recall_state.cold_search.build_seconds()
         if seconds is None:
             return None
         return self._cold_thread.raise_if_holding_up(
@@ -218,7 +218,7 @@ class Operations:
 
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:
-            held = self.recall.stored_vectors.load_all(view.db, self._embedder.index_version)
+            held = self.recall_state.stored_vectors.load_all(view.db, self._embedder.index_version)
         log.debug("stored embeddings held for recall", extra={"chunks": held})
 
     def detach(self) -> None:
@@ -232,7 +232,7 @@ class Operations:
 
     def close(self) -> None:
         self.detach()
-        self.recall.cold_search.close()
+        self.recall_state.cold_search.close()
         # A build ends at its next step, which under SCHED_IDLE may be long in coming.
         self._cold_thread.raise_if_holding_up(
             step_seconds=0.0, waiting_to_write=False, stopping=True
@@ -253,7 +253,7 @@ class Operations:
         """The daemon's runtime seen through another connection and this layer's embedder."""
         self._opened.append(db)
         view = Runtime(config=self._rt.config, db=db, embedder=self._embedder, clock=self._rt.clock)
-        share(view, self.recall)
+        share(view, self.recall_state)
         return view
 
     @contextmanager
@@ -296,7 +296,7 @@ class Operations:
             and not request.filters.active()
             and peer is not None
             and peer.index.readable_at_once
-            and self.recall.cold_search.quick
+            and self.recall_state.cold_search.quick
             and self._caches_current()
         )
 
@@ -309,7 +309,7 @@ class Operations:
         except queue.Empty:
             return False
         try:
-            return (cached_state(view.db), self.recall.cache.emptied) == self._recalled_at
+            return (cached_state(view.db), self.recall_state.cache.emptied) == self._recalled_at
         finally:
             self._readers.put(view)
 
@@ -361,7 +361,9 @@ class Operations:
     ) -> list[Hit]:
         """`rank_query` over `peer`'s index, noting the state it read at (what
         `recall_at_once` asks)."""
-        emptied = self.recall.cache.emptied  # before the read: an emptying meanwhile is not missed
+        emptied = (
+            self.recall_state.cache.emptied
+        )  # before the read: an emptying meanwhile is not missed
         hits = rank_query(
             view,
             text,
