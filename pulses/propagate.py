@@ -27,6 +27,7 @@ iteration order is fixed, so identical inputs give bit-identical salience.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import MutableSet
 from dataclasses import dataclass
 from typing import Final
@@ -39,6 +40,8 @@ from dreamcycle.pulses.kernel import gaussian_kernel
 from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, SalientPulse
 from dreamcycle.pulses.vectors import Vectors
 
+#: Below this magnitude a sum of salience steps is exact in a float64 (2 ** 53 steps).
+SALIENCE_GRID_LIMIT: Final = 2.0**12
 #: Stands for the seed embedding as the parent of hop-1 chunks; real labels are >= 0.
 SEED_PARENT: Final = -1
 
@@ -82,8 +85,12 @@ Neighbour = tuple[int, float]
 
 
 def on_salience_grid(value: float) -> float:
-    """`value` rounded to a whole number of SALIENCE_STEPs (exact: the step is a power of two)."""
-    return round(value / SALIENCE_STEP) * SALIENCE_STEP
+    """`value` as a whole number of SALIENCE_STEPs, cut toward zero (so a change is never
+    larger than asked; exact: the step is a power of two). A value beyond any salience (an
+    unbounded pulse's, which the clamp then cuts) stays as it is."""
+    if not abs(value) < SALIENCE_GRID_LIMIT:
+        return value
+    return math.trunc(value / SALIENCE_STEP) * SALIENCE_STEP
 
 
 def clamp_salience(value: float, pin_floor: float) -> float:

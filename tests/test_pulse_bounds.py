@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import edit_models
 from dreamcycle.daemon.config import ConfigError, load_config
 from dreamcycle.pulses.budget import (
     InvalidBudget,
@@ -43,6 +43,7 @@ from dreamcycle.pulses.constants import (
     OUTCOME_MAX_HOPS,
     OUTCOME_SIGMA,
     REASON_MAX_CHARS,
+    SALIENCE_STEP,
     SIGMA_MAX,
     STRENGTH_MAX,
     TTL_MAX_S,
@@ -190,7 +191,7 @@ def test_the_projects_own_pulses_are_well_inside_the_moved_bound() -> None:
 )
 def test_the_apis_documented_extremes_validate(extreme: dict[str, Any]) -> None:
     fields = {name: value for name, value in extreme.items() if name != "reason"}
-    models.PulseRequest(text="t", **fields)
+    edit_models.PulseRequest(text="t", **fields)
     make_pulse(**extreme).validate()
 
 
@@ -232,7 +233,9 @@ def test_a_valid_pulse_moves_at_most_its_bound_and_the_limit(
     moved = sum(abs(change.after - change.before) for change in result.changes)
     bound = pulse.moved_salience_bound()
     assert bound == pytest.approx(total_delta_bound(pulse), rel=1e-12)
-    assert moved <= bound * (1 + 1e-12) + 1e-15
+    # A stored value not yet on the salience grid is first cut to it: up to a step.
+    rounding = len(result.changes) * SALIENCE_STEP
+    assert moved <= bound * (1 + 1e-12) + rounding + 1e-15
     assert bound <= MOVED_SALIENCE_MAX
 
 
