@@ -65,7 +65,8 @@ import numpy as np
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.cli import main as dreamcycle_cli
 from dreamcycle.daemon.cli import pulse_emit as pulse_emit_cli
-from dreamcycle.daemon.config import Config, ConfigError, load_config
+from dreamcycle.daemon.config import ConfigError, load_config
+from dreamcycle.daemon.config.settings import BY_NAME, SETTINGS
 from dreamcycle.pulses.constants import (
     K_MAX,
     MAX_HOPS_MAX,
@@ -969,20 +970,6 @@ def within_bounds(params: Mapping[str, Any]) -> None:
     require(moved <= MOVED_SALIENCE_MAX, f"a pulse that may move {moved} accepted")
 
 
-def config_keys() -> list[tuple[str, Any]]:
-    """(dotted key, default value) of every leaf setting."""
-
-    def walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
-        for f in dataclasses.fields(node):
-            value = getattr(node, f.name)
-            if dataclasses.is_dataclass(value):
-                yield from walk(value, f"{prefix}{f.name}.")
-            else:
-                yield f"{prefix}{f.name}", value
-
-    return list(walk(Config(), ""))
-
-
 def toml_value(value: Any) -> str:
     """`value` as a TOML literal (json's string escapes are TOML's basic strings)."""
     if isinstance(value, bool):
@@ -1029,12 +1016,10 @@ class ConfigFiles(Target):
         super().__init__(workdir, heavy=heavy)
         workdir.mkdir(parents=True, exist_ok=True)
         self.path = workdir / "fuzz.toml"
-        self.keys = config_keys()
+        self.keys = [(setting.name, setting.default) for setting in SETTINGS]
         example = Path(__file__).resolve().parent / "dreamcycle.example.toml"
         self.example = example.read_bytes()
-        self.names = [key for key, _ in self.keys] + [
-            defaults.ENV_PREFIX + key.replace(".", "_").upper() for key, _ in self.keys
-        ]
+        self.names = [setting.name for setting in SETTINGS] + [setting.env for setting in SETTINGS]
 
     def case(self, rng: random.Random, number: int) -> Case:
         roll = rng.random()
@@ -1046,7 +1031,7 @@ class ConfigFiles(Target):
         if rng.random() < 0.4:
             for _ in range(rng.randint(1, 3)):
                 key, _default = rng.choice(self.keys)
-                name = defaults.ENV_PREFIX + key.replace(".", "_").upper()
+                name = BY_NAME[key].env
                 if rng.random() < 0.1:
                     name = defaults.ENV_PREFIX + hostile_text(rng).replace("\0", "").upper()
                 value = str(plausible_setting(rng, _default)).replace("\0", "")

@@ -4,7 +4,6 @@ exactly and of the same type."""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -13,27 +12,17 @@ from typing import Any
 
 import pytest
 
-from dreamcycle.daemon.config import Config, load_config
+from dreamcycle.daemon.config import load_config
+from dreamcycle.daemon.config.settings import SETTINGS
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "scripts" / "dreamcycle.example.toml"
 
 #: Settings shown commented out, because their default is not a value the file could hold
 #: (the host name, a path under the data directory, nothing unless clock.source = "file").
-COMMENTED_OUT = frozenset({"peer.id", "zeitgeist.dir", "clock.file"})
+COMMENTED_OUT = frozenset(setting.name for setting in SETTINGS if setting.example)
 
 _SECTION = re.compile(r"^\[([a-z0-9_.]+)\]\s*(#.*)?$")
 _COMMENTED_SETTING = re.compile(r"^#\s*([a-z0-9_]+)\s*=")
-
-
-def default_settings(section: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, default) for every leaf setting of the config, as load_config starts it."""
-    for spec in dataclasses.fields(section):
-        value = getattr(section, spec.name)
-        dotted = f"{prefix}{spec.name}"
-        if dataclasses.is_dataclass(value):
-            yield from default_settings(value, f"{dotted}.")
-        else:
-            yield dotted, value
 
 
 def shown_settings(table: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -68,7 +57,8 @@ def shown(text: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def expected() -> dict[str, Any]:
-    return dict(default_settings(Config()))
+    # The sections' fields are the table's rows (tests/test_settings_table.py).
+    return {setting.name: setting.default for setting in SETTINGS}
 
 
 def test_every_setting_is_shown_or_commented_out(
