@@ -9,7 +9,7 @@ every later pulse of the origin in that window, whatever its size and whichever 
 comes in. So a peer cannot slip small pulses in behind a refused large one, and what is
 admitted is a function of the origin's pulse sequence alone: the longest prefix of the
 window's pulses, in the order they are read, whose bounds fit. The daemon keeps each
-window's `WindowState` (daemon/defaults.py: PULSE_BUDGET_WINDOW_S; store/budget.py) and
+window's `WindowState` (daemon/defaults/pulses.py: PULSE_BUDGET_WINDOW_S; store/budget.py) and
 passes it back with the next batch, so reading the sequence in one batch or in many admits
 the same pulses. Costs are summed as whole numbers of BUDGET_UNITS_PER_SALIENCE: float sums
 depend on how they are grouped, integer sums do not, so a pulse at the very edge of the
@@ -33,13 +33,13 @@ once its attribution is known, possibly after later-stamped pulses of the same o
 out; a writer may stamp or create segments out of order, or a store list a new object late.
 Peers that read such pulses in different batches order them differently and, at the edge of
 the budget, may admit different ones, each within the budget. A pulse read more than the
-look-back after its time (daemon/defaults.py: PULSE_BUDGET_LOOKBACK_S; after an outage, or
+look-back after its time (daemon/defaults/pulses.py: PULSE_BUDGET_LOOKBACK_S; after an outage, or
 from an old snapshot) is charged to the reader's present window, so backdating buys no
 budget; the pulses a compactor dropped as expired are not charged by a peer that bootstraps
 from its snapshot. An expired pulse is otherwise still charged: it was admitted, or not,
 where it arrived in time.
 
-The budget is the operator's (daemon/defaults.py: PULSE_ORIGIN_BUDGET); pulses of the
+The budget is the operator's (daemon/defaults/pulses.py: PULSE_ORIGIN_BUDGET); pulses of the
 origins in `exempt` (this peer's own, whose outcomes and requests the operator made) are
 never counted. Forget pulses move nothing by propagation and cost nothing.
 """

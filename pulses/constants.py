@@ -1,4 +1,4 @@
-"""Protocol constants: pulse bounds and outcome parameters. Operational defaults live in daemon/defaults.py."""
+"""Protocol constants: pulse bounds and outcome parameters. Operational defaults live in daemon/defaults/."""
 
 from typing import Final
 

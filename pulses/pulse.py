@@ -11,12 +11,12 @@ project itself emits and what its interfaces document:
   max_hops 2, decay_per_hop 0.3: at most 1 * (3 * 0.3 + 9 * 0.09) = 1.71 moved;
 * reinforce / penalize (daemon/api) have the outcome's shape, strength at most 1
   (0.5 by default): again at most 1.71;
-* `pulse-emit pulse` defaults (daemon/defaults.py) are strength 0.3, sigma 0.3, k 3,
+* `pulse-emit pulse` defaults (daemon/defaults/pulses.py) are strength 0.3, sigma 0.3, k 3,
   max_hops 2, decay_per_hop 0.3: 0.51 moved;
 * a tombstone's Forget pulse has infinite strength and max_hops 0: BFS moves nothing
   (the tombstone itself does the forgetting), so its strength is not bounded;
-* the API documents (docs/api.md, daemon/api/models.py) strength in (0, 1], sigma in
-  (0, 10], k in 1..64, max_hops in 0..16, a ttl of at most ten years and reasons of at
+* the API documents (docs/api.md, daemon/api/edit_models.py) strength in (0, 1], sigma
+  in (0, 10], k in 1..64, max_hops in 0..16, a ttl of at most ten years and reasons of at
   most 1000 characters.
 
 Hence STRENGTH_MAX 1 (a pulse's strength is a reward's magnitude), K_MAX 64,
@@ -36,7 +36,7 @@ times the largest the project emits (1.71), and at most four chunks taken from f
 salience to none by one pulse. A peer that sends many pulses is held by a budget per
 origin and cycle (pulses/budget.py).
 
-Peer ids are at most 64 characters (daemon/config.py), index versions are a model id and
+Peer ids are at most 64 characters (daemon/config/host.py), index versions are a model id and
 its width, seed hashes are blake3 content hashes, embeddings are 384 wide today: their
 bounds (128, 256, 64 hex digits, 4096) leave room without letting one pulse be huge.
 """

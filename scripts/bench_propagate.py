@@ -57,7 +57,8 @@ from dreamcycle.pulses.propagate import UpdateRule, propagate
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse
 from dreamcycle.pulses.vectors import Vectors
 from dreamcycle.store.database import Database, NewObservation
-from dreamcycle.store.index import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M, HnswIndex
+from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.index_graph import DEFAULT_EF, DEFAULT_EF_CONSTRUCTION, DEFAULT_M
 from dreamcycle.store.salience import SalienceCache
 from scripts.bench_common import (
     BenchmarkError,

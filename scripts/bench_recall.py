@@ -72,8 +72,10 @@ import numpy.typing as npt
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.client import ApiError, MemoryClient, Route
+from dreamcycle.daemon.api import edit_models, recall_models
+from dreamcycle.daemon.api.client import MemoryClient
+from dreamcycle.daemon.api.client_errors import ApiError
+from dreamcycle.daemon.api.client_wire import Route
 from dreamcycle.daemon.api.contract import CONTEXT, PULSE, RECALL, REINFORCE, SAVE
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import Config, load_config
@@ -168,7 +170,7 @@ class Pulses:
 
     def send(self, ops: Operations, i: int) -> None:
         request = self._request(i, f"bench {i}")
-        if isinstance(request, models.PulseRequest):
+        if isinstance(request, edit_models.PulseRequest):
             ops.pulse(request)
         else:
             ops.reinforce(request)
@@ -176,17 +178,19 @@ class Pulses:
     def post(self, client: MemoryClient, i: int) -> None:
         # Nonces of their own: a request repeating one sent in process would queue nothing.
         request = self._request(i, f"bench http {i}")
-        if isinstance(request, models.PulseRequest):
+        if isinstance(request, edit_models.PulseRequest):
             client.send(PULSE, request)
         else:
             client.send(REINFORCE, request)
 
-    def _request(self, i: int, nonce: str) -> models.PulseRequest | models.FeedbackRequest:
+    def _request(
+        self, i: int, nonce: str
+    ) -> edit_models.PulseRequest | edit_models.FeedbackRequest:
         """The `i`th pulse: a text pulse, or a reinforce of a stored chunk."""
         if self.source == "text":
-            return models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=nonce)
+            return edit_models.PulseRequest(text=self.texts[i % len(self.texts)], nonce=nonce)
         ref = self.hashes[i % len(self.hashes)]
-        return models.FeedbackRequest(ref=ref, reason="bench", nonce=nonce)
+        return edit_models.FeedbackRequest(ref=ref, reason="bench", nonce=nonce)
 
 
 def live_hashes(rt: Runtime, count: int) -> list[str]:
@@ -368,25 +372,28 @@ class Workload:
         self.saved = 0
 
     def by_vector(self, i: int) -> None:
-        self.call("recall", models.RecallRequest(vector=self.vectors[i].tolist(), record=False))
+        self.call(
+            "recall", recall_models.RecallRequest(vector=self.vectors[i].tolist(), record=False)
+        )
 
     def by_text(self, i: int) -> None:
-        self.call("recall", models.RecallRequest(query=self.queries[i], record=False))
+        self.call("recall", recall_models.RecallRequest(query=self.queries[i], record=False))
 
     def filtered(self, i: int) -> None:
-        filters = models.RecallFilters(project=f"project-{i % PROJECTS}", kind="fact")
+        filters = recall_models.RecallFilters(project=f"project-{i % PROJECTS}", kind="fact")
         self.call(
-            "recall", models.RecallRequest(query=self.queries[i], filters=filters, record=False)
+            "recall",
+            recall_models.RecallRequest(query=self.queries[i], filters=filters, record=False),
         )
 
     def context(self, i: int) -> None:
-        self.call("context", models.ContextRequest(task=self.queries[i], record=False))
+        self.call("context", recall_models.ContextRequest(task=self.queries[i], record=False))
 
     def save_then_recall(self, i: int) -> None:
         self.saved += 1
         text = f"fresh {os.getpid()} {time.monotonic_ns()} " + self.queries[i]
-        saved = self.call("save", models.SaveRequest(content=text))
-        found = self.call("recall", models.RecallRequest(query=text, record=False, top_k=1))
+        saved = self.call("save", edit_models.SaveRequest(content=text))
+        found = self.call("recall", recall_models.RecallRequest(query=text, record=False, top_k=1))
         if found.hits[0].content_hash != saved.content_hash:
             raise BenchmarkError("a saved chunk was not recalled first at once")
 
@@ -449,10 +456,10 @@ def httpx_recall_by_vector(client: httpx.Client, vectors: Vectors) -> Callable[[
     """A recall by vector as the blocking client sent it over httpx (FLOOR_HTTPX_FIGURE)."""
 
     def call(i: int) -> Any:
-        request = models.RecallRequest(vector=vectors[i].tolist(), record=False)
+        request = recall_models.RecallRequest(vector=vectors[i].tolist(), record=False)
         response = client.post("/v1/recall", content=request.model_dump_json(exclude_none=True))
         response.raise_for_status()
-        return models.RecallResponse.model_validate_json(response.content)
+        return recall_models.RecallResponse.model_validate_json(response.content)
 
     return call
 
@@ -599,7 +606,7 @@ def send_pulses(
 
 def recorded_answer(client: MemoryClient, vector: npt.NDArray[np.float32]) -> bytes:
     """The daemon's answer to one recall by vector: what the HTTP floor answers with."""
-    request = models.RecallRequest(vector=vector.tolist(), record=False)
+    request = recall_models.RecallRequest(vector=vector.tolist(), record=False)
     return client.send(RECALL, request).model_dump_json().encode()
 
 

@@ -225,7 +225,7 @@ def timed(call: Callable[[], Any]) -> tuple[float, Any]:
 
 def measure_store(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Every figure of one store; runs in the child process."""
-    from dreamcycle.daemon.api import models
+    from dreamcycle.daemon.api import edit_models, recall_models
     from dreamcycle.daemon.api.operations import Operations
     from dreamcycle.daemon.service.loop import share_the_interpreter
 
@@ -266,7 +266,7 @@ def measure_store(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             sample(
                 args.calls,
                 lambda i: ops.recall(
-                    models.RecallRequest(vector=queries[i].tolist(), record=False)
+                    recall_models.RecallRequest(vector=queries[i].tolist(), record=False)
                 ),
             )
         )
@@ -285,7 +285,7 @@ def measure_store(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     ]
     step = max(1, len(hashes) // args.pulses)
     for i, ref in enumerate(hashes[::step][: args.pulses]):
-        ops.reinforce(models.FeedbackRequest(ref=ref, reason="bench", nonce=f"scale {i}"))
+        ops.reinforce(edit_models.FeedbackRequest(ref=ref, reason="bench", nonce=f"scale {i}"))
     seconds, state = timed(lambda: run_cycle_blocking(peer))
     figures["cycle_with_pulses_s"] = seconds
     figures["cycle_with_pulses_phases"] = phase_seconds(state.stats)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from dreamcycle.daemon.clock import ManualClock
-from dreamcycle.daemon.intake.emit import emit_outcome, emit_session_outcome
+from dreamcycle.daemon.intake.emit_outcomes import emit_outcome, emit_session_outcome
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.memory.implicit_credit import STOPWORDS
 from dreamcycle.daemon.recall.retrieve import RecallResult, recall

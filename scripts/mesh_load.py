@@ -24,7 +24,8 @@ from typing import Final
 import apsw
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.intake.emit import PulseRequest, emit_outcome, emit_pulse
+from dreamcycle.daemon.intake.emit_outcomes import emit_outcome
+from dreamcycle.daemon.intake.emit_pulses import PulseRequest, emit_pulse
 from dreamcycle.daemon.recall.retrieve import rank_query, record_attribution
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.pulse import PulseKind

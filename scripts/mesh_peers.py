@@ -3,7 +3,7 @@
 What scripts/mesh_run.py (twenty daemons), scripts/chaos.py (three, under faults) and
 tests/test_mesh_scale.py (five) share. Each peer is a data directory driven through the
 `dreamcycle` console script as a user runs it; what is emitted is queued through the
-functions `pulse-emit` and `recall` run (daemon/intake/emit.py, daemon/recall/retrieve.py), in this
+functions `pulse-emit` and `recall` run (daemon/intake/emit_*.py, daemon/recall/retrieve.py), in this
 process, against each peer's database while its daemon runs, as `pulse-emit` does (a
 process per pulse would cost a second each). What each peer stored is read with apsw, the
 SQLite library the daemon and the emitters use (`MeshPeer.query` says why); what its

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Final
 
 from dreamcycle.daemon import runtime
-from dreamcycle.daemon.api.client import MemoryClient, Unavailable
+from dreamcycle.daemon.api.client import MemoryClient
+from dreamcycle.daemon.api.client_errors import Unavailable
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import pytest
 
-from dreamcycle.daemon.intake.emit import PulseRequest, emit_pulse
+from dreamcycle.daemon.intake.emit_pulses import PulseRequest, emit_pulse
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.pulse import PulseKind
 from scripts.local_servers import pick_free_ports

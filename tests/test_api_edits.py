@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dreamcycle.daemon.api.client import Conflict, MemoryClient, NotFound
+from dreamcycle.daemon.api.client import MemoryClient
+from dreamcycle.daemon.api.client_errors import Conflict, NotFound
 from dreamcycle.store.hashing import content_hash
 from tests.api_helpers import running_api, wait_applied
 from tests.daemon_helpers import Peer, wait_until

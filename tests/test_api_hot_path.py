@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import http, models
+from dreamcycle.daemon.api import edit_models, http, http_problems, recall_models, report_models
 from dreamcycle.daemon.api.hot_path import HOT_ROUTES, Asgi, Receive, Scope, Send, hot_path
 from dreamcycle.daemon.api.http import create_app
 from dreamcycle.daemon.api.operations import Operations
@@ -42,7 +42,7 @@ def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
 def ops(rt: Runtime) -> Iterator[Operations]:
     with attached_operations(rt) as (_, operations):
         for content in MEMORIES:
-            operations.save(models.SaveRequest(content=content, project="ops"))
+            operations.save(edit_models.SaveRequest(content=content, project="ops"))
         yield operations
 
 
@@ -257,7 +257,9 @@ def test_without_a_token_tcp_answers_only_requests_naming_this_server(
                     ("POST", "/v1/recall", {"query": "deployments", "record": False}),
                 ):
                     answer = await client.request(method, path, json=body, headers={"host": host})
-                    assert "Host" in models.Problem.model_validate_json(answer.content).detail
+                    assert (
+                        "Host" in http_problems.Problem.model_validate_json(answer.content).detail
+                    )
                     statuses.append((host, answer.status_code))
             for host in ("localhost:9465", "127.0.0.1", "127.0.0.1:9465", "[::1]:9465", "10.1.2.3"):
                 answer = await client.get("/v1/status", headers={"host": host})
@@ -267,7 +269,7 @@ def test_without_a_token_tcp_answers_only_requests_naming_this_server(
     answered = trio.run(exchanges)
     assert {status for _, status in answered[:15]} == {421}
     assert {status for _, status in answered[15:]} == {200}, answered
-    planted = ops.timeline(models.TimelineRequest()).memories
+    planted = ops.timeline(report_models.TimelineRequest()).memories
     assert "planted by a web page" not in [memory.preview for memory in planted]
 
 
@@ -327,7 +329,7 @@ def test_a_recall_by_vector_recording_nothing_is_answered_on_the_event_loop(
     while not ops._readers.empty():
         taken.append(ops._readers.get_nowait())
     try:
-        assert not ops.recall_at_once(models.RecallRequest(vector=vector, record=False))
+        assert not ops.recall_at_once(recall_models.RecallRequest(vector=vector, record=False))
     finally:
         for view in taken:
             ops._readers.put(view)
@@ -348,12 +350,14 @@ def test_after_the_database_changes_state_the_next_such_recall_reads_in_a_worker
     quick = {"vector": vector, "record": False}
     _recalled(ops, monkeypatch, quick)
     assert _recalled(ops, monkeypatch, quick) == (200, True)
-    ops.save(models.SaveRequest(content="Nightly backups go to the archive bucket.", project="ops"))
+    ops.save(
+        edit_models.SaveRequest(content="Nightly backups go to the archive bucket.", project="ops")
+    )
     assert _recalled(ops, monkeypatch, quick) == (200, False)
     assert _recalled(ops, monkeypatch, quick) == (200, True)
     # A recall by text reads at the new state too: the next by vector needs no trip.
-    ops.save(models.SaveRequest(content="Restores are tested every quarter.", project="ops"))
-    ops.recall(models.RecallRequest(query="restore tests", record=False))
+    ops.save(edit_models.SaveRequest(content="Restores are tested every quarter.", project="ops"))
+    ops.recall(recall_models.RecallRequest(query="restore tests", record=False))
     assert _recalled(ops, monkeypatch, quick) == (200, True)
 
 
@@ -379,8 +383,8 @@ def test_a_context_bundle_reads_at_the_new_state_for_the_next_such_recall(
     vector = rt.embedder.embed_one("which bucket holds the nightly backups").tolist()
     quick = {"vector": vector, "record": False}
     _recalled(ops, monkeypatch, quick)
-    ops.save(models.SaveRequest(content="Restores are tested every quarter.", project="ops"))
-    ops.context(models.ContextRequest(task="restore tests", record=False))
+    ops.save(edit_models.SaveRequest(content="Restores are tested every quarter.", project="ops"))
+    ops.context(recall_models.ContextRequest(task="restore tests", record=False))
     assert _recalled(ops, monkeypatch, quick) == (200, True)
 
 
@@ -390,8 +394,10 @@ def test_while_the_index_is_written_that_recall_waits_in_a_worker_and_the_loop_s
     """Answered on the loop, a recall waiting for the index's writer would hold every other
     request up until the writer let go (here after 10 s)."""
     vector = rt.embedder.embed_one("retry policy for object storage writes").tolist()
-    ops.recall(models.RecallRequest(vector=vector, record=False))  # the cold tier known quick
-    assert ops.recall_at_once(models.RecallRequest(vector=vector, record=False))
+    ops.recall(
+        recall_models.RecallRequest(vector=vector, record=False)
+    )  # the cold tier known quick
+    assert ops.recall_at_once(recall_models.RecallRequest(vector=vector, record=False))
     index = ops._require_peer().index
     holding, release = threading.Event(), threading.Event()
     answered: list[tuple[str, int]] = []
@@ -421,7 +427,7 @@ def test_while_the_index_is_written_that_recall_waits_in_a_worker_and_the_loop_s
     writer.start()
     try:
         assert holding.wait(10)
-        assert ops.recall_at_once(models.RecallRequest(vector=vector, record=False)) is False
+        assert ops.recall_at_once(recall_models.RecallRequest(vector=vector, record=False)) is False
         trio.run(run)
     finally:
         release.set()

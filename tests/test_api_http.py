@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import contract, models
+from dreamcycle.daemon.api import contract, edit_models, http_problems
 from dreamcycle.daemon.api.operations import Operations
 from tests.daemon_helpers import Daemon, Peer, wait_until
 
@@ -418,7 +418,7 @@ def test_a_chunk_saved_after_the_cycle_loaded_salience_is_decayed_not_missed(
     ops = Operations(rt, embedder=rt.embedder)
     ops.attach(peer)
     try:
-        saved = ops.save(models.SaveRequest(content="a chunk saved between two phases"))
+        saved = ops.save(edit_models.SaveRequest(content="a chunk saved between two phases"))
         assert saved.created and saved.indexed
         stats = downscale.run(peer, CycleState(now_ms=rt.clock.now_ms() + 86_400_000))
         assert stats["decayed"] == 1 and stats["changed"] == 1
@@ -461,7 +461,7 @@ def test_tcp_refuses_a_host_header_naming_another_server(api: Api) -> None:
             ):
                 refused = tcp.request(method, path, json=body, headers=foreign)
                 assert refused.status_code == 421, (host, path, refused.text)
-                assert "Host" in models.Problem.model_validate_json(refused.content).detail
+                assert "Host" in http_problems.Problem.model_validate_json(refused.content).detail
         for host in (f"localhost:{port}", "LOCALHOST", "127.0.0.1", f"[::1]:{port}"):
             assert tcp.get("/v1/status", headers={**token, "Host": host}).status_code == 200
     assert api.peer.query("SELECT 1 FROM observations WHERE project = ?", (project,)) == []
@@ -589,7 +589,7 @@ def test_the_openapi_document_lists_the_errors_each_route_answers(api: Api) -> N
         refused = api.unix.post("/v1/recall", json=body)
         assert refused.status_code == 422
         assert refused.headers["content-type"] == "application/problem+json"
-        problem = models.Problem.model_validate_json(refused.content)
+        problem = http_problems.Problem.model_validate_json(refused.content)
         assert (problem.status, problem.type) == (422, "about:blank")
     token = {"Authorization": f"Bearer {TOKEN}"}
     with httpx.Client(base_url=api.tcp_url, timeout=30.0) as tcp:
@@ -609,4 +609,4 @@ def test_the_openapi_document_lists_the_errors_each_route_answers(api: Api) -> N
             assert refused.status_code == expected, refused.text
             assert str(expected) in responses[("POST", "/v1/memories")]
             assert refused.headers["content-type"] == "application/problem+json"
-            assert models.Problem.model_validate_json(refused.content).status == expected
+            assert http_problems.Problem.model_validate_json(refused.content).status == expected

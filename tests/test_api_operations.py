@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.client import BadRequest, Conflict, MemoryClient, NotFound
+from dreamcycle.daemon.api import recall_models, report_models
+from dreamcycle.daemon.api.client import MemoryClient
+from dreamcycle.daemon.api.client_errors import BadRequest, Conflict, NotFound
 from dreamcycle.daemon.service.cycle_thread import idle_is_reversible
 from dreamcycle.store.timefmt import ms_from_iso
 from tests.api_helpers import ApiDaemon, running_api, wait_applied
@@ -47,7 +48,7 @@ def _project() -> str:
     return f"p-{uuid.uuid4().hex[:8]}"
 
 
-def _hashes(memories: list[models.ContextMemory]) -> list[str]:
+def _hashes(memories: list[recall_models.ContextMemory]) -> list[str]:
     return [m.content_hash for m in memories]
 
 
@@ -227,7 +228,7 @@ def test_explain_lists_decisions_outcomes_and_the_outcome_behind_a_pulse(
     outcome = memory.outcome(found.decision_hash, 0.8, "export ran on time", cited=[digest])
     wait_applied(served, outcome.entry_id)
 
-    def learned() -> models.ExplainResponse | None:
+    def learned() -> report_models.ExplainResponse | None:
         explained = memory.explain(digest)
         pulsed = any(step.step == "pulse" for step in explained.history)
         return explained if explained.learned_keys and pulsed else None

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import model_fields
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.intake.emit import PulseRequest, emit_pulse, emit_revision, emit_tombstone
+from dreamcycle.daemon.intake.emit_pulses import PulseRequest, emit_pulse
+from dreamcycle.daemon.intake.emit_revisions import emit_revision
+from dreamcycle.daemon.intake.emit_tombstones import emit_tombstone
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.memory.rebuild import rebuild, replay_steps
 from dreamcycle.daemon.runtime import Peer, Runtime
@@ -164,7 +166,7 @@ def test_explain_says_from_when_it_holds_history(lived: tuple[Peer, ManualClock]
     ops.attach(peer)
     try:
         digest = str(peer.db.fetch_one("SELECT content_hash FROM observations LIMIT 1")[0])
-        explained = ops.explain(models.RefRequest(ref=digest))
+        explained = ops.explain(model_fields.RefRequest(ref=digest))
     finally:
         ops.close()
     oldest = int(peer.db.fetch_one("SELECT at_ms FROM journal ORDER BY seq LIMIT 1")[0])

@@ -293,7 +293,9 @@ def test_text_arguments_that_are_not_utf8_are_refused_and_nothing_is_queued(peer
 
 def test_blank_reasons_are_refused_below_the_command_line(peer: Peer) -> None:
     from dreamcycle.daemon.config import load_config
-    from dreamcycle.daemon.intake.emit import PulseRequest, emit_outcome, emit_pulse, emit_supersede
+    from dreamcycle.daemon.intake.emit_outcomes import emit_outcome
+    from dreamcycle.daemon.intake.emit_pulses import PulseRequest, emit_pulse
+    from dreamcycle.daemon.intake.emit_revisions import emit_supersede
     from dreamcycle.daemon.runtime import Runtime
     from dreamcycle.pulses.pulse import PulseKind
 

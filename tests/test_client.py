@@ -24,12 +24,12 @@ import pytest
 import trio
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models
-from dreamcycle.daemon.api.client import (
-    AsyncMemoryClient,
+from dreamcycle.daemon.api import edit_models
+from dreamcycle.daemon.api.async_client import AsyncMemoryClient
+from dreamcycle.daemon.api.client import MemoryClient
+from dreamcycle.daemon.api.client_errors import (
     BadRequest,
     Conflict,
-    MemoryClient,
     NotFound,
     Unavailable,
     error_for,
@@ -82,7 +82,7 @@ def test_save_recall_and_an_outcome_citing_a_prefix_over_the_socket(memory: Memo
     queued = memory.outcome(found.decision_hash, 0.9, "closed on time", cited=[cited])
     assert queued.new and len(queued.entry_id) > 0
     again = memory.outcome(found.decision_hash, 0.9, "closed on time", cited=[saved.content_hash])
-    assert again == models.Queued(entry_id=queued.entry_id, new=False)  # the prefix resolved
+    assert again == edit_models.Queued(entry_id=queued.entry_id, new=False)  # the prefix resolved
 
     stored = memory.memory(saved.content_hash[:12])
     assert (stored.content_hash, stored.project, stored.kind, stored.state) == (

@@ -23,7 +23,7 @@ from dreamcycle.daemon.cli.main import main
 from dreamcycle.daemon.clock import FileClock, ManualClock
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.intake.emit import PulseRequest, emit_pulse
+from dreamcycle.daemon.intake.emit_pulses import PulseRequest, emit_pulse
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.daemon.memory.forgetting import move_to_cold

@@ -16,7 +16,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from dreamcycle.daemon.api.client import BadRequest, MemoryClient
+from dreamcycle.daemon.api.client import MemoryClient
+from dreamcycle.daemon.api.client_errors import BadRequest
 from dreamcycle.daemon.config import DownscaleConfig
 from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.pulses.confidence import (

@@ -14,8 +14,9 @@ from typing import Any, cast
 import pytest
 import trio
 
-from dreamcycle.daemon.api import contract, mcp_tools
-from dreamcycle.daemon.api.client import AsyncMemoryClient, MemoryClient
+from dreamcycle.daemon.api import contract, mcp_server, mcp_tool_base, mcp_tools
+from dreamcycle.daemon.api.async_client import AsyncMemoryClient
+from dreamcycle.daemon.api.client import MemoryClient
 from dreamcycle.daemon.api.http import create_app
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cli.main import build_parser as dreamcycle_parser
@@ -83,7 +84,7 @@ def test_every_tool_reaches_an_operation_and_says_what_it_does() -> None:
     declared = [tool for op in contract.OPERATIONS for tool in op.tools]
     assert sorted(declared) == sorted(mcp_tools.TOOLS)
     assert len(set(declared)) == len(declared)
-    server = mcp_tools.build_server(cast(mcp_tools.Transport, None))
+    server = mcp_server.build_server(cast(mcp_tool_base.Transport, None))
     for tool in server._tool_manager.list_tools():
         effects = contract.operation_of_tool(tool.name).effects
         hints = tool.annotations
@@ -95,19 +96,19 @@ def test_every_tool_reaches_an_operation_and_says_what_it_does() -> None:
 def test_every_tool_argument_states_the_limits_of_the_field_it_fills(
     openapi: dict[str, Any],
 ) -> None:
-    server = mcp_tools.build_server(cast(mcp_tools.Transport, None))
+    server = mcp_server.build_server(cast(mcp_tool_base.Transport, None))
     unmatched = set()
     compared = 0
     for tool in server._tool_manager.list_tools():
         op = contract.operation_of_tool(tool.name)
         fields = openapi_fields(openapi, op)
         for name, argument in tool.parameters["properties"].items():
-            field = name if name in fields else mcp_tools.RENAMED.get(name, name)
+            field = name if name in fields else mcp_server.RENAMED.get(name, name)
             if field not in fields:
                 unmatched.add((tool.name, name))
                 continue
-            stated = {k: v for k, v in argument.items() if k in mcp_tools.BOUNDS}
-            expected = {k: v for k, v in fields[field].items() if k in mcp_tools.BOUNDS}
+            stated = {k: v for k, v in argument.items() if k in mcp_server.BOUNDS}
+            expected = {k: v for k, v in fields[field].items() if k in mcp_server.BOUNDS}
             assert stated == expected, f"{tool.name}.{name} against {op.path} {field}"
             compared += 1
     assert unmatched == NO_FIELD

@@ -54,7 +54,7 @@ def test_the_journal_table_takes_exactly_the_journal_kinds(tmp_path: Path) -> No
 
 def test_a_peer_is_marked_cycling_while_its_phases_run_and_only_then() -> None:
     """The API reads `peer.cycling` to know whether a cycle takes a core (daemon/api/
-    operations.py): set through every phase, cleared after the last and after a failure."""
+    served_peer.py): set through every phase, cleared after the last and after a failure."""
     peer = cast(Peer, SimpleNamespace(cycling=False))
     seen: list[tuple[str, bool]] = []
 

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api.models import SaveRequest, SaveResponse
+from dreamcycle.daemon.api.edit_models import SaveRequest, SaveResponse
 from dreamcycle.daemon.config import ConfigError, load_config
 from dreamcycle.daemon.cycle import PhaseRunner
 from dreamcycle.daemon.runtime import Peer, Runtime

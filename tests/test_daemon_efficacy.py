@@ -23,7 +23,7 @@ from dreamcycle.daemon.cycle.efficacy import (
     topic_key,
     window_label,
 )
-from dreamcycle.daemon.intake.emit import emit_outcome
+from dreamcycle.daemon.intake.emit_outcomes import emit_outcome
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer as DaemonPeer

@@ -16,7 +16,7 @@ import pytest
 
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.intake.emit import emit_outcome, emit_session_outcome
+from dreamcycle.daemon.intake.emit_outcomes import emit_outcome, emit_session_outcome
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.memory.implicit_credit import REASONS, SIGNAL_SAVED, words
 from dreamcycle.daemon.runtime import Peer

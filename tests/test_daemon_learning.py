@@ -25,7 +25,8 @@ from dreamcycle import migrations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.intake.emit import PulseRequest, emit_outcome, emit_pulse
+from dreamcycle.daemon.intake.emit_outcomes import emit_outcome
+from dreamcycle.daemon.intake.emit_pulses import PulseRequest, emit_pulse
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.memory.forgetting import move_to_cold, revive
 from dreamcycle.daemon.memory.learning import teach_key

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.intake.emit import emit_tombstone
+from dreamcycle.daemon.intake.emit_tombstones import emit_tombstone
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.store.database import NewObservation
 from tests.test_daemon_learning import (

@@ -17,11 +17,8 @@ from typing import Final
 import pytest
 
 from dreamcycle.daemon.cycle import SUPERSEDED_REASON, run_cycle_blocking
-from dreamcycle.daemon.intake.engram_import import (
-    EDITED_AGAIN_REASON,
-    OVER_LIMIT_REASON,
-    read_engram,
-)
+from dreamcycle.daemon.intake.engram_import import EDITED_AGAIN_REASON, OVER_LIMIT_REASON
+from dreamcycle.daemon.intake.engram_source import read_engram
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store.hashing import content_hash
 from tests.daemon_helpers import Peer

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from dreamcycle.daemon.api import contract, mcp_tools, models
+from dreamcycle.daemon.api import contract, edit_models, mcp_server, recall_models
 from dreamcycle.daemon.memory.limits import FIELD_MAX_CHARS, check_fields
 from dreamcycle.pulses.constants import QUERY_MAX_CHARS, REASON_MAX_CHARS
 from dreamcycle.store.database import InvalidObservation
@@ -37,7 +37,7 @@ def test_the_memory_limits_are_the_protocols() -> None:
     }
 
 
-@pytest.mark.parametrize("model", [models.SaveRequest, models.UpdateBody])
+@pytest.mark.parametrize("model", [edit_models.SaveRequest, edit_models.UpdateBody])
 def test_the_api_saves_and_updates_within_the_same_limits(model: type[BaseModel]) -> None:
     for field, limit in FIELD_MAX_CHARS.items():
         # `kind` is one of five names, each far shorter than any limit.
@@ -48,11 +48,11 @@ def test_the_api_saves_and_updates_within_the_same_limits(model: type[BaseModel]
 @pytest.mark.parametrize(
     ("model", "field"),
     [
-        (models.RecallRequest, "query"),
-        (models.RecallRequest, "decision"),
-        (models.ContextRequest, "task"),
-        (models.ContextRequest, "decision"),
-        (models.PulseRequest, "text"),
+        (recall_models.RecallRequest, "query"),
+        (recall_models.RecallRequest, "decision"),
+        (recall_models.ContextRequest, "task"),
+        (recall_models.ContextRequest, "decision"),
+        (edit_models.PulseRequest, "text"),
     ],
 )
 def test_texts_recall_embeds_share_one_limit(model: type[BaseModel], field: str) -> None:
@@ -71,7 +71,7 @@ def test_every_reason_shares_one_limit() -> None:
 
 
 def test_the_mcp_tools_state_the_same_limits() -> None:
-    server = mcp_tools.build_server(None)  # type: ignore[arg-type]
+    server = mcp_server.build_server(None)  # type: ignore[arg-type]
     tools = {tool.name: tool.parameters["properties"] for tool in server._tool_manager.list_tools()}
     assert tools["mem_save"]["content"]["maxLength"] == FIELD_MAX_CHARS["content"]
     assert tools["mem_save"]["title"]["maxLength"] == FIELD_MAX_CHARS["title"]

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from dreamcycle.daemon.service import metrics
-from dreamcycle.daemon.service.health import BackendHealth, Health
+from dreamcycle.daemon.service.backend_health import BackendHealth
+from dreamcycle.daemon.service.health import Health
 from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "monitoring"

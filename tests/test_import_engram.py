@@ -23,14 +23,13 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import SUPERSEDED_REASON, run_cycle_blocking
 from dreamcycle.daemon.intake.engram_import import (
-    SESSION_SUMMARY_KIND,
     TOMBSTONE_REASON,
     Action,
     ImportReport,
     import_engram,
-    normalized_hash,
-    read_engram,
 )
+from dreamcycle.daemon.intake.engram_memories import SESSION_SUMMARY_KIND, normalized_hash
+from dreamcycle.daemon.intake.engram_source import read_engram
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Runtime
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks

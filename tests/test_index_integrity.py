@@ -29,7 +29,8 @@ from dreamcycle.daemon.service import metrics
 from dreamcycle.daemon.service.loop import serve
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.embedder import Embedder
-from dreamcycle.store.index import HnswIndex, Unusable, meta_path
+from dreamcycle.store.index import HnswIndex, Unusable
+from dreamcycle.store.index_file import meta_path
 from tests.daemon_helpers import Peer, documentation_chunks
 
 TOPICS: Final = ("typesmapping", "typesseq")

@@ -28,8 +28,9 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
-from dreamcycle.daemon.api import contract, mcp_tools
-from dreamcycle.daemon.api.mcp_tools import MCP_PATH, TOOLS
+from dreamcycle.daemon.api import contract, mcp_server
+from dreamcycle.daemon.api.mcp_server import MCP_PATH
+from dreamcycle.daemon.api.mcp_tools import TOOLS
 from dreamcycle.daemon.cli.common import EXIT_UNAVAILABLE
 from tests.api_helpers import TOKEN, ApiDaemon, running_api
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks, write_jsonl
@@ -419,10 +420,10 @@ def test_tools_listed_to_a_client_state_what_openapi_states(served: ApiDaemon) -
         ), tool.name
         fields = openapi_fields(document, op)
         for name, argument in tool.input_schema["properties"].items():
-            field = name if name in fields else mcp_tools.RENAMED.get(name, name)
+            field = name if name in fields else mcp_server.RENAMED.get(name, name)
             if field in fields:
-                stated = {k: v for k, v in argument.items() if k in mcp_tools.BOUNDS}
-                expected = {k: v for k, v in fields[field].items() if k in mcp_tools.BOUNDS}
+                stated = {k: v for k, v in argument.items() if k in mcp_server.BOUNDS}
+                expected = {k: v for k, v in fields[field].items() if k in mcp_server.BOUNDS}
                 assert stated == expected, f"{tool.name}.{name}"
                 compared += 1
     assert len(listed) == len(TOOLS) and compared > 50

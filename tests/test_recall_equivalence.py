@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dreamcycle.daemon.api import models, operations
+from dreamcycle.daemon.api import read_operations, recall_models
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
@@ -198,19 +198,19 @@ def test_the_api_answers_what_the_reference_ranks(store: Store) -> None:
     try:
         for text, vector in _queries(store):
             request = (
-                models.RecallRequest(query=text, record=False, top_k=TOP_K, explain=True)
+                recall_models.RecallRequest(query=text, record=False, top_k=TOP_K, explain=True)
                 if text
-                else models.RecallRequest(vector=vector.tolist(), record=False, top_k=TOP_K)
+                else recall_models.RecallRequest(vector=vector.tolist(), record=False, top_k=TOP_K)
             )
             answer = ops.recall(request)
             reference = reference_rank_query(store.rt, text, vector, TOP_K, index=store.peer.index)
             assert [h.content_hash for h in answer.hits] == [h.content_hash for h in reference]
             assert [h.score for h in answer.hits] == [h.score for h in reference]
             filtered = ops.recall(
-                models.RecallRequest(
+                recall_models.RecallRequest(
                     query=text or None,
                     vector=None if text else vector.tolist(),
-                    filters=models.RecallFilters(project="project-3"),
+                    filters=recall_models.RecallFilters(project="project-3"),
                     record=False,
                     top_k=TOP_K,
                 )
@@ -265,14 +265,14 @@ def test_a_query_is_embedded_by_its_caller_while_a_helper_searches_its_words(
         time.sleep(0.05)  # still searching when the embedding fails
         return search_words(view, text)
 
-    monkeypatch.setattr(operations, "search_words", noted_search)
+    monkeypatch.setattr(read_operations, "search_words", noted_search)
     ops = Operations(store.rt, embedder=embedder)  # type: ignore[arg-type]
     ops.attach(store.peer)
     try:
         text = QUESTIONS[0]
         caller = threading.get_ident()
-        answer = ops.recall(models.RecallRequest(query=text, record=False, top_k=TOP_K))
-        bundle = ops.context(models.ContextRequest(task=text, record=False))
+        answer = ops.recall(recall_models.RecallRequest(query=text, record=False, top_k=TOP_K))
+        bundle = ops.context(recall_models.ContextRequest(task=text, record=False))
         assert embedder.threads == [caller, caller]
         assert len(searched) == 2 and caller not in searched
         reference = reference_rank_query(
@@ -284,10 +284,10 @@ def test_a_query_is_embedded_by_its_caller_while_a_helper_searches_its_words(
         embedder.fail = True
         searched.clear()
         with pytest.raises(RuntimeError, match="the model is gone"):
-            ops.recall(models.RecallRequest(query=text, record=False))
+            ops.recall(recall_models.RecallRequest(query=text, record=False))
         assert len(searched) == 1
         embedder.fail = False
-        again = ops.recall(models.RecallRequest(query=text, record=False, top_k=TOP_K))
+        again = ops.recall(recall_models.RecallRequest(query=text, record=False, top_k=TOP_K))
         assert [h.content_hash for h in again.hits] == [h.content_hash for h in answer.hits]
     finally:
         ops.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dreamcycle.daemon.api.operations import _given_vector
+from dreamcycle.daemon.api.read_operations import _given_vector
 
 DIM = 8
 

@@ -22,11 +22,20 @@ import trio
 from mcp import Client
 from mcp_types import TextContent
 
-from dreamcycle.daemon.api import models, refusals
-from dreamcycle.daemon.api.client import BadRequest, request_model
+from dreamcycle.daemon.api import (
+    edit_models,
+    http_problems,
+    model_fields,
+    recall_models,
+    refusals,
+    report_models,
+)
+from dreamcycle.daemon.api.client_errors import BadRequest
+from dreamcycle.daemon.api.client_requests import request_model
 from dreamcycle.daemon.api.hot_path import hot_path
 from dreamcycle.daemon.api.http import create_app
-from dreamcycle.daemon.api.mcp_tools import EFFECTS, TOOLS, InProcess, build_server
+from dreamcycle.daemon.api.mcp_server import InProcess, build_server
+from dreamcycle.daemon.api.mcp_tools import EFFECTS, TOOLS
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cli.common import EXIT_USAGE, run_guarded
 from dreamcycle.daemon.runtime import Runtime
@@ -39,25 +48,29 @@ PROBLEM_JSON: Final = "application/problem+json"
 #: Every request model: what a client sends, or an MCP tool builds.
 REQUEST_MODELS: Final = tuple(
     model
-    for model in vars(models).values()
-    if isinstance(model, type) and issubclass(model, models.Strict) and model is not models.Strict
+    for module in (model_fields, recall_models, edit_models, report_models)
+    for model in vars(module).values()
+    if isinstance(model, type)
+    and issubclass(model, model_fields.Strict)
+    and model is not model_fields.Strict
+    and model.__module__ == module.__name__
 )
 #: The text fields that must say something (their operation trims them): empty and blank are
 #: refused alike, by the model.
 SAID: Final[tuple[tuple[type[pydantic.BaseModel], str, dict[str, Any]], ...]] = (
-    (models.RecallRequest, "query", {}),
-    (models.RecallRequest, "decision", {"query": "q"}),
-    (models.SaveRequest, "content", {}),
-    (models.OutcomeRequest, "reason", {"decision_hash": "a" * 64, "reward": 1.0}),
-    (models.PulseRequest, "text", {}),
-    (models.PulseRequest, "reason", {"text": "t"}),
-    (models.TombstoneRequest, "reason", {"content_hash": "a" * 64}),
-    (models.SupersedeRequest, "reason", {"old_hash": "a" * 64, "memory": {"content": "c"}}),
-    (models.ContextRequest, "task", {}),
-    (models.ContextRequest, "decision", {"task": "t"}),
-    (models.FeedbackBody, "reason", {}),
-    (models.UpdateBody, "content", {}),
-    (models.UpdateBody, "reason", {}),
+    (recall_models.RecallRequest, "query", {}),
+    (recall_models.RecallRequest, "decision", {"query": "q"}),
+    (edit_models.SaveRequest, "content", {}),
+    (edit_models.OutcomeRequest, "reason", {"decision_hash": "a" * 64, "reward": 1.0}),
+    (edit_models.PulseRequest, "text", {}),
+    (edit_models.PulseRequest, "reason", {"text": "t"}),
+    (edit_models.TombstoneRequest, "reason", {"content_hash": "a" * 64}),
+    (edit_models.SupersedeRequest, "reason", {"old_hash": "a" * 64, "memory": {"content": "c"}}),
+    (recall_models.ContextRequest, "task", {}),
+    (recall_models.ContextRequest, "decision", {"task": "t"}),
+    (edit_models.FeedbackBody, "reason", {}),
+    (edit_models.UpdateBody, "content", {}),
+    (edit_models.UpdateBody, "reason", {}),
 )
 
 
@@ -76,7 +89,7 @@ def ops(rt: Runtime) -> Iterator[Operations]:
 @pytest.fixture(scope="module")
 def stored(ops: Operations) -> str:
     """A memory the requests below name."""
-    saved = ops.save(models.SaveRequest(content="Deploys go out on Tuesdays.", project="p"))
+    saved = ops.save(edit_models.SaveRequest(content="Deploys go out on Tuesdays.", project="p"))
     return saved.content_hash
 
 
@@ -161,25 +174,25 @@ def test_each_rule_is_said_in_words_naming_the_field() -> None:
             model.model_validate(fields)
         return refusals.text_of(caught.value)
 
-    assert refused(models.OutcomeRequest, decision_hash="a" * 64, reward=2, reason="r") == (
+    assert refused(edit_models.OutcomeRequest, decision_hash="a" * 64, reward=2, reason="r") == (
         "reward: must be at most 1"
     )
-    assert refused(models.RecallRequest, query="q", top_k=0) == "top_k: must be at least 1"
-    assert refused(models.RecallRequest, query="q", filters={"projekt": "x"}) == (
+    assert refused(recall_models.RecallRequest, query="q", top_k=0) == "top_k: must be at least 1"
+    assert refused(recall_models.RecallRequest, query="q", filters={"projekt": "x"}) == (
         "filters.projekt: is not a field of this request (misspelt?)"
     )
-    assert refused(models.RecallRequest, vector=[1.0, "x"]) == "vector[1]: must be a number"
-    assert refused(models.SaveRequest, content="c", kind="gossip") == (
+    assert refused(recall_models.RecallRequest, vector=[1.0, "x"]) == "vector[1]: must be a number"
+    assert refused(edit_models.SaveRequest, content="c", kind="gossip") == (
         "kind: must be one of 'fact', 'preference', 'insight', 'summary' or 'note'"
     )
-    assert refused(models.SaveRequest) == "content: is required"
-    assert refused(models.RecallRequest, query="q", vector=[1.0]) == (
+    assert refused(edit_models.SaveRequest) == "content: is required"
+    assert refused(recall_models.RecallRequest, query="q", vector=[1.0]) == (
         "request: give exactly one of query and vector"
     )
-    assert refused(models.TombstoneRequest, content_hash="xyz", reason="r") == (
+    assert refused(edit_models.TombstoneRequest, content_hash="xyz", reason="r") == (
         "content_hash: must be a hash of 64 hex digits (0-9, a-f), or a prefix of one of at least 8"
     )
-    assert refused(models.PulseRequest, text="t", reason="r" * 1001) == (
+    assert refused(edit_models.PulseRequest, text="t", reason="r" * 1001) == (
         "reason: must be at most 1000 characters long"
     )
 
@@ -207,8 +220,8 @@ def test_every_request_model_refuses_a_boolean_where_a_number_goes() -> None:
         ("PinBody", "pin_floor"),
     } <= checked
     # Numbers as numbers still, and as text in a query string (the timeline's, say).
-    assert models.PulseRequest(text="t", decay_per_hop=0, k=2).decay_per_hop == 0.0
-    assert models.TimelineRequest.model_validate({"limit": "5", "span_s": "60"}).limit == 5
+    assert edit_models.PulseRequest(text="t", decay_per_hop=0, k=2).decay_per_hop == 0.0
+    assert report_models.TimelineRequest.model_validate({"limit": "5", "span_s": "60"}).limit == 5
 
 
 @pytest.mark.parametrize(("model", "field", "given"), SAID)
@@ -252,7 +265,7 @@ def test_every_refusal_is_a_problem_detail_in_words(ops: Operations, stored: str
         assert 400 <= answer.status_code < 500, where
         assert answer.headers["content-type"] == PROBLEM_JSON, where
         assert not ELSEWHERE.search(answer.text), where
-        problem = models.Problem.model_validate_json(answer.content)
+        problem = http_problems.Problem.model_validate_json(answer.content)
         assert (problem.type, problem.status) == ("about:blank", answer.status_code), where
         assert problem.title and problem.detail, where
         if problem.errors is not None:
@@ -338,7 +351,7 @@ def test_every_tool_refuses_a_boolean_where_a_number_goes(ops: Operations) -> No
 
 def test_the_client_refuses_in_the_same_words_before_sending() -> None:
     with pytest.raises(BadRequest) as caught:
-        request_model(models.PulseRequest, text="t", decay_per_hop=False, reason="")
+        request_model(edit_models.PulseRequest, text="t", decay_per_hop=False, reason="")
     assert str(caught.value) == (
         "decay_per_hop: must be a number, not true or false; reason: must not be empty"
     )
@@ -346,7 +359,7 @@ def test_the_client_refuses_in_the_same_words_before_sending() -> None:
 
 def test_a_command_prints_a_validation_failure_in_words(capsys: pytest.CaptureFixture[str]) -> None:
     def refused() -> int:
-        models.SaveRequest(content="c", importance=11, colour="red")  # type: ignore[call-arg]
+        edit_models.SaveRequest(content="c", importance=11, colour="red")  # type: ignore[call-arg]
         return 0
 
     assert run_guarded(refused) == EXIT_USAGE

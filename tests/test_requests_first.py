@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import edit_models
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
@@ -187,7 +187,7 @@ def test_a_request_needing_the_write_lock_a_waiting_cycle_holds_is_not_held_up(
     started = time.monotonic()
     with ops.requests_first.serving():  # the transport's mark, as over HTTP
         request_started.set()
-        saved = ops.save(models.SaveRequest(content="Deploys go to the canary pool first."))
+        saved = ops.save(edit_models.SaveRequest(content="Deploys go to the canary pool first."))
     took = time.monotonic() - started
     thread.join(5.0)
     assert saved.indexed and committed
@@ -209,7 +209,7 @@ def test_a_pulse_embeds_its_text_before_it_takes_the_write_lock(
 
     ops._embedder.embed_one = watched  # type: ignore[method-assign]
     try:
-        queued = ops.pulse(models.PulseRequest(text="how to roll back a deploy", nonce="lock"))
+        queued = ops.pulse(edit_models.PulseRequest(text="how to roll back a deploy", nonce="lock"))
     finally:
         del ops._embedder.embed_one
     assert queued.new

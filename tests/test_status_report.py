@@ -13,7 +13,7 @@ from typing import Final
 
 import pytest
 
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import edit_models, report_models
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.memory.status_report import status_report
@@ -38,7 +38,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runtime, 
         attached_operations(rt) as (peer, ops),
     ):
         for content in MEMORIES:
-            ops.save(models.SaveRequest(content=content, importance=7))
+            ops.save(edit_models.SaveRequest(content=content, importance=7))
         run_cycle_blocking(peer)
         yield rt, ops
 
@@ -70,5 +70,5 @@ def test_the_apis_answer_counts_in_integers(served: tuple[Runtime, Operations]) 
     assert sum(b["chunks"] for b in histogram) == answer["counts"]["live"] == len(MEMORIES)
     assert (histogram[0]["from"], histogram[-1]["to"]) == (0.0, 1.0)
     # The client reads it back as it was sent.
-    again = models.StatusResponse.model_validate_json(ops.status().model_dump_json())
+    again = report_models.StatusResponse.model_validate_json(ops.status().model_dump_json())
     assert again.model_dump()["salience_histogram"] == histogram

@@ -1,7 +1,8 @@
 """The persisted HNSW index: exactness, growth, tombstones, persistence, rebuilds, threads.
 
-One file: it tests one module, store/index.py (HnswIndex and its rebuild), with shared
-clustered vectors and built indexes checked against brute force.
+One file: it tests the index's modules (store/index.py and its index_* siblings: HnswIndex,
+its labels, files and rebuild) through HnswIndex, with shared clustered vectors and built
+indexes checked against brute force.
 """
 
 from __future__ import annotations
@@ -15,22 +16,17 @@ import blake3
 import numpy as np
 import pytest
 
-from dreamcycle.store.index import (
-    DEFAULT_EF,
-    GROWTH_FACTOR,
-    INITIAL_CAPACITY,
-    MAX_MASKED_LABEL,
+from dreamcycle.store.index import REBUILD_CHUNK_SIZE, HnswIndex, IndexUnusable, open_or_rebuild
+from dreamcycle.store.index_file import (
+    _HEADER,
     META_FORMAT,
-    REBUILD_CHUNK_SIZE,
-    HnswIndex,
     IndexSaveFailed,
-    IndexUnusable,
-    InvalidIndexInput,
-    LabelNotLive,
     meta_path,
-    open_or_rebuild,
+    write_engine,
 )
-from dreamcycle.store.index_file import _HEADER, write_engine
+from dreamcycle.store.index_graph import DEFAULT_EF, GROWTH_FACTOR, INITIAL_CAPACITY, LabelNotLive
+from dreamcycle.store.index_input import InvalidIndexInput
+from dreamcycle.store.index_labels import MAX_MASKED_LABEL
 from dreamcycle.store.readers_writer_lock import ReadersWriterLock
 
 DIM = 32

@@ -20,8 +20,10 @@ import httpx
 import pytest
 import trio
 
-from dreamcycle.daemon.api import contract, models
-from dreamcycle.daemon.api.client import AsyncMemoryClient, Endpoint, MemoryClient
+from dreamcycle.daemon.api import contract, edit_models, model_fields, report_models
+from dreamcycle.daemon.api.async_client import AsyncMemoryClient
+from dreamcycle.daemon.api.client import MemoryClient
+from dreamcycle.daemon.api.client_wire import Endpoint
 from dreamcycle.daemon.cli.access.protocol import DAEMON_ONLY_STATUS
 from tests.api_helpers import ApiDaemon, running_api
 from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
@@ -113,20 +115,20 @@ Ask = Callable[
 READS: Final[dict[str, Ask]] = {
     "status": lambda s: (contract.STATUS, None, "mem_stats", {}, ["status"]),
     "memory": lambda s: (
-        contract.MEMORY, models.MemoryRequest(ref=a_chunk(s, cold=False)[:10]),
+        contract.MEMORY, report_models.MemoryRequest(ref=a_chunk(s, cold=False)[:10]),
         "mem_get_observation", {"id": a_chunk(s, cold=False)[:10]},
         ["show", a_chunk(s, cold=False)[:10]],
     ),
     "explain": lambda s: (
-        contract.EXPLAIN, models.RefRequest(ref=a_chunk(s, cold=True)),
+        contract.EXPLAIN, model_fields.RefRequest(ref=a_chunk(s, cold=True)),
         "mem_explain", {"id": a_chunk(s, cold=True)}, ["explain", a_chunk(s, cold=True)],
     ),
     "timeline": lambda s: (
-        contract.TIMELINE, models.TimelineRequest(limit=5, offset=1),
+        contract.TIMELINE, report_models.TimelineRequest(limit=5, offset=1),
         "mem_timeline", {"limit": 5, "offset": 1}, ["timeline", "--limit", "5", "--offset", "1"],
     ),
     "forgotten": lambda s: (
-        contract.FORGOTTEN, models.ForgottenRequest(limit=3),
+        contract.FORGOTTEN, report_models.ForgottenRequest(limit=3),
         "mem_forgotten", {"limit": 3}, ["forgotten", "--limit", "3"],
     ),
 }  # fmt: skip
@@ -146,7 +148,7 @@ def test_every_surface_reads_the_same(served: ApiDaemon, name: str) -> None:
 
 def test_a_pin_asked_on_every_surface_is_one_entry(served: ApiDaemon) -> None:
     ref = a_chunk(served, cold=False)
-    request = models.PinRequest(ref=ref, pin_floor=0.4)
+    request = edit_models.PinRequest(ref=ref, pin_floor=0.4)
     asks: list[Callable[[], Any]] = [
         lambda: over_http(served, contract.PIN, request),
         lambda: through_clients(served, contract.PIN, request),

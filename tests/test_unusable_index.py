@@ -15,9 +15,14 @@ import apsw
 import numpy as np
 import pytest
 
-from dreamcycle.daemon.service.health import StorageFault, storage_fault
-from dreamcycle.store.index import HnswIndex, IndexSaveFailed
-from dreamcycle.store.index_file import meta_path, replace_durably, temporary_path
+from dreamcycle.daemon.service.storage_health import StorageFault, storage_fault
+from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.index_file import (
+    IndexSaveFailed,
+    meta_path,
+    replace_durably,
+    temporary_path,
+)
 from tests.daemon_helpers import CLI_TIMEOUT_S, DREAMCYCLE, Peer, documentation_chunks, write_jsonl
 from tests.permission_helpers import MODE_OBEYING_PREFIX, modes_taken, needs_file_modes
 

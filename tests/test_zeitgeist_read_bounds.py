@@ -24,7 +24,7 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service.health import BackendHealth, ObservedBackend
+from dreamcycle.daemon.service.backend_health import BackendHealth, ObservedBackend
 from dreamcycle.store.database import NewObservation
 from dreamcycle.zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, ObjectTooLarge, Versioned
 from dreamcycle.zeitgeist.directory import DirectoryBackend

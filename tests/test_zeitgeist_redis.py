@@ -27,7 +27,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from dreamcycle.zeitgeist.backend import BackendError, KeyExists, PreconditionFailed
 from dreamcycle.zeitgeist.object_keys import InvalidKey
-from dreamcycle.zeitgeist.redis_streams import RedisConfigError, RedisStreamsBackend, is_transient
+from dreamcycle.zeitgeist.redis_client import RedisConfigError, is_transient
+from dreamcycle.zeitgeist.redis_streams import RedisStreamsBackend
 from dreamcycle.zeitgeist.retry import RetryPolicy
 from scripts.local_servers import RunningRedis, start_redis
 

@@ -34,7 +34,8 @@ from dreamcycle.zeitgeist.retry import (
     RetryDeadlineExceeded,
     RetryPolicy,
 )
-from dreamcycle.zeitgeist.s3 import S3Backend, S3ConfigError, is_transient
+from dreamcycle.zeitgeist.s3 import S3Backend
+from dreamcycle.zeitgeist.s3_client import S3ConfigError, is_transient
 from scripts.local_servers import RunningS3, start_seaweedfs
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,7 @@
 """The zeitgeist's defaults that are read beyond the module using them, written once.
 
 The log layer, the entry codec and the backends take these as their defaults, and
-daemon/defaults.py derives its configuration defaults from them. Plain numbers only:
+daemon/defaults/ derives its configuration defaults from them. Plain numbers only:
 reading them must not import a backend's client library (boto3, redis-py), which the
 daemon imports only for the backend it is configured with.
 """
@@ -37,7 +37,7 @@ MAX_SNAPSHOT_COMPRESSED_BYTES: Final = 1024 * 1024 * 1024
 MAX_SNAPSHOT_EXPANDED_BYTES: Final = 4 * 1024 * 1024 * 1024
 MAX_SNAPSHOT_LINES: Final = 5_000_000
 
-# ---- the networked backends (zeitgeist/s3.py, zeitgeist/redis_streams.py) ---------------
+# ---- the networked backends (zeitgeist/s3*.py, zeitgeist/redis_*.py) --------------------
 
 #: The S3 region when none is configured.
 DEFAULT_S3_REGION: Final = "us-east-1"

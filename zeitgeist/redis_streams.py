@@ -1,6 +1,8 @@
 """The zeitgeist on Redis: log entries in a stream, mutable objects in hashes.
 
-Over 400 lines as one module: one module per backend, its Lua scripts beside their calls.
+`RedisStreamsBackend` holds the log's operations and the Lua scripts they run, each
+beside its calls; its connection (the client, retries and error mapping) is
+`redis_client`'s.
 
 Redis keys of a mesh (all named from its prefix P; write P as ``{mesh}`` to pin
 them to one Redis Cluster slot, since the scripts declare every key they touch):
@@ -28,27 +30,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeVar, cast
+from collections.abc import Sequence
+from typing import Any, Final, cast
 
 import redis
-from redis.backoff import NoBackoff
-from redis.exceptions import (
-    AuthenticationError,
-    AuthorizationError,
-    ClusterDownError,
-    ReadOnlyError,
-    RedisError,
-    ResponseError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from dreamcycle.zeitgeist.backend import (
     MAX_OBJECT_BYTES,
-    BackendError,
     KeyExists,
     ObjectTooLarge,
     UnsupportedStore,
@@ -60,9 +48,9 @@ from dreamcycle.zeitgeist.backend import (
 )
 from dreamcycle.zeitgeist.defaults import DEFAULT_CONNECT_TIMEOUT_S
 from dreamcycle.zeitgeist.object_keys import InvalidKey
-from dreamcycle.zeitgeist.retry import RequestCounter, RetryDeadlineExceeded, RetryPolicy
+from dreamcycle.zeitgeist.redis_client import RedisConfigError, RedisConnection
+from dreamcycle.zeitgeist.retry import RetryPolicy
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 BACKEND_NAME: Final = "redis"
@@ -73,8 +61,6 @@ DEFAULT_SOCKET_TIMEOUT_S: Final = 10.0
 PAGE_SIZE: Final = 1000
 #: XTRIM MINID arrived in Redis 6.2.
 MINIMUM_REDIS_VERSION: Final = (6, 2)
-#: Error replies that heal by themselves (script busy, failover in progress).
-TRANSIENT_REPLY_PREFIXES: Final = ("BUSY ", "LOADING ", "TRYAGAIN", "MASTERDOWN")
 #: Sorts after every UTF-8 string: 0xff never occurs in UTF-8.
 ABOVE_ANY_UTF8: Final = b"\xff"
 
@@ -189,21 +175,6 @@ return redis.call('XTRIM', log, 'MINID', oldest[1][1])
 """
 
 
-class RedisConfigError(ValueError):
-    """The Redis backend was configured with values that cannot work."""
-
-
-def is_transient(error: BaseException) -> bool:
-    """Whether retrying may succeed: lost connections, timeouts, busy or failing-over servers."""
-    if isinstance(error, AuthenticationError | AuthorizationError):
-        return False
-    if isinstance(error, RedisConnectionError | RedisTimeoutError | TimeoutError):
-        return True
-    if isinstance(error, ReadOnlyError | TryAgainError | ClusterDownError):
-        return True
-    return isinstance(error, ResponseError) and str(error).startswith(TRANSIENT_REPLY_PREFIXES)
-
-
 def _parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
 
@@ -227,30 +198,21 @@ class RedisStreamsBackend:
             raise RedisConfigError("the Redis key prefix must be non-empty")
         if not page_size >= 1:
             raise RedisConfigError(f"page_size must be >= 1, got {page_size!r}")
-        if not socket_timeout_s > 0 or not socket_connect_timeout_s > 0:
-            raise RedisConfigError(
-                f"Redis timeouts must be > 0 s, got socket_timeout_s={socket_timeout_s!r}, "
-                f"socket_connect_timeout_s={socket_connect_timeout_s!r}"
-            )
-        try:
-            self._client: redis.Redis = redis.Redis.from_url(
-                url,
-                socket_timeout=socket_timeout_s,
-                socket_connect_timeout=socket_connect_timeout_s,
-                # No retries inside redis-py: RetryPolicy owns retries and their deadline.
-                retry=Retry(NoBackoff(), 0),
-            )
-        except ValueError as error:
-            raise RedisConfigError(f"Redis URL {url!r} is not usable: {error}") from error
+        self._redis = RedisConnection(
+            url,
+            prefix,
+            socket_timeout_s=socket_timeout_s,
+            socket_connect_timeout_s=socket_connect_timeout_s,
+            retry=retry,
+        )
         self.url = url
         self.page_size = page_size
         self.prefix = prefix
-        self.requests = RequestCounter()
-        self._retry = retry if retry is not None else RetryPolicy()
+        self.requests = self._redis.requests
         self._keys = [f"{prefix}:{suffix}" for suffix in _KEY_SUFFIXES]
         self._index_key = self._keys[_KEY_SUFFIXES.index("keys")]
         self._scripts = {
-            name: self._client.register_script(_PRELUDE + body)
+            name: self._redis.client.register_script(_PRELUDE + body)
             for name, body in (
                 ("create", _CREATE),
                 ("read", _READ),
@@ -265,18 +227,16 @@ class RedisStreamsBackend:
     @property
     def client(self) -> redis.Redis:
         """The underlying redis-py client (for tests and diagnostics)."""
-        return self._client
+        return self._redis.client
 
     @property
     def location(self) -> str:
         """Where this backend writes, for error messages (without any password)."""
-        pool_kwargs = self._client.connection_pool.connection_kwargs
-        where = pool_kwargs.get("path") or f"{pool_kwargs.get('host')}:{pool_kwargs.get('port')}"
-        return f"redis {where} db {pool_kwargs.get('db', 0)} prefix {self.prefix!r}"
+        return self._redis.location
 
     def probe(self) -> None:
-        self._run("PING", "", self._client.ping)
-        info = self._run("INFO", "", functools.partial(self._client.info, "server"))
+        self._redis.run("PING", "", self._redis.client.ping)
+        info = self._redis.run("INFO", "", functools.partial(self._redis.client.info, "server"))
         version = str(info.get("redis_version", "0"))
         if _parse_version(version) < MINIMUM_REDIS_VERSION:
             wanted = ".".join(map(str, MINIMUM_REDIS_VERSION))
@@ -290,7 +250,9 @@ class RedisStreamsBackend:
             self.location,
             "let a create-only write replace an entry",
         )
-        persistence = self._run("INFO", "", functools.partial(self._client.info, "persistence"))
+        persistence = self._redis.run(
+            "INFO", "", functools.partial(self._redis.client.info, "persistence")
+        )
         if not int(persistence.get("aof_enabled", 0)):
             log.warning(
                 "%s has no append-only file: a Redis restart loses the zeitgeist "
@@ -315,11 +277,16 @@ class RedisStreamsBackend:
         while True:
             page = cast(
                 list[bytes],
-                self._run(
+                self._redis.run(
                     "ZRANGEBYLEX",
                     prefix,
                     functools.partial(
-                        self._client.zrangebylex, self._index_key, low, high, 0, self.page_size
+                        self._redis.client.zrangebylex,
+                        self._index_key,
+                        low,
+                        high,
+                        0,
+                        self.page_size,
                     ),
                 ),
             )
@@ -385,7 +352,7 @@ class RedisStreamsBackend:
         return removed
 
     def close(self) -> None:
-        self._client.close()
+        self._redis.close()
 
     def _conditional_write(
         self, script: str, key: str, data: bytes, args: Sequence[str | bytes]
@@ -403,7 +370,7 @@ class RedisStreamsBackend:
             attempts += 1
             return self._scripts[script](keys=self._keys, args=list(args))
 
-        result = self._run(f"script:{script}", key, attempt)
+        result = self._redis.run(f"script:{script}", key, attempt)
         if result is not None:
             return bytes(result).decode()
         if attempts > 1:
@@ -411,30 +378,11 @@ class RedisStreamsBackend:
         return None
 
     def _script(self, script: str, key: str, args: Sequence[str | bytes | int]) -> Any:
-        return self._run(
+        return self._redis.run(
             f"script:{script}",
             key,
             functools.partial(self._scripts[script], keys=self._keys, args=list(args)),
         )
-
-    def _run(self, operation: str, key: str, call: Callable[[], T]) -> T:
-        """One command under the retry policy; failures become BackendError in context."""
-
-        def attempt() -> T:
-            self.requests.record(operation)
-            return call()
-
-        try:
-            return self._retry.call(attempt, is_transient)
-        except RetryDeadlineExceeded as error:
-            raise BackendError(
-                f"redis {operation} of {key!r} on {self.location}: {error}"
-            ) from error
-        except RedisError as error:
-            raise BackendError(
-                f"redis {operation} of {key!r} on {self.location} failed: "
-                f"{type(error).__name__}: {error}"
-            ) from error
 
     def _check_key(self, key: str) -> None:
         if not key:

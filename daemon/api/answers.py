@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-from dreamcycle.daemon.api import models, views
+from dreamcycle.daemon.api import recall_models, report_models, views
 from dreamcycle.daemon.api.errors import NotFound
 from dreamcycle.daemon.recall.retrieve import Hit
 from dreamcycle.pulses.context import Bundle, Member, Tier, render
 from dreamcycle.store.database import EFFICACY_TYPE, Database
 
 
-def memory_row(db: Database, ref: str) -> models.Memory:
+def memory_row(db: Database, ref: str) -> report_models.Memory:
     # A range on the indexed hash column: hex digits sort below "g".
     rows = db.fetch_all(
         "SELECT content_hash, title, content, type, kind, project, scope, topic_key, session_id, "
@@ -28,7 +28,7 @@ def memory_row(db: Database, ref: str) -> models.Memory:
     (digest, title, content, type_, kind, project, scope, topic, session, importance, floor,
      policy, salience, created, tombstoned, cold, cold_reason, confidence,
      stability) = rows[0]  # fmt: skip
-    return models.Memory(
+    return report_models.Memory(
         content_hash=digest,
         title=title,
         content=content,
@@ -50,10 +50,10 @@ def memory_row(db: Database, ref: str) -> models.Memory:
     )
 
 
-def recall_hit(hit: Hit, explain: bool) -> models.RecallHit:
+def recall_hit(hit: Hit, explain: bool) -> recall_models.RecallHit:
     factors = None
     if explain:
-        factors = models.RankingFactors(
+        factors = recall_models.RankingFactors(
             relevance=hit.relevance,
             similarity=hit.similarity,
             salience=hit.salience,
@@ -64,7 +64,7 @@ def recall_hit(hit: Hit, explain: bool) -> models.RecallHit:
             key_similarity=hit.key_similarity,
             confidence=hit.confidence,
         )
-    return models.RecallHit(
+    return recall_models.RecallHit(
         content_hash=hit.content_hash,
         title=hit.title,
         content=hit.content,
@@ -94,10 +94,10 @@ def context_hit(held: views.Held, member: Member) -> Hit:
 
 def context_response(
     bundle: Bundle, digest: str | None, held: dict[str, views.Held], started: float
-) -> models.ContextResponse:
-    def tier(which: Tier) -> list[models.ContextMemory]:
+) -> recall_models.ContextResponse:
+    def tier(which: Tier) -> list[recall_models.ContextMemory]:
         return [
-            models.ContextMemory(
+            recall_models.ContextMemory(
                 content_hash=m.candidate.content_hash,
                 title=m.candidate.title,
                 content=m.candidate.content,
@@ -116,12 +116,12 @@ def context_response(
         header = "not recorded"
     else:
         header = f"decision {digest} (cite the [hashes] you use in mem_outcome)"
-    return models.ContextResponse(
+    return recall_models.ContextResponse(
         decision_hash=digest,
-        tiers=models.ContextTiers(
+        tiers=recall_models.ContextTiers(
             pinned=tier(Tier.PINNED), outcomes=tier(Tier.OUTCOMES), relevant=tier(Tier.RELEVANT)
         ),
-        tokens=models.ContextTokens(
+        tokens=recall_models.ContextTokens(
             pinned=bundle.tokens(Tier.PINNED),
             outcomes=bundle.tokens(Tier.OUTCOMES),
             relevant=bundle.tokens(Tier.RELEVANT),
@@ -129,7 +129,8 @@ def context_response(
             budget=bundle.budget,
         ),
         overflow=[
-            models.Reference(content_hash=r.content_hash, title=r.title) for r in bundle.overflow
+            recall_models.Reference(content_hash=r.content_hash, title=r.title)
+            for r in bundle.overflow
         ],
         dropped=bundle.dropped,
         text=render(bundle, header),

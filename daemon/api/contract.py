@@ -2,13 +2,14 @@
 memory, and where each surface serves it.
 
 An operation's entry names the `Operations` method that does it, its HTTP method and
-path, its request and answer models (daemon/api/models.py: every limit and rule a JSON
-Schema can state is in them), the refusals it may answer besides a bad body, what it
-does to memory (`Effects`: the MCP tools' annotations), the MCP tools that reach it and
-the command that runs it. The HTTP routes (daemon/api/http.py), both clients
-(daemon/api/client.py), the MCP tools (daemon/api/mcp_tools.py) and the commands
-(daemon/cli/) take their paths, models, summaries, refusals and annotations from here;
-tests/test_contract.py fails when a surface lacks an operation or states it otherwise.
+path, its request and answer models (daemon/api/recall_models.py, edit_models.py,
+report_models.py: every limit and rule a JSON Schema can state is in them), the refusals
+it may answer besides a bad body, what it does to memory (`Effects`: the MCP tools'
+annotations), the MCP tools that reach it and the command that runs it. The HTTP routes
+(daemon/api/http_routes.py), both clients (daemon/api/client_wire.py), the MCP tools
+(daemon/api/mcp_tools.py) and the commands (daemon/cli/) take their paths, models,
+summaries, refusals and annotations from here; tests/test_contract.py fails when a
+surface lacks an operation or states it otherwise.
 Adding an operation is one entry here and one `Operations` method.
 """
 
@@ -20,7 +21,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import edit_models, model_fields, recall_models, report_models
 
 Req = TypeVar("Req", bound=BaseModel | None)
 Resp = TypeVar("Resp", bound=BaseModel)
@@ -91,100 +92,104 @@ class Operation(Generic[Req, Resp]):
 
 #: The rule of a recall's time filters, which JSON Schema cannot compare.
 TIME_BOUNDS: Final = "filters.created_after_ms must be before filters.created_before_ms (422)"
-RECALL: Final = Operation[models.RecallRequest, models.RecallResponse](
-    "recall", "POST", "/v1/recall", models.RecallRequest, models.RecallResponse,
+RECALL: Final = Operation[recall_models.RecallRequest, recall_models.RecallResponse](
+    "recall", "POST", "/v1/recall", recall_models.RecallRequest, recall_models.RecallResponse,
     "chunks for a query or a vector", RECORDS,
     tools=("mem_search",), command="recall", rules=TIME_BOUNDS,
 )  # fmt: skip
-SAVE: Final = Operation[models.SaveRequest, models.SaveResponse](
-    "save", "POST", "/v1/memories", models.SaveRequest, models.SaveResponse,
+SAVE: Final = Operation[edit_models.SaveRequest, edit_models.SaveResponse](
+    "save", "POST", "/v1/memories", edit_models.SaveRequest, edit_models.SaveResponse,
     "store a chunk; recall finds it when this returns", RECORDS, (CONFLICT,),
     tools=("mem_save", "mem_session_summary"), command="save",
     rules="content tombstoned here is refused (409)",
 )  # fmt: skip
-OUTCOME: Final = Operation[models.OutcomeRequest, models.Queued](
-    "outcome", "POST", "/v1/outcomes", models.OutcomeRequest, models.Queued,
+OUTCOME: Final = Operation[edit_models.OutcomeRequest, edit_models.Queued](
+    "outcome", "POST", "/v1/outcomes", edit_models.OutcomeRequest, edit_models.Queued,
     "how a recalled decision turned out", QUEUES, (NOT_FOUND, CONFLICT),
     tools=("mem_outcome",), command="pulse-emit outcome",
     rules="each cited chunk must be one the decision recalled, by hash or a prefix only "
     "it has among them (422)",
 )  # fmt: skip
-PULSE: Final = Operation[models.PulseRequest, models.Queued](
-    "pulse", "POST", "/v1/pulses", models.PulseRequest, models.Queued,
+PULSE: Final = Operation[edit_models.PulseRequest, edit_models.Queued](
+    "pulse", "POST", "/v1/pulses", edit_models.PulseRequest, edit_models.Queued,
     "reward or decay memory near a text", QUEUES, command="pulse-emit pulse",
     rules="decay_per_hop * k below 1, max_hops within what sigma allows, and the salience "
     "one pulse may move within its bound (422)",
 )  # fmt: skip
-TOMBSTONE: Final = Operation[models.TombstoneRequest, models.Queued](
-    "tombstone", "POST", "/v1/tombstones", models.TombstoneRequest, models.Queued,
+TOMBSTONE: Final = Operation[edit_models.TombstoneRequest, edit_models.Queued](
+    "tombstone", "POST", "/v1/tombstones", edit_models.TombstoneRequest, edit_models.Queued,
     "retract a chunk for good", RETRACTS, (NOT_FOUND,),
     tools=("mem_delete",), command="pulse-emit tombstone",
 )  # fmt: skip
-STATUS: Final = Operation[None, models.StatusResponse](
-    "status", "GET", "/v1/status", None, models.StatusResponse,
+STATUS: Final = Operation[None, report_models.StatusResponse](
+    "status", "GET", "/v1/status", None, report_models.StatusResponse,
     "counts, salience, last cycle, index", READS,
     tools=("mem_stats",), command="status",
 )  # fmt: skip
-MEMORY: Final = Operation[models.MemoryRequest, models.Memory](
-    "memory", "GET", "/v1/memories/{ref}", models.MemoryRequest, models.Memory,
+MEMORY: Final = Operation[report_models.MemoryRequest, report_models.Memory](
+    "memory", "GET", "/v1/memories/{ref}", report_models.MemoryRequest, report_models.Memory,
     "one chunk, by hash or unique prefix", READS, (NOT_FOUND, INVALID),
     tools=("mem_get_observation",), command="show",
 )  # fmt: skip
-FORGOTTEN: Final = Operation[models.ForgottenRequest, models.ForgottenResponse](
-    "forgotten", "GET", "/v1/forgotten", models.ForgottenRequest, models.ForgottenResponse,
+FORGOTTEN: Final = Operation[report_models.ForgottenRequest, report_models.ForgottenResponse](
+    "forgotten", "GET", "/v1/forgotten", report_models.ForgottenRequest,
+    report_models.ForgottenResponse,
     "what the sweep moved to the cold tier", READS, (INVALID,),
     tools=("mem_forgotten",), command="forgotten",
 )  # fmt: skip
-SUPERSEDE: Final = Operation[models.SupersedeRequest, models.SupersedeResponse](
-    "supersede", "POST", "/v1/supersessions", models.SupersedeRequest,
-    models.SupersedeResponse,
+SUPERSEDE: Final = Operation[edit_models.SupersedeRequest, edit_models.SupersedeResponse](
+    "supersede", "POST", "/v1/supersessions", edit_models.SupersedeRequest,
+    edit_models.SupersedeResponse,
     "save a chunk that replaces another (applied at the next cycle)", REPLACES,
     (NOT_FOUND, CONFLICT), command="supersede",
 )  # fmt: skip
-CONTEXT: Final = Operation[models.ContextRequest, models.ContextResponse](
-    "context", "POST", "/v1/context", models.ContextRequest, models.ContextResponse,
+CONTEXT: Final = Operation[recall_models.ContextRequest, recall_models.ContextResponse](
+    "context", "POST", "/v1/context", recall_models.ContextRequest, recall_models.ContextResponse,
     "pinned, previously successful and relevant memories for a task, in a budget", RECORDS,
     tools=("mem_context",), command="context", rules=TIME_BOUNDS,
 )  # fmt: skip
-EXPLAIN: Final = Operation[models.RefRequest, models.ExplainResponse](
-    "explain", "GET", "/v1/memories/{ref}/explain", models.RefRequest, models.ExplainResponse,
+EXPLAIN: Final = Operation[model_fields.RefRequest, report_models.ExplainResponse](
+    "explain", "GET", "/v1/memories/{ref}/explain", model_fields.RefRequest,
+    report_models.ExplainResponse,
     "a memory's salience history, decisions, outcomes and learned keys", READS,
     (NOT_FOUND, INVALID), tools=("mem_explain",), command="explain",
 )  # fmt: skip
-PIN: Final = Operation[models.PinRequest, models.ChunkQueued](
-    "pin", "POST", "/v1/memories/{ref}/pin", models.PinRequest, models.ChunkQueued,
+PIN: Final = Operation[edit_models.PinRequest, edit_models.ChunkQueued](
+    "pin", "POST", "/v1/memories/{ref}/pin", edit_models.PinRequest, edit_models.ChunkQueued,
     "set a pin floor (applied and shared at the next cycle)", QUEUES,
     (NOT_FOUND, CONFLICT), tools=("mem_pin",), command="pin",
 )  # fmt: skip
-UNPIN: Final = Operation[models.RefRequest, models.ChunkQueued](
-    "unpin", "POST", "/v1/memories/{ref}/unpin", models.RefRequest, models.ChunkQueued,
+UNPIN: Final = Operation[model_fields.RefRequest, edit_models.ChunkQueued](
+    "unpin", "POST", "/v1/memories/{ref}/unpin", model_fields.RefRequest, edit_models.ChunkQueued,
     "clear the pin floor", QUEUES, (NOT_FOUND, CONFLICT, INVALID),
     tools=("mem_unpin",), command="unpin",
 )  # fmt: skip
-REINFORCE: Final = Operation[models.FeedbackRequest, models.ChunkQueued](
-    "reinforce", "POST", "/v1/memories/{ref}/reinforce", models.FeedbackRequest,
-    models.ChunkQueued, "a Reward pulse at this memory, with a reason", QUEUES,
+REINFORCE: Final = Operation[edit_models.FeedbackRequest, edit_models.ChunkQueued](
+    "reinforce", "POST", "/v1/memories/{ref}/reinforce", edit_models.FeedbackRequest,
+    edit_models.ChunkQueued, "a Reward pulse at this memory, with a reason", QUEUES,
     (NOT_FOUND, CONFLICT), tools=("mem_reinforce",), command="reinforce",
 )  # fmt: skip
-PENALIZE: Final = Operation[models.FeedbackRequest, models.ChunkQueued](
-    "penalize", "POST", "/v1/memories/{ref}/penalize", models.FeedbackRequest,
-    models.ChunkQueued, "a Decay pulse at this memory, with a reason", QUEUES,
+PENALIZE: Final = Operation[edit_models.FeedbackRequest, edit_models.ChunkQueued](
+    "penalize", "POST", "/v1/memories/{ref}/penalize", edit_models.FeedbackRequest,
+    edit_models.ChunkQueued, "a Decay pulse at this memory, with a reason", QUEUES,
     (NOT_FOUND, CONFLICT), tools=("mem_penalize",), command="penalize",
 )  # fmt: skip
-REVIVE: Final = Operation[models.RefRequest, models.Revival](
-    "revive", "POST", "/v1/memories/{ref}/revive", models.RefRequest, models.Revival,
+REVIVE: Final = Operation[model_fields.RefRequest, edit_models.Revival](
+    "revive", "POST", "/v1/memories/{ref}/revive", model_fields.RefRequest, edit_models.Revival,
     "bring a cold memory back to the live tier (at the next cycle)", QUEUES,
     (NOT_FOUND, CONFLICT, INVALID), tools=("mem_revive",), command="revive",
 )  # fmt: skip
-UPDATE: Final = Operation[models.UpdateRequest, models.UpdateResponse](
-    "update", "POST", "/v1/memories/{ref}/update", models.UpdateRequest, models.UpdateResponse,
+UPDATE: Final = Operation[edit_models.UpdateRequest, edit_models.UpdateResponse](
+    "update", "POST", "/v1/memories/{ref}/update", edit_models.UpdateRequest,
+    edit_models.UpdateResponse,
     "new content supersedes the memory; a new title, topic or importance revises it",
     REPLACES, (NOT_FOUND, CONFLICT), tools=("mem_update",), command="update",
     rules="something must change; without new content only title, topic_key and "
     "importance may (422); a tombstoned memory is refused (409)",
 )  # fmt: skip
-TIMELINE: Final = Operation[models.TimelineRequest, models.TimelineResponse](
-    "timeline", "GET", "/v1/timeline", models.TimelineRequest, models.TimelineResponse,
+TIMELINE: Final = Operation[report_models.TimelineRequest, report_models.TimelineResponse](
+    "timeline", "GET", "/v1/timeline", report_models.TimelineRequest,
+    report_models.TimelineResponse,
     "memories by time, newest first", READS, (INVALID,),
     tools=("mem_timeline",), command="timeline",
     rules="created_after_ms must be before created_before_ms (422)",

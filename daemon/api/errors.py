@@ -53,7 +53,7 @@ _STATUSES: Final[tuple[tuple[type[Exception] | tuple[type[Exception], ...], int]
 @dataclass(frozen=True)
 class Refusal:
     """An error answer: its status, the reason in words and, for a request that does not
-    validate, each field's reason (as models.FieldError lists it)."""
+    validate, each field's reason (as http_problems.FieldError lists it)."""
 
     status: int
     detail: str

@@ -31,7 +31,7 @@ import pydantic_core
 import trio
 from pydantic import BaseModel
 
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import edit_models, recall_models
 from dreamcycle.daemon.api.errors import PROBLEM_JSON, Refusal, problem
 from dreamcycle.daemon.api.operations import Operations
 
@@ -54,10 +54,12 @@ class HotRoute:
 
 #: The per-turn operations, by path: what agents call around every step they take.
 HOT_ROUTES: Final[Mapping[str, HotRoute]] = {
-    "/v1/recall": HotRoute(models.RecallRequest, Operations.recall, Operations.recall_at_once),
-    "/v1/context": HotRoute(models.ContextRequest, Operations.context),
-    "/v1/memories": HotRoute(models.SaveRequest, Operations.save),
-    "/v1/outcomes": HotRoute(models.OutcomeRequest, Operations.outcome),
+    "/v1/recall": HotRoute(
+        recall_models.RecallRequest, Operations.recall, Operations.recall_at_once
+    ),
+    "/v1/context": HotRoute(recall_models.ContextRequest, Operations.context),
+    "/v1/memories": HotRoute(edit_models.SaveRequest, Operations.save),
+    "/v1/outcomes": HotRoute(edit_models.OutcomeRequest, Operations.outcome),
 }
 
 

@@ -3,8 +3,8 @@ breaks.
 
 The models' validation (pydantic) says what failed as an error type with its context (a
 bound, a pattern, the choices); here each becomes a sentence of this API's own, the same
-over HTTP (daemon/api/http.py), from an MCP tool (daemon/api/mcp_tools.py), from the
-Python client (daemon/api/client.py) and on a command's error line. Nothing here points
+over HTTP (daemon/api/http.py), from an MCP tool (daemon/api/mcp_server.py), from the
+Python client (daemon/api/client_requests.py) and on a command's error line. Nothing here points
 anywhere else to read more: the reason is the whole answer.
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.api import models
+from dreamcycle.daemon.api import model_fields, recall_models, report_models
 from dreamcycle.daemon.config import DownscaleConfig
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.memory.confidence import HalfLives
@@ -46,7 +46,7 @@ _PLAIN_CAUSES = {
 }
 
 
-def filter_clauses(filters: models.RecallFilters) -> tuple[list[str], list[Any]]:
+def filter_clauses(filters: recall_models.RecallFilters) -> tuple[list[str], list[Any]]:
     """SQL conditions (and their parameters) on `observations` for recall's filters; chunks
     tombstoned and the daemon's own records never match."""
     where = ["deleted_at IS NULL", f"type != '{EFFICACY_TYPE}'"]
@@ -83,7 +83,7 @@ class Held:
     cold: bool
 
 
-def pinned_tier(db: Database, filters: models.RecallFilters) -> list[Held]:
+def pinned_tier(db: Database, filters: recall_models.RecallFilters) -> list[Held]:
     """Pinned memories (a pin floor, or deletion policy never) matching the filters, highest
     salience first."""
     where, params = filter_clauses(filters)
@@ -143,7 +143,7 @@ def _held(row: Sequence[Any]) -> Held:
 # ---- explain --------------------------------------------------------------------------------
 
 
-def explain(db: Database, memory: models.Memory) -> models.ExplainResponse:
+def explain(db: Database, memory: report_models.Memory) -> report_models.ExplainResponse:
     digest = memory.content_hash
     obs = db.observation_by_hash(digest)
     assert obs is not None  # the caller just read it
@@ -162,7 +162,7 @@ def explain(db: Database, memory: models.Memory) -> models.ExplainResponse:
     )
     history = [_step(db, obs.rowid, int(s), str(k), json.loads(b), int(a)) for s, k, b, a in rows]
     tombstone = db.fetch_one("SELECT reason FROM tombstones WHERE hash = ?", (digest,))
-    return models.ExplainResponse(
+    return report_models.ExplainResponse(
         memory=memory,
         tombstone_reason=None if tombstone is None else tombstone[0],
         history=history,
@@ -177,7 +177,7 @@ def explain(db: Database, memory: models.Memory) -> models.ExplainResponse:
             )[0]
         ),
         learned_keys=[
-            models.LearnedKeySummary(weight=k.weight, updated_ms=k.updated_ms, text=k.text)
+            report_models.LearnedKeySummary(weight=k.weight, updated_ms=k.updated_ms, text=k.text)
             for k in key_store.keys_of(db, obs.rowid)
         ],
     )
@@ -185,8 +185,8 @@ def explain(db: Database, memory: models.Memory) -> models.ExplainResponse:
 
 def _step(
     db: Database, rowid: int, seq: int, kind: str, body: dict[str, Any], at_ms: int
-) -> models.SalienceStep:
-    step = models.SalienceStep(seq=seq, at_ms=at_ms, step=kind, cause=kind)  # type: ignore[arg-type]
+) -> report_models.SalienceStep:
+    step = report_models.SalienceStep(seq=seq, at_ms=at_ms, step=kind, cause=kind)  # type: ignore[arg-type]
     if kind == JournalKind.CHUNK:
         step.cause = "admitted"
         step.salience = body.get("initial")
@@ -225,7 +225,9 @@ def _step(
     return step
 
 
-def _downscale(db: Database, rowid: int, kind: str, stability: float) -> models.DownscaleSummary:
+def _downscale(
+    db: Database, rowid: int, kind: str, stability: float
+) -> report_models.DownscaleSummary:
     row = db.fetch_one(
         f"SELECT count(*), max(seq) FROM journal WHERE kind = '{JournalKind.DOWNSCALE}' AND seq > "
         "coalesce((SELECT admitted_seq FROM observations WHERE id = ?), 9e18)",
@@ -238,17 +240,17 @@ def _downscale(db: Database, rowid: int, kind: str, stability: float) -> models.
     )
     last_at_ms = None if decayed is None else ms_from_iso(str(decayed[0]))
     if last is None:
-        return models.DownscaleSummary(steps=0, last_at_ms=last_at_ms, half_life_s=None)
+        return report_models.DownscaleSummary(steps=0, last_at_ms=last_at_ms, half_life_s=None)
     step = json.loads(db.fetch_one("SELECT body FROM journal WHERE seq = ?", (last,))[0])
     if kind not in step.get("half_life_s", {}):
-        return models.DownscaleSummary(steps=steps, last_at_ms=last_at_ms, half_life_s=None)
+        return report_models.DownscaleSummary(steps=steps, last_at_ms=last_at_ms, half_life_s=None)
     half_lives = HalfLives.from_journal(step, DownscaleConfig())
-    return models.DownscaleSummary(
+    return report_models.DownscaleSummary(
         steps=steps, last_at_ms=last_at_ms, half_life_s=half_lives.of(kind, stability)
     )
 
 
-def _decisions(db: Database, digest: str) -> list[models.DecisionSummary]:
+def _decisions(db: Database, digest: str) -> list[report_models.DecisionSummary]:
     rows = db.fetch_all(
         "SELECT decision_hash, ts, peer, coalesce(ranked_json, chunk_hashes_json), query_text, "
         "ranked_json IS NOT NULL FROM attributions WHERE instr(chunk_hashes_json, ?) > 0 "
@@ -264,14 +266,14 @@ def _decisions(db: Database, digest: str) -> list[models.DecisionSummary]:
             (decision,),
         )
         out.append(
-            models.DecisionSummary(
+            report_models.DecisionSummary(
                 decision_hash=str(decision),
                 at=str(ts),
                 peer=str(peer),
                 rank=order.index(digest) + 1 if ranked and digest in order else None,
                 query=query,
                 outcomes=[
-                    models.OutcomeSummary(
+                    report_models.OutcomeSummary(
                         outcome_id=str(oid),
                         reward=float(reward),
                         reason=str(reason),
@@ -288,14 +290,16 @@ def _decisions(db: Database, digest: str) -> list[models.DecisionSummary]:
 # ---- timeline -------------------------------------------------------------------------------
 
 
-def timeline(db: Database, request: models.TimelineRequest) -> models.TimelineResponse:
+def timeline(
+    db: Database, request: report_models.TimelineRequest
+) -> report_models.TimelineResponse:
     where, params = filter_clauses(request.filters())
     if request.around_ms is not None:
         span_ms = int(request.span_s * 1000)
         where.append("created_at >= ? AND created_at <= ?")
         params += [
             iso_from_ms(max(0, request.around_ms - span_ms)),
-            iso_from_ms(min(request.around_ms + span_ms, models.MAX_TIME_MS)),
+            iso_from_ms(min(request.around_ms + span_ms, model_fields.MAX_TIME_MS)),
         ]
     condition = " AND ".join(where)
     total = int(
@@ -311,11 +315,11 @@ def timeline(db: Database, request: models.TimelineRequest) -> models.TimelineRe
         (_PREVIEW_BYTES, *params, request.limit, request.offset),
     )
     end = request.offset + len(rows)
-    return models.TimelineResponse(
+    return report_models.TimelineResponse(
         total=total,
         next_offset=end if end < total else None,
         memories=[
-            models.TimelineMemory(
+            report_models.TimelineMemory(
                 content_hash=digest,
                 title=title,
                 preview=_preview(head),

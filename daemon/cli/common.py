@@ -44,8 +44,21 @@ def existing_data_epilog(without_one: str = "this command never creates one") ->
 Number = TypeVar("Number", int, float)
 
 
+#: The options every command takes that set a setting: (option, setting, metavar). Each
+#: takes its help and choices from the setting (daemon/config/settings.py).
+SETTING_OPTIONS: Final = (
+    ("--data-dir", "peer.data_dir", "DIR"),
+    ("--peer-id", "peer.id", "ID"),
+    ("--zeitgeist-dir", "zeitgeist.dir", "DIR"),
+    ("--log-level", "log.level", None),
+    ("--log-format", "log.format", None),
+)
+
+
 def config_options() -> argparse.ArgumentParser:
     """A parent parser with the options every command takes."""
+    from dreamcycle.daemon.config.settings import BY_NAME, option_help
+
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("configuration")
     group.add_argument(
@@ -54,18 +67,18 @@ def config_options() -> argparse.ArgumentParser:
         metavar="FILE",
         help="TOML config file (default: $DREAMCYCLE_CONFIG, else built-in defaults)",
     )
-    group.add_argument(
-        "--data-dir", metavar="DIR", help="where the database and index live (peer.data_dir)"
-    )
-    group.add_argument("--peer-id", metavar="ID", help="this peer's id in the mesh (peer.id)")
-    group.add_argument(
-        "--zeitgeist-dir",
-        metavar="DIR",
-        help="shared directory for the local zeitgeist backend (zeitgeist.dir)",
-    )
-    group.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
-    group.add_argument("--log-format", choices=("json", "text"))
+    for option, name, metavar in SETTING_OPTIONS:
+        group.add_argument(
+            option, metavar=metavar, choices=BY_NAME[name].choices or None, help=option_help(name)
+        )
     return parent
+
+
+def setting_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings this command's options set ("section.key": value, None where not given)."""
+    return {
+        name: getattr(args, option[2:].replace("-", "_")) for option, name, _ in SETTING_OPTIONS
+    }
 
 
 class VerbModule(Protocol):
@@ -111,16 +124,7 @@ def load(args: argparse.Namespace) -> Config:
     from dreamcycle.daemon.config import load_config
     from dreamcycle.daemon.service.logs import configure_logging
 
-    config = load_config(
-        args.config,
-        overrides={
-            "peer.data_dir": args.data_dir,
-            "peer.id": args.peer_id,
-            "zeitgeist.dir": args.zeitgeist_dir,
-            "log.level": args.log_level,
-            "log.format": args.log_format,
-        },
-    )
+    config = load_config(args.config, overrides=setting_overrides(args))
     configure_logging(config.log.level, config.log.format)
     return config
 
@@ -227,7 +231,7 @@ CANNOT_RUN_HERE: Final = (
     # The index could not be written to the data directory (permissions, a full disk, a
     # directory in its place).
     ("dreamcycle.store.index_file", "IndexSaveFailed"),
-    ("dreamcycle.daemon.api.client", "Unavailable"),
+    ("dreamcycle.daemon.api.client_errors", "Unavailable"),
     ("dreamcycle.daemon.signing_keys", "KeyUnavailable"),
     ("dreamcycle.daemon.signing_keys", "KeyExists"),
 )
@@ -236,9 +240,9 @@ BAD_INPUT: Final = (
     ("dreamcycle.store.database", "InvalidObservation"),
     ("builtins", "ValueError"),
     # What the daemon refused: the same requests the direct way refuses as bad input.
-    ("dreamcycle.daemon.api.client", "BadRequest"),
-    ("dreamcycle.daemon.api.client", "NotFound"),
-    ("dreamcycle.daemon.api.client", "Conflict"),
+    ("dreamcycle.daemon.api.client_errors", "BadRequest"),
+    ("dreamcycle.daemon.api.client_errors", "NotFound"),
+    ("dreamcycle.daemon.api.client_errors", "Conflict"),
 )
 
 

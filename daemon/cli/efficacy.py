@@ -16,6 +16,7 @@ from dreamcycle.daemon.cli.common import (
     print_table,
     run_guarded,
 )
+from dreamcycle.daemon.config.settings import BY_NAME, option_help
 
 if TYPE_CHECKING:
     from dreamcycle.daemon.cycle.efficacy import Measurement
@@ -41,14 +42,14 @@ def register(verbs: Any) -> None:
     )
     parser.add_argument(
         "--rule",
-        choices=("bfs", "literal"),
+        choices=BY_NAME["pulses.update_rule"].choices,
         help="replay every pulse of the journal with this update rule and compare",
     )
     parser.add_argument(
         "--window-s",
         type=bounded(float, above=0.0),
         metavar="S",
-        help="look back this many seconds for decisions (default: efficacy.window_s)",
+        help=option_help("efficacy.window_s", default_of=True),
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _efficacy(args)))

@@ -14,6 +14,7 @@ from dreamcycle.daemon.cli.common import (
     reason_text,
     run_guarded,
 )
+from dreamcycle.daemon.config.settings import option_help
 from dreamcycle.pulses.constants import (
     K_MAX,
     MAX_HOPS_MAX,
@@ -42,29 +43,35 @@ def register(verbs: Any) -> None:
     parser.add_argument("--text", required=True, help="text whose embedding seeds the pulse")
     parser.add_argument("--kind", required=True, choices=("reward", "decay", "forget"))
     parser.add_argument(
-        "--strength", type=bounded(float, at_least=0.0, at_most=STRENGTH_MAX), help="magnitude"
+        "--strength",
+        type=bounded(float, at_least=0.0, at_most=STRENGTH_MAX),
+        help=option_help("pulses.strength", default_of=True),
     )
     parser.add_argument(
         "--sigma",
         type=bounded(float, at_least=SIGMA_MIN, at_most=SIGMA_MAX),
-        help="kernel width in cosine-distance units",
+        help=option_help("pulses.sigma", default_of=True),
     )
     parser.add_argument(
-        "--k", type=bounded(int, at_least=1, at_most=K_MAX), help="neighbours per BFS node"
+        "--k",
+        type=bounded(int, at_least=1, at_most=K_MAX),
+        help=option_help("pulses.k", default_of=True),
     )
     parser.add_argument(
-        "--max-hops", type=bounded(int, at_least=0, at_most=MAX_HOPS_MAX), help="BFS depth"
+        "--max-hops",
+        type=bounded(int, at_least=0, at_most=MAX_HOPS_MAX),
+        help=option_help("pulses.max_hops", default_of=True),
     )
     parser.add_argument(
         "--decay-per-hop",
         type=bounded(float, at_least=0.0, below=1.0),
-        help="attenuation per hop",
+        help=option_help("pulses.decay_per_hop", default_of=True),
     )
     parser.add_argument(
         "--ttl",
         type=bounded(float, above=0.0, at_most=TTL_MAX_S),
         metavar="SECONDS",
-        help="time to live",
+        help=option_help("pulses.ttl_s", default_of=True),
     )
     parser.add_argument(
         "--reason",

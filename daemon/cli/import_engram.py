@@ -32,7 +32,8 @@ def register(verbs: Any) -> None:
 def _import(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from dreamcycle.daemon.intake.engram_import import import_engram, read_engram
+    from dreamcycle.daemon.intake.engram_import import import_engram
+    from dreamcycle.daemon.intake.engram_source import read_engram
     from dreamcycle.daemon.runtime import Runtime
 
     config = load(args)

@@ -90,8 +90,10 @@ def _mcp(args: argparse.Namespace) -> int:
 
     import trio
 
-    from dreamcycle.daemon.api.client import AsyncMemoryClient, Endpoint, Unavailable
-    from dreamcycle.daemon.api.mcp_tools import build_server
+    from dreamcycle.daemon.api.async_client import AsyncMemoryClient
+    from dreamcycle.daemon.api.client_errors import Unavailable
+    from dreamcycle.daemon.api.client_wire import Endpoint
+    from dreamcycle.daemon.api.mcp_server import build_server
 
     endpoint = Endpoint.from_config(config, tcp=args.tcp)
     if not (args.tcp or args.no_start):
@@ -127,7 +129,8 @@ def _run_arguments(args: argparse.Namespace) -> list[str]:
 def ensure_daemon(config: Config, endpoint: Any, run_arguments: list[str]) -> None:
     """Return once a daemon serves memory on `endpoint`, starting one if none answers;
     Unavailable (naming its log) if it cannot be started or does not come up in time."""
-    from dreamcycle.daemon.api.client import MemoryClient, Unavailable
+    from dreamcycle.daemon.api.client import MemoryClient
+    from dreamcycle.daemon.api.client_errors import Unavailable
 
     def serving() -> bool:
         try:

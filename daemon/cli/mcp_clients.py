@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from dreamcycle.daemon.config.settings import BY_NAME
+
 #: The name each client lists the server under.
 SERVER_NAME: Final = "dreamcycle"
-#: The environment variable naming the data directory (peer.data_dir).
-DATA_DIR_VARIABLE: Final = "DREAMCYCLE_PEER_DATA_DIR"
+#: The environment variable naming the data directory.
+DATA_DIR_VARIABLE: Final = BY_NAME["peer.data_dir"].env
 
 
 @dataclass(frozen=True)

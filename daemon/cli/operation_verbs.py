@@ -177,7 +177,7 @@ def _model_of(info: FieldInfo) -> type[BaseModel] | None:
 def _request(
     args: argparse.Namespace, op: contract.Operation[Any, Any], arguments: list[Argument]
 ) -> Any:
-    from dreamcycle.daemon.api.client import request_model
+    from dreamcycle.daemon.api.client_requests import request_model
 
     assert op.request is not None
     top: dict[str, Any] = {}
@@ -216,7 +216,9 @@ def answer_of(
 ) -> BaseModel:
     """The operation's answer: from the running daemon's API when it answers, else served
     here on the data directory (under its lock)."""
-    from dreamcycle.daemon.api.client import Endpoint, MemoryClient, Unavailable
+    from dreamcycle.daemon.api.client import MemoryClient
+    from dreamcycle.daemon.api.client_errors import Unavailable
+    from dreamcycle.daemon.api.client_wire import Endpoint
 
     socket_path = config.api_socket_path
     if not direct and socket_path is not None and socket_path.exists():
@@ -256,7 +258,7 @@ def _served_here(config: Config) -> Iterator[Any]:
 
 def _called(ops: Any, op: contract.Operation[Any, Any], request: Any) -> BaseModel:
     """`op` called on `ops`, a refusal raised as the client raises the API's."""
-    from dreamcycle.daemon.api import client
+    from dreamcycle.daemon.api.client_errors import error_for
     from dreamcycle.daemon.api.errors import problem
 
     method = getattr(ops, op.name)
@@ -267,7 +269,7 @@ def _called(ops: Any, op: contract.Operation[Any, Any], request: Any) -> BaseMod
         refused = problem(exc)
         if refused.status >= 500:
             raise
-        raise client.error_for(refused.status)(refused.detail, refused.status) from None
+        raise error_for(refused.status)(refused.detail, refused.status) from None
 
 
 def readable(value: Any, prefix: str = "") -> Iterator[str]:

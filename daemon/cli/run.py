@@ -15,6 +15,7 @@ from dreamcycle.daemon.cli.common import (
     load,
     run_guarded,
 )
+from dreamcycle.daemon.config.settings import option_help
 
 #: What each exit status means, and which ones the unit restarts (RestartPreventExitStatus
 #: lists the configuration errors only: scripts/systemd/dreamcycle.service).
@@ -61,7 +62,7 @@ def register(verbs: Any) -> None:
         "--interval",
         type=bounded(float, above=0.0),
         metavar="SECONDS",
-        help="seconds between cycle starts (cycle.interval_s)",
+        help=option_help("cycle.interval_s"),
     )
     parser.set_defaults(handler=lambda args: run_guarded(lambda: _run_classified(args)))
 
@@ -81,8 +82,8 @@ def _run_classified(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from dreamcycle.daemon.runtime import Runtime
     from dreamcycle.daemon.service import metrics
-    from dreamcycle.daemon.service.health import unwritable_data_dir
     from dreamcycle.daemon.service.loop import serve, service_health
+    from dreamcycle.daemon.service.storage_health import unwritable_data_dir
     from dreamcycle.daemon.signing_keys import check_can_run
 
     config = load(args)

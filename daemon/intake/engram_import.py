@@ -1,74 +1,40 @@
-"""Import an engram database: its observations (and session summaries) become chunks.
+"""Import an engram database: what changed in it since the last import, carried over, and
+what each engram memory became, recorded.
 
-The source is opened read-only and nothing in it is ever written, checkpointed or
-recovered: engram may be running. Its schema is read with `PRAGMA table_info`, so
-every engram version with an `observations(content)` table can be imported, and text
-that is not valid in the database's encoding is imported with replacement characters
-rather than refusing the whole file.
+Each engram memory's identity (engram_memories.py) is recorded in `engram_imports` with
+the chunk it became. An import takes only what changed since the last one: new memories
+are stored and embedded as `ingest` does, edited content queues a `supersede` of the old
+chunk, a changed title or topic a `reconsolidate`, and a deletion a `tombstone`; the
+daemon applies them in its next cycle and publishes them. See docs/import.md.
 
-One module of about 600 lines: reading engram's schema, keying its memories and
-deciding what changed are one pass over the source, read in the order it runs.
-
-Each engram memory has an identity (its `sync_id`, else its normalised content
-hash with project, scope, type and title; `session/<id>` for a session summary)
-recorded in `engram_imports` with the chunk it became. An import takes only what
-changed since the last one: new memories are stored and embedded as `ingest`
-does, edited content queues a `supersede` of the old chunk, a changed title or
-topic a `reconsolidate`, and a deletion a `tombstone`; the daemon applies them
-in its next cycle and publishes them. See docs/import.md.
+The source is read whole (engram_source.py) before anything is stored.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
-import string
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
-from urllib.parse import quote
+from typing import Final
 
-import apsw
-import blake3
-
-from dreamcycle.daemon.intake.emit import (
+from dreamcycle.daemon.intake.emit_revisions import (
     QueuedRetractions,
     emit_revision,
     emit_supersede,
-    emit_tombstone,
     queued_retractions,
 )
+from dreamcycle.daemon.intake.emit_tombstones import emit_tombstone
+from dreamcycle.daemon.intake.engram_memories import SourceMemory
+from dreamcycle.daemon.intake.engram_source import EngramSource
 from dreamcycle.daemon.intake.ingest import INGEST_BATCH, embed_stored
 from dreamcycle.daemon.memory.limits import FieldOverLimit, check_observation_limits
 from dreamcycle.daemon.runtime import Runtime
-from dreamcycle.store.database import Database, InvalidObservation, NewObservation
+from dreamcycle.store.database import Database, InvalidObservation
 from dreamcycle.store.engram_imports import ImportRecord, import_records, save_import_record
 from dreamcycle.store.hashing import content_hash
 
-#: engram's observation types -> the chunk kind whose decay half-life suits them.
-KIND_BY_TYPE: Final = {
-    "preference": "preference",
-    "decision": "insight",
-    "architecture": "insight",
-    "pattern": "insight",
-    "learning": "insight",
-    "discovery": "insight",
-    "bugfix": "fact",
-    "config": "fact",
-    "summary": "summary",
-    "session_summary": "summary",
-}
-#: Everything else (manual, tool_use, file_change, ...) is a note.
-DEFAULT_KIND: Final = "note"
-#: The type and kind of a session's summary imported as a chunk.
-SESSION_SUMMARY_TYPE: Final = "session_summary"
-SESSION_SUMMARY_KIND: Final = "summary"
 SUPERSEDE_REASON: Final = "edited in engram"
 TOMBSTONE_REASON: Final = "deleted in engram"
 #: Metadata a change in engram can revise on an existing chunk (see zeitgeist reconsolidate).
@@ -77,18 +43,6 @@ REVISED_FIELDS: Final = ("title", "topic_key")
 EDITED_AGAIN_REASON: Final = "edited again before the last edit was applied; import after a cycle"
 #: Why a memory with a field longer than the log takes is skipped (docs/import.md).
 OVER_LIMIT_REASON: Final = "a field longer than any peer takes"
-#: The header bytes (18, 19) of an SQLite file in WAL mode: file format versions 2 and 2.
-_WAL_FORMAT: Final = b"\x02\x02"
-#: `PRAGMA encoding` -> the codec of the bytes `CAST(text AS BLOB)` returns.
-_CODECS: Final = {"UTF-8": "utf-8", "UTF-16le": "utf-16-le", "UTF-16be": "utf-16-be"}
-#: SQLite folds only ASCII letters when it compares identifiers.
-_IDENTIFIER_CASE: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
-#: Rows with undecodable text named in the import's note; the rest are counted.
-_NAMED_LOSSY_ROWS: Final = 5
-
-
-class EngramSourceError(ValueError):
-    """The engram database cannot be read; the message names the file and what is missing."""
 
 
 class Action(StrEnum):
@@ -104,26 +58,6 @@ class Action(StrEnum):
 WRITING_ACTIONS: Final = frozenset(
     {Action.IMPORTED, Action.SUPERSEDED, Action.REVISED, Action.TOMBSTONED}
 )
-
-
-@dataclass(frozen=True)
-class SourceMemory:
-    """One engram observation or session summary, mapped onto dreamcycle's fields."""
-
-    key: str
-    source_id: str
-    item: NewObservation
-    created_at: str | None
-    updated_at: str | None
-    revision_count: int | None
-    deleted_at: str | None
-
-    @property
-    def fingerprint(self) -> str:
-        """Changes whenever a mapped field does (the source path is not one: a moved file
-        is the same memory)."""
-        fields = {**asdict(self.item), "source_ref": None}
-        return blake3.blake3(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -171,258 +105,6 @@ class ImportReport:
         if not self.dry_run:
             parts.append(f"embedded {self.embedded}")
         return "  ".join(parts)
-
-
-# ---- reading the source ------------------------------------------------------------------
-
-
-@contextmanager
-def open_engram(path: Path) -> Iterator[apsw.Connection]:
-    """A read-only connection to an engram database that cannot change any of its files."""
-    if not path.is_file():
-        raise EngramSourceError(f"{path}: no such file")
-    # SQLite looks for -wal and -shm beside the file it opens: beside a symlink they
-    # would be missed, and rows only in the WAL read as never written.
-    database = path.resolve()
-    wal, shm = Path(f"{database}-wal"), Path(f"{database}-shm")
-    with tempfile.TemporaryDirectory(prefix="dreamcycle-engram-") as scratch:
-        if shm.exists() and wal.exists():
-            # A plain read-only connection still writes its read marks into the -shm file
-            # (and recovers a stale one); readonly_shm reads the WAL without touching it.
-            # Without the -wal it would create an empty one.
-            target, options = database, "mode=ro&readonly_shm=1"
-        elif wal.exists() and wal.stat().st_size > 0:
-            # A WAL without its index: no process has the database open, and reading it in
-            # place would create the index beside it. Read a copy.
-            target = Path(scratch) / database.name
-            shutil.copyfile(database, target)
-            shutil.copyfile(wal, Path(f"{target}-wal"))
-            options = "mode=ro"
-        elif _header_bytes(database)[18:20] == _WAL_FORMAT:
-            # WAL mode, nothing pending and nobody attached (an attached connection keeps
-            # the -wal; an -shm alone is left over from a crash): a read-only open would
-            # still create -wal and -shm files beside it.
-            target, options = database, "mode=ro&immutable=1"
-        else:
-            target, options = database, "mode=ro"
-        uri = f"file:{quote(str(target))}?{options}"
-        try:
-            conn = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
-            conn.execute("SELECT count(*) FROM sqlite_schema").fetchall()
-        except apsw.Error as exc:
-            raise EngramSourceError(f"{path}: not a readable SQLite database ({exc})") from None
-        try:
-            yield conn
-        finally:
-            conn.close()
-
-
-def _header_bytes(path: Path) -> bytes:
-    with path.open("rb") as handle:
-        return handle.read(100)
-
-
-def _columns(conn: apsw.Connection, table: str) -> dict[str, str]:
-    """`table`'s columns by the name SQL matches them under, to their declared name."""
-    return {
-        str(row[1]).translate(_IDENTIFIER_CASE): str(row[1])
-        for row in conn.execute(f"PRAGMA table_info({table})")
-    }
-
-
-class _TextDecoder:
-    """Decodes text columns read as blobs: SQLite does not check that text is valid in its
-    encoding, and one such value must not keep every other memory from being imported."""
-
-    def __init__(self, conn: apsw.Connection) -> None:
-        ((encoding,),) = conn.execute("PRAGMA encoding").fetchall()
-        self.codec = _CODECS.get(str(encoding), "utf-8")
-        self.lossy_rows: list[str] = []
-
-    def row(self, table: str, row_id: object, values: Sequence[Any]) -> list[str | None]:
-        decoded = [self._decode(value) for value in values]
-        if any(text is not None and text[1] for text in decoded):
-            self.lossy_rows.append(f"{table} {row_id}")
-        return [None if text is None else text[0] for text in decoded]
-
-    def _decode(self, value: Any) -> tuple[str, bool] | None:
-        """The text and whether some of it was replaced."""
-        if value is None:
-            return None
-        if not isinstance(value, bytes):
-            return str(value), False
-        try:
-            return value.decode(self.codec), False
-        except UnicodeDecodeError:
-            return value.decode(self.codec, errors="replace"), True
-
-    def note(self) -> str | None:
-        if not self.lossy_rows:
-            return None
-        named = ", ".join(self.lossy_rows[:_NAMED_LOSSY_ROWS])
-        more = len(self.lossy_rows) - _NAMED_LOSSY_ROWS
-        rows = named + (f" and {more} more" if more > 0 else "")
-        return (
-            f"text that is not valid {self.codec} imported with replacement characters "
-            f"(U+FFFD) from {len(self.lossy_rows)} row(s): {rows}"
-        )
-
-
-@dataclass(frozen=True)
-class EngramSource:
-    """What an engram database holds, read whole before anything is stored."""
-
-    path: Path  # resolved: records name the file they came from
-    memories: list[SourceMemory]
-    #: What this engram version lacks that an import would otherwise use.
-    notes: list[str]
-
-
-def read_engram(path: Path) -> EngramSource:
-    """Every observation and non-empty session summary, oldest first."""
-    with open_engram(path) as conn:
-        columns = _columns(conn, "observations")
-        if not columns:
-            raise EngramSourceError(f"{path}: no 'observations' table: not an engram database")
-        if "content" not in columns:
-            raise EngramSourceError(
-                f"{path}: table 'observations' has no 'content' column "
-                f"(it has {', '.join(sorted(columns.values()))})"
-            )
-        source = path.resolve()
-        notes: list[str] = []
-        try:
-            decoder = _TextDecoder(conn)
-            memories = list(_observations(conn, str(source), set(columns), decoder))
-            session_columns = set(_columns(conn, "sessions"))
-            if {"id", "summary"} <= session_columns:
-                memories.extend(_session_summaries(conn, str(source), session_columns, decoder))
-            elif session_columns:
-                notes.append("table 'sessions' has no 'summary' column: no summaries imported")
-        except apsw.Error as exc:
-            raise EngramSourceError(f"{path}: cannot be read: {exc}") from None
-        lossy = decoder.note()
-        if lossy is not None:
-            notes.append(lossy)
-    return EngramSource(source, memories, notes)
-
-
-def _select(columns: set[str], wanted: Sequence[str], *, numeric: Sequence[str] = ()) -> str:
-    """`wanted` columns in order, NULL for those this engram version lacks."""
-    return ", ".join(_selected(name, columns, numeric) for name in wanted)
-
-
-def _selected(name: str, columns: set[str], numeric: Sequence[str]) -> str:
-    if name not in columns:
-        return f"NULL AS {name}"
-    if name in numeric:
-        return name
-    # apsw raises on text that is not valid in the database's encoding before any row
-    # can be looked at; as a blob it reaches _TextDecoder whole.
-    return f"CAST({name} AS BLOB) AS {name}"
-
-
-def _deletion_time(deleted_at: str | None) -> str | None:
-    """engram's `deleted_at` if it records a deletion. engram writes a timestamp there;
-    an empty or blank value, or a zero one (another tool's "unset"), is not one."""
-    if deleted_at is None or not deleted_at.strip():
-        return None
-    try:
-        if float(deleted_at) == 0:
-            return None
-    except ValueError:
-        pass
-    return deleted_at
-
-
-_OBSERVATION_FIELDS: Final = (
-    "sync_id", "session_id", "type", "title", "content", "tool_name", "project", "scope",
-    "topic_key", "normalized_hash", "revision_count", "created_at", "updated_at", "deleted_at",
-)  # fmt: skip
-
-
-_OBSERVATION_NUMBERS: Final = ("revision_count",)
-_OBSERVATION_TEXTS: Final = tuple(f for f in _OBSERVATION_FIELDS if f not in _OBSERVATION_NUMBERS)
-
-
-def _observations(
-    conn: apsw.Connection, source: str, columns: set[str], decoder: _TextDecoder
-) -> Iterator[SourceMemory]:
-    fields = _select(columns, _OBSERVATION_FIELDS, numeric=_OBSERVATION_NUMBERS)
-    sql = f"SELECT rowid, {fields} FROM observations ORDER BY rowid"
-    for rowid, *values in conn.execute(sql):
-        raw = dict(zip(_OBSERVATION_FIELDS, values, strict=True))
-        texts = decoder.row("observations", rowid, [raw[name] for name in _OBSERVATION_TEXTS])
-        row = dict(zip(_OBSERVATION_TEXTS, texts, strict=True))
-        content = row["content"] or ""
-        obs_type = row["type"] or "manual"
-        title = row["title"] or ""
-        scope = row["scope"] or "project"
-        project = row["project"]
-        if row["sync_id"]:
-            key = f"sync:{row['sync_id']}"
-        else:
-            digest = row["normalized_hash"] or normalized_hash(content)
-            parts = json.dumps([digest, project, scope, obs_type, title])
-            key = "fields:" + blake3.blake3(parts.encode()).hexdigest()[:32]
-        yield SourceMemory(
-            key=key,
-            source_id=str(rowid),
-            item=NewObservation(
-                content=content,
-                title=title,
-                type=obs_type,
-                kind=KIND_BY_TYPE.get(obs_type.lower(), DEFAULT_KIND),
-                project=project,
-                scope=scope,
-                topic_key=row["topic_key"],
-                session_id=row["session_id"],
-                tool_name=row["tool_name"],
-                source_ref=f"engram:{source}#{rowid}",
-            ),
-            created_at=row["created_at"],
-            updated_at=row["updated_at"],
-            revision_count=raw["revision_count"]
-            if isinstance(raw["revision_count"], int)
-            else None,
-            deleted_at=_deletion_time(row["deleted_at"]),
-        )
-
-
-_SESSION_FIELDS: Final = ("id", "project", "started_at", "ended_at", "summary")
-
-
-def _session_summaries(
-    conn: apsw.Connection, source: str, columns: set[str], decoder: _TextDecoder
-) -> Iterator[SourceMemory]:
-    sql = f"SELECT rowid, {_select(columns, _SESSION_FIELDS)} FROM sessions ORDER BY rowid"
-    for rowid, *values in conn.execute(sql):
-        session_id, project, started_at, ended_at, text = decoder.row("sessions", rowid, values)
-        if not text or not text.strip():
-            continue  # a session without a summary is not a memory
-        yield SourceMemory(
-            key=f"session:{session_id}",
-            source_id=str(session_id),
-            item=NewObservation(
-                content=text,
-                type=SESSION_SUMMARY_TYPE,
-                kind=SESSION_SUMMARY_KIND,
-                project=project,
-                topic_key=f"session/{session_id}",
-                session_id=str(session_id),
-                source_ref=f"engram:{source}#session/{session_id}",
-            ),
-            created_at=started_at,
-            updated_at=ended_at,
-            revision_count=None,
-            deleted_at=None,
-        )
-
-
-def normalized_hash(content: str) -> str:
-    """engram's own `normalized_hash` (sha256 of the lowercased, whitespace-collapsed
-    content), for versions that did not store it: identities then survive an upgrade."""
-    return hashlib.sha256(" ".join(content.split()).lower().encode("utf-8")).hexdigest()
 
 
 # ---- planning ------------------------------------------------------------------------------

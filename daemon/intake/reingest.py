@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from dreamcycle.daemon.intake.emit import emit_revision
+from dreamcycle.daemon.intake.emit_revisions import emit_revision
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store.database import LOCAL_METADATA_COLUMNS, Database, NewObservation
 from dreamcycle.store.hashing import content_hash

@@ -51,7 +51,8 @@ from dreamcycle.daemon.cycle import (
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.service import metrics, systemd
 from dreamcycle.daemon.service.cycle_thread import CycleThread
-from dreamcycle.daemon.service.health import Health, StorageFault, outbox_depth, storage_fault
+from dreamcycle.daemon.service.health import Health, outbox_depth
+from dreamcycle.daemon.service.storage_health import StorageFault, storage_fault
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")

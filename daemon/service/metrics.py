@@ -21,6 +21,8 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
+from dreamcycle.daemon.config.settings import BY_NAME
+
 REGISTRY: Final = CollectorRegistry()
 NAMESPACE: Final = "dreamcycle"
 
@@ -215,9 +217,10 @@ def serve(address: tuple[str, int], probes: Mapping[str, Probe] | None = None) -
     try:
         server = make_server(host, port, app, Server, handler_class=_QuietHandler)
     except OSError as exc:
+        listen = BY_NAME["metrics.listen"]
         raise MetricsUnavailable(
             f"cannot serve metrics on {host}:{port}: {exc.strerror}; "
-            "set metrics.listen (DREAMCYCLE_METRICS_LISTEN) to a free HOST:PORT, or empty to disable"
+            f"set {listen.name} ({listen.env}) to a free HOST:PORT, or empty to disable"
         ) from None
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
 

@@ -52,7 +52,8 @@ def memory_access(config: Config, *, direct: bool = False) -> Iterator[MemoryAcc
         log.debug("memory opened directly", extra={"database": str(config.database_path)})
         yield opened
         return
-    from dreamcycle.daemon.api.client import Endpoint, MemoryClient
+    from dreamcycle.daemon.api.client import MemoryClient
+    from dreamcycle.daemon.api.client_wire import Endpoint
     from dreamcycle.daemon.cli.access.api import ApiAccess
 
     with MemoryClient(endpoint=Endpoint(socket_path=socket_path)) as client:

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from dreamcycle.daemon.api import models
+    from dreamcycle.daemon.api import edit_models, recall_models
     from dreamcycle.daemon.api.client import MemoryClient
     from dreamcycle.daemon.intake.ingest import IngestReport
     from dreamcycle.daemon.intake.reingest import MetadataReport
@@ -56,7 +56,7 @@ class ApiAccess:
         """`send` the request `build` makes, or do it `direct`ly: when the API's models refuse
         the request, when the daemon does not answer, and (with `unknown_here_goes_direct`)
         when the daemon does not hold what the request names."""
-        from dreamcycle.daemon.api.client import BadRequest, NotFound, Unavailable
+        from dreamcycle.daemon.api.client_errors import BadRequest, NotFound, Unavailable
 
         if self._gone:
             return direct()
@@ -87,18 +87,18 @@ class ApiAccess:
         record: bool,
         min_confidence: float = 0.0,
     ) -> Recalled:
-        from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.api.client import request_model
+        from dreamcycle.daemon.api import recall_models
+        from dreamcycle.daemon.api.client_requests import request_model
         from dreamcycle.daemon.api.contract import RECALL
 
-        def send(request: models.RecallRequest) -> Recalled:
+        def send(request: recall_models.RecallRequest) -> Recalled:
             answer = self._client.send(RECALL, request)
             return Recalled(answer.decision_hash, [_recalled(hit) for hit in answer.hits])
 
         return self._served(
             # The daemon's own recall.top_k could differ from this command's config.
             lambda: request_model(
-                models.RecallRequest,
+                recall_models.RecallRequest,
                 query=query,
                 top_k=top_k or self._direct.config.recall.top_k,
                 decision=decision,
@@ -124,14 +124,14 @@ class ApiAccess:
         return self._served(lambda: None, send, self._direct.status)
 
     def forgotten(self, *, limit: int, offset: int) -> ColdPage:
-        from dreamcycle.daemon.api import models
+        from dreamcycle.daemon.api import report_models
 
         def send(_: None) -> ColdPage:
             chunks: list[ColdChunk] = []
             total = 0
             # The API lists a page at most; a longer list is read page by page.
             while len(chunks) < limit:
-                want = min(models.MAX_FORGOTTEN_PAGE, limit - len(chunks))
+                want = min(report_models.MAX_FORGOTTEN_PAGE, limit - len(chunks))
                 page = self._client.forgotten(limit=want, offset=offset + len(chunks))
                 total = page.cold
                 chunks += [
@@ -147,17 +147,18 @@ class ApiAccess:
         )
 
     def revive(self, content_hash: str) -> None:
-        from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.api.client import BadRequest, Conflict, NotFound, request_model
+        from dreamcycle.daemon.api import model_fields
+        from dreamcycle.daemon.api.client_errors import BadRequest, Conflict, NotFound
+        from dreamcycle.daemon.api.client_requests import request_model
         from dreamcycle.daemon.api.contract import REVIVE
 
-        def build() -> models.RefRequest:
+        def build() -> model_fields.RefRequest:
             # A prefix goes the direct way, which resolves it in the words every command prints.
             if not WHOLE_HASH.fullmatch(content_hash):
                 raise BadRequest(f"{content_hash!r} is not a whole hash")
-            return request_model(models.RefRequest, ref=content_hash)
+            return request_model(model_fields.RefRequest, ref=content_hash)
 
-        def send(request: models.RefRequest) -> None:
+        def send(request: model_fields.RefRequest) -> None:
             try:
                 self._client.send(REVIVE, request)
             except (NotFound, Conflict):
@@ -174,13 +175,13 @@ class ApiAccess:
         cited: Sequence[str],
         decided_elsewhere: bool = False,
     ) -> Queued:
-        from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.api.client import request_model
+        from dreamcycle.daemon.api import edit_models
+        from dreamcycle.daemon.api.client_requests import request_model
         from dreamcycle.daemon.api.contract import OUTCOME
 
         return self._served(
             lambda: request_model(
-                models.OutcomeRequest,
+                edit_models.OutcomeRequest,
                 decision_hash=decision,
                 reward=reward,
                 reason=reason,
@@ -198,12 +199,12 @@ class ApiAccess:
         )
 
     def pulse(self, spec: PulseSpec) -> Queued:
-        from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.api.client import request_model
+        from dreamcycle.daemon.api import edit_models
+        from dreamcycle.daemon.api.client_requests import request_model
         from dreamcycle.daemon.api.contract import PULSE
 
         return self._served(
-            lambda: request_model(models.PulseRequest, **asdict(spec)),
+            lambda: request_model(edit_models.PulseRequest, **asdict(spec)),
             lambda request: _queued(self._client.send(PULSE, request)),
             lambda: self._direct.pulse(spec),
         )
@@ -211,13 +212,13 @@ class ApiAccess:
     def tombstone(
         self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
     ) -> Queued:
-        from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.api.client import request_model
+        from dreamcycle.daemon.api import edit_models
+        from dreamcycle.daemon.api.client_requests import request_model
         from dreamcycle.daemon.api.contract import TOMBSTONE
 
         return self._served(
             lambda: request_model(
-                models.TombstoneRequest, content_hash=content_hash, reason=reason, ttl_s=ttl_s
+                edit_models.TombstoneRequest, content_hash=content_hash, reason=reason, ttl_s=ttl_s
             ),
             lambda request: _queued(self._client.send(TOMBSTONE, request)),
             lambda: self._direct.tombstone(
@@ -236,15 +237,16 @@ class ApiAccess:
         embed: bool,
         progress: Progress | None,
     ) -> IngestReport:
-        from dreamcycle.daemon.api import models
-        from dreamcycle.daemon.api.client import BadRequest, Conflict, Unavailable, request_model
+        from dreamcycle.daemon.api import edit_models
+        from dreamcycle.daemon.api.client_errors import BadRequest, Conflict, Unavailable
+        from dreamcycle.daemon.api.client_requests import request_model
         from dreamcycle.daemon.api.contract import SAVE
         from dreamcycle.daemon.intake.ingest import IngestReport
         from dreamcycle.store.database import EFFICACY_TYPE
 
         items = [item for file in files for item in file]
         try:
-            requests = [request_model(models.SaveRequest, **_save_fields(i)) for i in items]
+            requests = [request_model(edit_models.SaveRequest, **_save_fields(i)) for i in items]
         except BadRequest:
             requests = []
         # Checked whole before the first save: a file either goes through the daemon or
@@ -291,12 +293,12 @@ class ApiAccess:
 def _save_fields(item: NewObservation) -> dict[str, Any]:
     """The chunk as the API's save takes it: every field but the file and line it came
     from (`source_ref`), which only the direct way records."""
-    from dreamcycle.daemon.api import models
+    from dreamcycle.daemon.api import edit_models
 
-    return {name: getattr(item, name) for name in models.SaveRequest.model_fields}
+    return {name: getattr(item, name) for name in edit_models.SaveRequest.model_fields}
 
 
-def _recalled(hit: models.RecallHit) -> RecalledChunk:
+def _recalled(hit: recall_models.RecallHit) -> RecalledChunk:
     factors = hit.factors
     assert factors is not None, "recall was asked to explain its ranking"
     return RecalledChunk(
@@ -317,5 +319,5 @@ def _recalled(hit: models.RecallHit) -> RecalledChunk:
     )
 
 
-def _queued(answer: models.Queued) -> Queued:
+def _queued(answer: edit_models.Queued) -> Queued:
     return Queued(answer.entry_id, answer.new)

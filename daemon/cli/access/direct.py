@@ -121,7 +121,7 @@ class DirectAccess:
         cited: Sequence[str],
         decided_elsewhere: bool = False,
     ) -> Queued:
-        from dreamcycle.daemon.intake.emit import emit_outcome
+        from dreamcycle.daemon.intake.emit_outcomes import emit_outcome
 
         return self._emit(
             lambda rt: emit_outcome(
@@ -135,7 +135,7 @@ class DirectAccess:
         )
 
     def pulse(self, spec: PulseSpec) -> Queued:
-        from dreamcycle.daemon.intake.emit import PulseRequest, emit_pulse
+        from dreamcycle.daemon.intake.emit_pulses import PulseRequest, emit_pulse
         from dreamcycle.pulses.pulse import PulseKind
 
         request = PulseRequest(**{**asdict(spec), "kind": PulseKind(spec.kind)})
@@ -144,7 +144,7 @@ class DirectAccess:
     def tombstone(
         self, *, content_hash: str, reason: str, ttl_s: float, held_elsewhere: bool = False
     ) -> Queued:
-        from dreamcycle.daemon.intake.emit import emit_tombstone
+        from dreamcycle.daemon.intake.emit_tombstones import emit_tombstone
 
         return self._emit(
             lambda rt: emit_tombstone(

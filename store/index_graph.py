@@ -1,0 +1,395 @@
+"""The live HNSW index in memory: `HnswIndex`, its hnswlib graph over chunk embeddings
+labelled by observation rowid, and cosine k-NN search over its live labels.
+
+Its labels are kept by `index_labels`, its files written and read by `index_persistence`;
+`index.open_or_rebuild` loads it or rebuilds it from the database.
+
+Determinism: elements are added on one thread and hnswlib's level generator has a
+fixed seed, so the same sequence of operations (adds, saves and loads at the same
+points) yields the same graph and the same neighbours on every peer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from dreamcycle.pulses.vectors import Vectors
+from dreamcycle.store.index_file import VectorIndexError
+from dreamcycle.store.index_input import (
+    Distances,
+    InvalidIndexInput,
+    Labels,
+    as_labels,
+    as_vectors,
+    check_positive,
+    preview,
+)
+from dreamcycle.store.index_labels import LiveLabels
+from dreamcycle.store.index_persistence import load_saved, new_engine, save_engine
+from dreamcycle.store.readers_writer_lock import ReadersWriterLock
+
+#: Links per element of the graph (hnswlib's M): more raise recall and memory alike;
+#: scripts/bench_propagate.py and scripts/bench_recall.py measure the index built with it.
+DEFAULT_M: Final = 16
+#: Search breadth while inserting: wider builds a better graph, more slowly.
+DEFAULT_EF_CONSTRUCTION: Final = 100
+#: Search breadth for queries; raised to k whenever k is larger.
+DEFAULT_EF: Final = 64
+INITIAL_CAPACITY: Final = 1024
+#: Capacity is multiplied by this until the new elements fit.
+GROWTH_FACTOR: Final = 2
+#: hnswlib's default, fixed here because replay must reproduce the same graph.
+_LEVEL_SEED: Final = 100
+#: Adding on one thread keeps the insertion order, hence the graph, reproducible.
+_ADD_THREADS: Final = 1
+#: Let hnswlib spread a batch of queries over all cores (results do not depend on it).
+_QUERY_THREADS: Final = -1
+#: Range of cosine distance (1 - cosine similarity).
+_MIN_DISTANCE: Final = np.float32(0.0)
+_MAX_DISTANCE: Final = np.float32(2.0)
+
+
+class LabelNotLive(VectorIndexError, LookupError):
+    """A label asked for is absent from the index or tombstoned."""
+
+
+class IndexQueryFailed(VectorIndexError):
+    """hnswlib could not answer a k-NN query even with an exhaustive search breadth."""
+
+
+class HnswIndex:
+    """Cosine k-NN over live chunks; deleted labels (tombstoned or cold) are never returned,
+    and come back only through `restore` (a cold chunk revived).
+
+    Safe to share between threads: queries (and saves, which only read the graph) run
+    side by side; add, mark_deleted, restore and resize each run alone.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        dim: int,
+        index_version: str,
+        engine: Any,
+        *,
+        ef: int,
+        labels: LiveLabels,
+        stamp: str | None,
+        identity: str | None = None,
+    ) -> None:
+        """Use `create`, `load` or `index.open_or_rebuild` instead."""
+        self._path = path
+        self._dim = dim
+        self._index_version = index_version
+        self._engine = engine
+        self._ef = ef
+        self._labels = labels
+        self._stamp = stamp
+        self._identity = identity
+        self._lock = ReadersWriterLock()
+        #: Changes since the file was last written or read (see `is_saved_at`).
+        self._unsaved_changes = 0
+
+    @classmethod
+    def create(
+        cls,
+        path: Path,
+        dim: int,
+        index_version: str,
+        *,
+        m: int = DEFAULT_M,
+        ef_construction: int = DEFAULT_EF_CONSTRUCTION,
+        ef: int = DEFAULT_EF,
+        capacity: int = INITIAL_CAPACITY,
+    ) -> HnswIndex:
+        """An empty index, kept in memory until `save`."""
+        check_positive("dim", dim)
+        check_positive("m", m, minimum=2)
+        check_positive("ef_construction", ef_construction)
+        check_positive("ef", ef)
+        check_positive("capacity", capacity)
+        if not index_version:
+            raise InvalidIndexInput("index_version is empty")
+        engine = new_engine(dim)
+        engine.init_index(
+            max_elements=capacity,
+            ef_construction=ef_construction,
+            M=m,
+            random_seed=_LEVEL_SEED,
+        )
+        engine.set_ef(ef)
+        empty = LiveLabels(set(), set())
+        return cls(Path(path), dim, index_version, engine, ef=ef, labels=empty, stamp=None)
+
+    @classmethod
+    def load(
+        cls,
+        path: Path,
+        dim: int,
+        index_version: str,
+        *,
+        ef: int = DEFAULT_EF,
+        expected_stamp: str | None = None,
+        expected_identity: str | None = None,
+        live_labels: Callable[[], Labels] | None = None,
+    ) -> HnswIndex:
+        """The index saved at `path`; IndexUnusable says why it cannot be used (the
+        checks of `expected_stamp`, `expected_identity` and `live_labels` are
+        `index_persistence.load_saved`'s)."""
+        check_positive("dim", dim)
+        check_positive("ef", ef)
+        path = Path(path)
+        saved = load_saved(
+            path,
+            dim,
+            index_version,
+            expected_stamp=expected_stamp,
+            expected_identity=expected_identity,
+            live_labels=live_labels,
+        )
+        saved.engine.set_ef(ef)
+        return cls(
+            path,
+            dim,
+            index_version,
+            saved.engine,
+            ef=ef,
+            labels=LiveLabels(saved.live, saved.deleted),
+            stamp=saved.meta.stamp,
+            identity=saved.meta.identity,
+        )
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def index_version(self) -> str:
+        return self._index_version
+
+    @property
+    def readable_at_once(self) -> bool:
+        """Whether a query would start now, with no add, deletion or resize running or
+        waiting to (a hint: see ReadersWriterLock.free)."""
+        return self._lock.free
+
+    @property
+    def stamp(self) -> str | None:
+        """The database stamp this index was last saved or loaded with (None if never)."""
+        with self._lock.reading():
+            return self._stamp
+
+    @property
+    def identity(self) -> str | None:
+        """The identity of the save this index was last saved as or loaded from (None if never)."""
+        with self._lock.reading():
+            return self._identity
+
+    @property
+    def capacity(self) -> int:
+        with self._lock.reading():
+            return int(self._engine.get_max_elements())
+
+    @property
+    def live_count(self) -> int:
+        with self._lock.reading():
+            return self._labels.live_count
+
+    def labels(self) -> set[int]:
+        """Every label the index knows, live or tombstoned."""
+        with self._lock.reading():
+            return self._labels.known()
+
+    def deleted_labels(self) -> set[int]:
+        with self._lock.reading():
+            return self._labels.tombstoned()
+
+    def contains(self, label: int) -> bool:
+        """Whether `label` is known, live or tombstoned."""
+        with self._lock.reading():
+            return self._labels.holds(label)
+
+    def live_among(self, labels: Labels) -> Labels:
+        """Those of `labels` that are live, in their order."""
+        label_array = as_labels(labels, "labels")
+        with self._lock.reading():
+            return self._labels.live_among(label_array)
+
+    def is_live(self, label: int) -> bool:
+        with self._lock.reading():
+            return self._labels.is_live(label)
+
+    def add(self, labels: Labels, vectors: Vectors) -> None:
+        """Insert new labelled vectors; known labels (live or tombstoned) are skipped."""
+        label_array = as_labels(labels, "labels")
+        vector_array = as_vectors(vectors, self._dim, "vectors")
+        if len(label_array) != len(vector_array):
+            raise InvalidIndexInput(f"{len(label_array)} labels for {len(vector_array)} vectors")
+        unique, counts = np.unique(label_array, return_counts=True)
+        if (counts > 1).any():
+            repeated = unique[counts > 1].tolist()
+            raise InvalidIndexInput(f"labels repeated within one add: {preview(repeated)}")
+        with self._lock.writing():
+            fresh = self._labels.unknown_positions(label_array)
+            if not fresh:
+                return
+            new_labels = label_array[fresh]
+            self._ensure_capacity(int(self._engine.element_count) + len(fresh))
+            self._engine.add_items(vector_array[fresh], new_labels, num_threads=_ADD_THREADS)
+            self._labels.add_live(new_labels)
+            self._unsaved_changes += 1
+
+    def mark_deleted(self, labels: Labels) -> None:
+        """Delete `labels` from the live index; unknown or already deleted labels are ignored."""
+        label_array = as_labels(labels, "labels")
+        with self._lock.writing():
+            removed = self._labels.live_of(label_array)
+            for label in removed:
+                self._engine.mark_deleted(label)
+                self._unsaved_changes += 1
+            self._labels.tombstone(removed)
+
+    def restore(self, labels: Labels, vectors: Vectors) -> None:
+        """Make deleted labels live again (a chunk revived from the cold tier).
+
+        Labels the engine holds are unmarked; labels it never held are added with
+        their vector. Labels already live are left as they are.
+        """
+        label_array = as_labels(labels, "labels")
+        vector_array = as_vectors(vectors, self._dim, "vectors")
+        if len(label_array) != len(vector_array):
+            raise InvalidIndexInput(f"{len(label_array)} labels for {len(vector_array)} vectors")
+        with self._lock.writing():
+            held = set(np.asarray(self._engine.get_ids_list(), dtype=np.int64).tolist())
+            revived, missing = self._labels.to_restore(label_array, held)
+            for label in revived:
+                self._engine.unmark_deleted(label)
+                self._unsaved_changes += 1
+            self._labels.revive(revived, label_array[missing].tolist())
+        if missing:
+            self.add(label_array[missing], vector_array[missing])
+
+    def knn_many(
+        self, vectors: Vectors, k: int, *, allowed: AbstractSet[int] | None = None
+    ) -> tuple[Labels, Distances]:
+        """Nearest live neighbours of each row, as (labels, cosine distances), both (n, k').
+
+        k' = min(k, live count), or with `allowed` min(k, live labels in it): only those
+        are returned. Each row is ordered by (distance, label), so ties come out the same
+        on every peer.
+        """
+        queries = as_vectors(vectors, self._dim, "query vectors")
+        check_positive("k", k, minimum=0)
+        with self._lock.reading():
+            width = min(k, self._labels.eligible(allowed))
+            if width == 0 or len(queries) == 0:
+                return (
+                    np.zeros((len(queries), width), dtype=np.int64),
+                    np.zeros((len(queries), width), dtype=np.float32),
+                )
+            admit = None if allowed is None else allowed.__contains__
+            try:
+                # hnswlib searches max(ef, k) wide on its own: no shared setting changes here,
+                # so queries run side by side.
+                raw_labels, raw_distances = self._engine.knn_query(
+                    queries, k=width, num_threads=_QUERY_THREADS, filter=admit
+                )
+                starved = False
+            except RuntimeError:
+                starved = True
+        if starved:
+            raw_labels, raw_distances = self._exhaustive_query(queries, width, admit)
+        found_labels = np.asarray(raw_labels).astype(np.int64)
+        # Rounding gives -2e-7 for a vector and itself; callers rely on d in [0, 2].
+        found_distances = np.clip(
+            np.asarray(raw_distances, dtype=np.float32), _MIN_DISTANCE, _MAX_DISTANCE
+        )
+        order = np.lexsort((found_labels, found_distances), axis=-1)
+        return (
+            np.take_along_axis(found_labels, order, axis=-1),
+            np.take_along_axis(found_distances, order, axis=-1),
+        )
+
+    def vectors(self, labels: Labels) -> Vectors:
+        """The stored (unit-length) vectors of live `labels`, shape (len(labels), dim)."""
+        label_array = as_labels(labels, "labels")
+        with self._lock.reading():
+            absent = self._labels.not_live(label_array)
+            if absent:
+                reason = "tombstoned" if self._labels.all_tombstoned(absent) else "not live"
+                raise LabelNotLive(f"labels {reason} in {self._path}: {preview(absent)}")
+            if len(label_array) == 0:
+                return np.zeros((0, self._dim), dtype=np.float32)
+            found = self._engine.get_items(label_array, return_type="numpy")
+        return np.ascontiguousarray(found, dtype=np.float32)
+
+    def save(self, stamp: str) -> str:
+        """Write the index, then its sealed meta, each atomically; `stamp` names the database
+        state. Returns the identity of this save, for the database to record."""
+        if not isinstance(stamp, str):
+            raise InvalidIndexInput(f"stamp must be a str, got {type(stamp).__name__}")
+        with self._lock.reading():
+            identity = save_engine(
+                self._engine,
+                self._path,
+                dim=self._dim,
+                index_version=self._index_version,
+                stamp=stamp,
+                deleted=self._labels.tombstoned(),
+            )
+            self._stamp = stamp
+            self._identity = identity
+            self._unsaved_changes = 0
+        return identity
+
+    def is_saved_at(self, stamp: str) -> bool:
+        """Whether the file holds exactly this index for the database state `stamp`: saved
+        or loaded with that stamp and not changed since (saving again would write the same
+        graph under a new identity)."""
+        with self._lock.reading():
+            return self._identity is not None and self._stamp == stamp and not self._unsaved_changes
+
+    def adopt_tombstones(self, labels: Labels) -> None:
+        """Remember tombstones that were never added, so a later add cannot revive them."""
+        with self._lock.writing():
+            self._labels.adopt_tombstones(labels)
+            self._unsaved_changes += 1
+
+    def _ensure_capacity(self, needed: int) -> None:
+        capacity = int(self._engine.get_max_elements())
+        if needed <= capacity:
+            return
+        while capacity < needed:
+            capacity *= GROWTH_FACTOR
+        self._engine.resize_index(capacity)
+
+    def _exhaustive_query(
+        self, queries: Vectors, width: int, admit: Callable[[int], bool] | None
+    ) -> tuple[Any, Any]:
+        """Many tombstones (or a narrow filter) can starve a search: widen it to everything.
+
+        The search breadth is shared by every query, so this runs alone.
+        """
+        with self._lock.writing():
+            self._engine.set_ef(max(self._ef, width, int(self._engine.element_count)))
+            try:
+                found: tuple[Any, Any] = self._engine.knn_query(
+                    queries, k=width, num_threads=_QUERY_THREADS, filter=admit
+                )
+            except RuntimeError as error:
+                raise IndexQueryFailed(
+                    f"k-NN query for k={width} over {self._labels.live_count} live chunks "
+                    f"in {self._path} failed: {error}"
+                ) from error
+            finally:
+                self._engine.set_ef(self._ef)
+        return found

@@ -1,0 +1,60 @@
+"""What the HNSW index accepts: the labels, vectors and settings it is handed, checked and
+converted at its edge, and how its error messages show labels."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from dreamcycle.pulses.vectors import Vectors
+from dreamcycle.store.index_file import VectorIndexError
+
+#: How many labels an error message lists before eliding the rest.
+LABELS_SHOWN_IN_ERRORS: Final = 5
+
+Labels = npt.NDArray[np.int64]
+Distances = npt.NDArray[np.float32]
+
+
+class InvalidIndexInput(VectorIndexError, ValueError):
+    """Labels, vectors or settings handed to the index are malformed."""
+
+
+def preview(labels: Iterable[int]) -> str:
+    """The lowest few of `labels`, and how many more there are, for an error message."""
+    ordered = sorted(labels)
+    shown = ", ".join(str(label) for label in ordered[:LABELS_SHOWN_IN_ERRORS])
+    more = len(ordered) - LABELS_SHOWN_IN_ERRORS
+    return f"{shown} (+{more} more)" if more > 0 else shown
+
+
+def check_positive(name: str, value: int, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidIndexInput(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def as_labels(labels: Any, what: str) -> Labels:
+    array = np.asarray(labels)
+    if array.ndim != 1:
+        raise InvalidIndexInput(f"{what} must be one-dimensional, got shape {array.shape}")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise InvalidIndexInput(f"{what} must be integers, got dtype {array.dtype}")
+    if int(array.min()) < 0:
+        raise InvalidIndexInput(f"{what} must be >= 0, got {int(array.min())}")
+    return array.astype(np.int64, copy=False)
+
+
+def as_vectors(vectors: Any, dim: int, what: str) -> Vectors:
+    array = np.asarray(vectors)
+    if array.ndim != 2 or array.shape[1] != dim:
+        raise InvalidIndexInput(f"{what} must have shape (n, {dim}), got {array.shape}")
+    if not np.issubdtype(array.dtype, np.floating):
+        raise InvalidIndexInput(f"{what} must be floating point, got dtype {array.dtype}")
+    if not np.isfinite(array).all():
+        raise InvalidIndexInput(f"{what} contain NaN or infinite values")
+    return np.ascontiguousarray(array, dtype=np.float32)

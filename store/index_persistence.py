@@ -1,0 +1,188 @@
+"""Saving the live index's hnswlib engine to its sealed files and loading it back, with
+every check that decides whether a saved index is the one this database last saved.
+
+The files' format, seal and verified read are `index_file`'s; `HnswIndex.save` and
+`HnswIndex.load` come here with the engine and labels they hold.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import hnswlib
+
+from dreamcycle.store.index_file import (
+    IDENTITY_BYTES,
+    META_FORMAT,
+    IndexMeta,
+    IndexSaveFailed,
+    IndexUnusable,
+    Unusable,
+    check_header,
+    file_checksum,
+    load_verified,
+    meta_path,
+    read_meta,
+    replace_durably,
+    save_failed,
+    temporary_path,
+    write_engine,
+)
+from dreamcycle.store.index_input import Labels, as_labels, preview
+
+#: The files do not record the space, so every engine, built or loaded, is made here.
+_SPACE: Final = "cosine"
+
+
+def new_engine(dim: int) -> Any:
+    """An empty hnswlib engine over cosine distance."""
+    return hnswlib.Index(space=_SPACE, dim=dim)
+
+
+@dataclass(frozen=True)
+class SavedIndex:
+    """A saved index that passed every check: its engine, meta and labels."""
+
+    engine: Any
+    meta: IndexMeta
+    live: set[int]
+    deleted: set[int]
+
+
+def load_saved(
+    path: Path,
+    dim: int,
+    index_version: str,
+    *,
+    expected_stamp: str | None,
+    expected_identity: str | None,
+    live_labels: Callable[[], Labels] | None,
+) -> SavedIndex:
+    """The index saved at `path`; IndexUnusable says why it cannot be used.
+
+    Given, `expected_stamp` (the database's stamp now) and `expected_identity` (the
+    identity the database recorded for its last save; "" when it recorded none) must
+    match the save's, and `live_labels` (the database's live chunks) the live labels
+    loaded. All but the last are checked before the file is read.
+    """
+    meta = read_meta(path)
+    if meta.dim != dim:
+        raise IndexUnusable(Unusable.MODEL, f"dim {meta.dim} != {dim}", path)
+    if meta.index_version != index_version:
+        raise IndexUnusable(
+            Unusable.MODEL, f"index_version {meta.index_version} != {index_version}", path
+        )
+    if expected_identity is not None and meta.identity != expected_identity:
+        raise IndexUnusable(
+            Unusable.IDENTITY,
+            f"identity {meta.identity} is not the database's "
+            f"{expected_identity or '(none recorded)'}",
+            path,
+        )
+    if expected_stamp is not None and meta.stamp != expected_stamp:
+        raise IndexUnusable(
+            Unusable.STALE,
+            f"stale stamp: index has {meta.stamp!r}, database has {expected_stamp!r}",
+            path,
+        )
+    check_header(path, dim, meta)
+    engine = new_engine(dim)
+    load_verified(engine, path, meta)
+    if engine.element_count != meta.count:
+        raise IndexUnusable(
+            Unusable.STALE,
+            f"stale: file holds {engine.element_count} elements, meta says {meta.count}",
+            path,
+        )
+    deleted = set(meta.deleted)
+    live = {int(label) for label in engine.get_ids_list()} - deleted
+    if live_labels is not None:
+        _check_labels(path, live, as_labels(live_labels(), "live labels"))
+    return SavedIndex(engine=engine, meta=meta, live=live, deleted=deleted)
+
+
+def _check_labels(path: Path, live: set[int], expected: Labels) -> None:
+    wanted = set(expected.tolist())
+    if live == wanted:
+        return
+    extra, lacking = live - wanted, wanted - live
+    raise IndexUnusable(
+        Unusable.LABELS,
+        f"labels: {len(live)} live in the index, {len(wanted)} in the database "
+        f"(not in the database: {preview(extra) or 'none'}; "
+        f"not in the index: {preview(lacking) or 'none'})",
+        path,
+    )
+
+
+def save_engine(
+    engine: Any,
+    path: Path,
+    *,
+    dim: int,
+    index_version: str,
+    stamp: str,
+    deleted: Iterable[int],
+) -> str:
+    """Write `engine` to `path`, then its sealed meta, each atomically; `stamp` names the
+    database state. Returns the identity of this save. The caller keeps the engine from
+    changing meanwhile."""
+    identity = secrets.token_hex(IDENTITY_BYTES)
+    index_temporary = temporary_path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_engine(engine, index_temporary)
+        size = index_temporary.stat().st_size
+        checksum = file_checksum(index_temporary)
+    except OSError as error:
+        _discard(index_temporary)
+        raise save_failed(index_temporary, error) from error
+    except IndexSaveFailed:
+        _discard(index_temporary)
+        raise
+    _replace_or_discard(index_temporary, path)
+    meta = IndexMeta(
+        format=META_FORMAT,
+        dim=dim,
+        index_version=index_version,
+        count=int(engine.element_count),
+        stamp=stamp,
+        m=int(engine.M),
+        ef_construction=int(engine.ef_construction),
+        max_elements=int(engine.get_max_elements()),
+        deleted=sorted(deleted),
+        size=size,
+        checksum=checksum,
+        identity=identity,
+    )
+    sidecar = meta_path(path)
+    sidecar_temporary = temporary_path(sidecar)
+    try:
+        sidecar_temporary.write_text(json.dumps(asdict(meta), sort_keys=True), encoding="utf-8")
+    except OSError as error:
+        _discard(sidecar_temporary)
+        raise save_failed(sidecar_temporary, error) from error
+    _replace_or_discard(sidecar_temporary, sidecar)
+    return identity
+
+
+def _discard(temporary: Path) -> None:
+    """Remove what a failed save wrote; a directory in its place is left for whoever put
+    it there, and the save's own error says why it failed."""
+    with suppress(OSError):
+        if not temporary.is_dir():
+            temporary.unlink(missing_ok=True)
+
+
+def _replace_or_discard(temporary: Path, final: Path) -> None:
+    try:
+        replace_durably(temporary, final)
+    except IndexSaveFailed:
+        _discard(temporary)
+        raise
