@@ -33,7 +33,7 @@ test-under-load: setup-test servers
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The tests of a minute or more (marked `long`), left out of `make test` to keep it short:
-# a small run of scripts/chaos.py.
+# a small run of scripts/chaos.py, and a SIGTERM in the middle of a long propagation.
 test-long: setup-test servers
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m long $(PYTEST_ARGS)
 

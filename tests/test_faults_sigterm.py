@@ -91,6 +91,10 @@ def _pulses_applied(peer: Peer) -> int:
     return applied
 
 
+# A minute and more of propagation, twice: left to `make test-long`. The suite checks the
+# same promise in process (tests/test_phase_salience_pulse_propagate.py: a stop between
+# pulse batches, then the rest applied once, to the salience of an uninterrupted cycle).
+@pytest.mark.long
 def test_sigterm_during_propagation_stops_within_seconds_and_applies_each_pulse_once(
     tmp_path: Path,
 ) -> None:
