@@ -245,3 +245,17 @@ def test_comments_and_docstrings_cite_no_benchmark_runs() -> None:
         for match in BENCHMARK_RUN.finditer(text)
     ]
     assert cited == []
+
+
+def test_the_commands_start_without_the_service_or_the_api() -> None:
+    """Every command imports its own verbs; the service's Trio loop and the API's FastAPI
+    stay unloaded until a verb needs them (each costs a command a fraction of a second)."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, dreamcycle.daemon.cli.pulse_emit, dreamcycle.daemon.config; "
+        "print(sorted(m for m in ('trio', 'fastapi', 'hypercorn') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

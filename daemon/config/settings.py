@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from dreamcycle.daemon import defaults as d
-from dreamcycle.daemon.service.cycle_thread import CPU_PRIORITIES
 from dreamcycle.pulses.credit import CreditRule
 from dreamcycle.pulses.propagate import UpdateRule
 
@@ -82,7 +81,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("cycle.give_way_s", d.CYCLE_GIVE_WAY_S, "how long a statement of the cycle waits "
             f"at most for API requests in flight (0: never; at most {d.CYCLE_MAX_GIVE_WAY_S:g})"),
     Setting("cycle.cpu_priority", d.CYCLE_CPU_PRIORITY, "idle: the cycle runs under SCHED_IDLE, "
-            "behind API requests; normal: level with them", CPU_PRIORITIES),
+            "behind API requests; normal: level with them", d.CPU_PRIORITIES),
 
     Setting("zeitgeist.backend", "dir", "where the peers' shared log lives: a directory, an S3 "
             "bucket or Redis", ("dir", "s3", "redis")),

@@ -28,7 +28,11 @@ CYCLE_WAIT_CREDIT_WAITS: Final = 50
 #: (`--cpu-priority`), which compares the two with cycles back to back beside the HTTP
 #: figures: under "idle", recall by text, context bundles and save-then-recall have shorter
 #: tails, recall by vector stays within the spread of its rounds, and fewer cycles run.
-CYCLE_CPU_PRIORITY: Final = "idle"
+#: `cycle.cpu_priority`'s values: behind the requests, or level with them.
+CPU_PRIORITY_IDLE: Final = "idle"
+CPU_PRIORITY_NORMAL: Final = "normal"
+CPU_PRIORITIES: Final = (CPU_PRIORITY_IDLE, CPU_PRIORITY_NORMAL)
+CYCLE_CPU_PRIORITY: Final = CPU_PRIORITY_IDLE
 #: A step of the cycle under SCHED_IDLE that has run this long is raised to normal
 #: priority: other processes keep the cores busy, and the watchdog (120 s) must not starve.
 CYCLE_IDLE_STEP_LIMIT_S: Final = 5.0

@@ -53,10 +53,9 @@ _PR_SET_NAME: Final = 15
 #: Linux thread names are 16 bytes with the terminating NUL.
 _MAX_NATIVE_NAME_BYTES: Final = 15
 
-#: `cycle.cpu_priority`'s values: behind the requests, or level with them.
-IDLE: Final = "idle"
-NORMAL: Final = "normal"
-CPU_PRIORITIES: Final = (IDLE, NORMAL)
+IDLE: Final = defaults.CPU_PRIORITY_IDLE
+NORMAL: Final = defaults.CPU_PRIORITY_NORMAL
+CPU_PRIORITIES: Final = defaults.CPU_PRIORITIES
 
 
 def _set_policy(native_id: int, policy: int) -> None:
