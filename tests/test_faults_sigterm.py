@@ -43,8 +43,18 @@ def _stop_during(peer: Peer, phase: str) -> None:
     assert took_s < STOP_LIMIT_S, f"took {took_s:.1f} s to stop\n{daemon.log_tail()}"
 
 
+#: Texts per embedding batch during admission: a stop waits for the batch in hand, which on
+#: a loaded machine took longer than the daemon's stop deadline at the default size.
+ADMISSION_BATCH = "8"
+
+
 def test_sigterm_during_admission_stops_within_seconds_and_loses_nothing(tmp_path: Path) -> None:
-    peer = Peer(tmp_path / "a", "a", tmp_path / "zeitgeist")
+    peer = Peer(
+        tmp_path / "a",
+        "a",
+        tmp_path / "zeitgeist",
+        {"DREAMCYCLE_EMBEDDING_BATCH_SIZE": ADMISSION_BATCH},
+    )
     rows = documentation_chunks(sorted(topics), CHUNKS)
     peer.dreamcycle("ingest", str(write_jsonl(tmp_path / "c.jsonl", rows)), "--no-embed")
     _stop_during(peer, "classify")
