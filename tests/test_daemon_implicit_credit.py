@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.intake.emit_outcomes import emit_outcome, emit_session_outcome
 from dreamcycle.daemon.intake.ingest import ingest
-from dreamcycle.daemon.memory.implicit_credit import REASONS, SIGNAL_SAVED, words
+from dreamcycle.daemon.memory.implicit_credit import REASONS, SIGNAL_SAVED, reproduces, words
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.retrieval_keys import SAME_KEY_SIMILARITY
 from dreamcycle.store import retrieval_keys as key_store
@@ -82,6 +83,27 @@ def test_a_save_that_reproduces_a_recalled_chunk_credits_it(peer: Peer) -> None:
     # Shown with its reason.
     [shown] = peer.db.implicit_credits_of(used.content_hash, 5)
     assert shown.reason == REASONS[SIGNAL_SAVED]
+
+
+LONG_CHUNK: Final = (
+    "We moved the billing service to the new Postgres cluster on Tuesday after the "
+    "failover drill; the replica lag stayed under two seconds, the connection pooler "
+    "was resized to four hundred clients, and the old cluster is kept read-only until "
+    "the end of the quarter for the auditors who still query it every morning."
+)
+
+
+def test_a_short_note_from_a_long_chunk_and_a_summary_naming_a_short_one_reproduce_it() -> None:
+    chunk = words(LONG_CHUNK)
+    note = words("Note: billing service moved Postgres cluster Tuesday replica lag")
+    assert len(note & chunk) < 0.5 * len(chunk)  # few of the long chunk's words
+    assert reproduces(note, chunk) == len(note & chunk)
+    short = words("The pooler takes four hundred clients now.")
+    summary = words(LONG_CHUNK + " Also: the pooler takes four hundred clients now.")
+    assert reproduces(summary, short) == len(short)
+    # Sharing a few words is not reproducing, whichever text is shorter.
+    assert reproduces(words("Postgres lag alerts fire at night"), chunk) == 0
+    assert reproduces(words("billing cluster Tuesday"), chunk) == 0
 
 
 def test_a_save_in_another_session_or_in_none_credits_nothing(peer: Peer) -> None:

@@ -56,8 +56,9 @@ REASONS: Final = {
     SIGNAL_SESSION: "implicit: the session's reported result",
 }
 SESSION_SUMMARY_TYPE: Final = "session_summary"
-#: A saved text reproduces a chunk when it holds at least this share of the chunk's words,
-#: and at least SAVED_WORDS_MIN of them (a short chunk shares its few words with anything).
+#: A saved text reproduces a chunk (or the chunk the text) when they share at least this
+#: share of the shorter one's words, and at least SAVED_WORDS_MIN of them (a short text
+#: shares its few words with anything).
 SAVED_OVERLAP_MIN: Final = 0.5
 SAVED_WORDS_MIN: Final = 4
 #: Chunks one save can credit in one decision (the ones it reproduces most).
@@ -148,10 +149,15 @@ def words(text: str) -> frozenset[str]:
 
 
 def reproduces(saved: frozenset[str], chunk: frozenset[str]) -> int:
-    """How many of the chunk's words the saved text holds, when that is enough to say it
-    reproduces the chunk (SAVED_OVERLAP_MIN of them, SAVED_WORDS_MIN at least); else 0."""
+    """How many words the saved text and the chunk share, when that is enough to say one
+    reproduces the other; else 0.
+
+    Enough is SAVED_OVERLAP_MIN of the shorter one's words, and SAVED_WORDS_MIN at least:
+    a long summary holds most of a short chunk it names, and a short note taken from a long
+    chunk is mostly that chunk's words, though it keeps few of them.
+    """
     shared = len(saved & chunk)
-    if shared < SAVED_WORDS_MIN or shared < SAVED_OVERLAP_MIN * len(chunk):
+    if shared < SAVED_WORDS_MIN or shared < SAVED_OVERLAP_MIN * min(len(saved), len(chunk)):
         return 0
     return shared
 
