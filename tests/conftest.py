@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
+from dreamcycle.store.embedder import Embedder
 from dreamcycle.zeitgeist.backend import LogBackend
 
 pytest_plugins = ["tests.servers"]
@@ -18,6 +21,21 @@ settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
 
 BACKEND_NAMES = ["dir", "s3", "redis"]
+
+# One embedding thread in every test process and every command or daemon it starts: three
+# test processes share two cores, and an onnxruntime pool per process (its default) only
+# adds threads spinning between calls. An embedder asked for a number of threads keeps it.
+os.environ["DREAMCYCLE_EMBEDDING_THREADS"] = "1"
+_embedder_init = Embedder.__init__
+
+
+def _one_thread_unless_asked(self: Embedder, *args: Any, **kwargs: Any) -> None:
+    if len(args) < 3 and kwargs.get("threads") is None:
+        kwargs["threads"] = 1
+    _embedder_init(self, *args, **kwargs)
+
+
+Embedder.__init__ = _one_thread_unless_asked  # type: ignore[method-assign]
 
 
 def make_backend(request: pytest.FixtureRequest, name: str, tmp_path: Path) -> LogBackend:

@@ -75,7 +75,13 @@ MIN_PARAGRAPH_CHARS: Final = 80
 LOG_TAIL_LINES: Final = 40
 #: Settings every command gets unless a test overrides them: no metrics port to fight
 #: over, no network for the embedding model.
-BASE_SETTINGS: Final = {"DREAMCYCLE_METRICS_LISTEN": "", "HF_HUB_OFFLINE": "1"}
+#: One embedding thread per command and daemon: three test processes share two cores, and
+#: a pool per process would only add onnxruntime threads spinning between calls.
+BASE_SETTINGS: Final = {
+    "DREAMCYCLE_METRICS_LISTEN": "",
+    "HF_HUB_OFFLINE": "1",
+    "DREAMCYCLE_EMBEDDING_THREADS": "1",
+}
 
 HEX_DECISION: Final = r"decision ([0-9a-f]{64})"
 #: Logged once the daemon has locked its data directory and opened its index and log.
