@@ -11,13 +11,16 @@ import enum
 
 class EntryStatus(enum.StrEnum):
     """What became of one log entry here, recorded in `entries_applied` (and, for pulses,
-    in `pulses_applied`): the entry is never looked at again, whatever the status."""
+    in `pulses_applied`): the entry is never read from the log again, whatever the status.
+    A learned key `awaiting` its decision's attribution is applied from its own table once
+    that is here, or expires (daemon/cycle/reconsolidate.py)."""
 
     APPLIED = "applied"
     REJECTED = "rejected"
     SKIPPED = "skipped"
     EXPIRED = "expired"
     DUPLICATE = "duplicate"
+    AWAITING = "awaiting"
 
 
 class CycleStatus(enum.StrEnum):

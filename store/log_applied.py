@@ -21,6 +21,7 @@ _RECORD_SEGMENT: Final = (
     "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING"
 )
 _ENTRY_SEEN: Final = "SELECT 1 FROM seen_entries WHERE entry_id = ?"
+_SET_ENTRY_STATUS: Final = "UPDATE seen_entries SET status = ?, reason = ? WHERE entry_id = ?"
 _RECORD_ENTRY: Final = (
     "INSERT INTO seen_entries (entry_id, kind, hlc, origin, status, reason) "
     "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (entry_id) DO NOTHING"
@@ -59,6 +60,10 @@ class AppliedLogQueries(TableQueries):
         self, entry_id: str, *, kind: str, hlc: int, origin: str, status: str, reason: str | None
     ) -> None:
         self.conn.execute(_RECORD_ENTRY, (entry_id, kind, hlc, origin, status, reason))
+
+    def set_entry_status(self, entry_id: str, status: str, reason: str | None) -> None:
+        """What finally became of an entry recorded as waiting."""
+        self.conn.execute(_SET_ENTRY_STATUS, (status, reason, entry_id))
 
     def await_key(self, key: str, *, key_id: str, segment_hlc: int) -> None:
         """Read segment `key` again once key `key_id` is trusted (see `keys_awaited`)."""

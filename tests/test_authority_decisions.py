@@ -5,7 +5,9 @@ made (a random hash), naming a chunk of its choice with the embedding of a query
 choice: every peer adopted the key and ranked the chunk first for that query. A key is
 now accepted only for a decision whose attribution its signer published (applied here
 first) or one of this peer's own, and only for a chunk that attribution returned; any
-other is refused and counted (`unattributed_key`). Outcomes keep their rules: one for a
+other is refused and counted (`unattributed_key`). A key met before its attribution (read
+from a later segment first) waits for it, as long as an outcome would, and is judged when
+it comes. Outcomes keep their rules: one for a
 decision its signer attributed applies as before (daemon/cycle/authority.py).
 """
 
@@ -19,11 +21,12 @@ from typing import Final
 import pytest
 
 from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.cycle._awaiting_keys import AWAITING_REASON
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.daemon.service import metrics
 from dreamcycle.zeitgeist.entries import AttributionEntry, OutcomeEntry, RetrievalKeyEntry
-from dreamcycle.zeitgeist.hlc import HybridLogicalClock
+from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from tests.test_daemon_robustness import (
     entry_status,
     ingested_peer,
@@ -35,6 +38,8 @@ CHUNKS: Final = 12
 #: The query the attacker steers, and how many chunks the attributions name.
 QUERY: Final = "how are exceptions raised"
 RECALLED: Final = 3
+#: How long a key may wait for its decision's attribution here (pulses.outcome_wait_s).
+WAIT_S: Final = 600.0
 
 
 def rejections(reason: str) -> float:
@@ -83,18 +88,74 @@ def refused(peer: Peer, entry: RetrievalKeyEntry) -> bool:
     return status == "rejected" and reason is not None and "unattributed_key" in reason
 
 
-def test_a_key_for_a_decision_no_one_made_is_refused_and_steers_nothing(
+def waiting_keys(peer: Peer) -> int:
+    [(count,)] = peer.db.conn.execute("SELECT count(*) FROM keys_awaiting_attribution")
+    return int(count)
+
+
+def test_a_key_for_a_decision_no_one_made_steers_nothing_and_is_refused_after_its_wait(
+    tmp_path: Path,
+) -> None:
+    with ingested_peer(tmp_path, CHUNKS, **{"pulses.outcome_wait_s": WAIT_S}) as peer:
+        target = ranking(peer)[-1]
+        now = HybridLogicalClock(wall_clock_ms).now()
+        steer = key(peer, secrets.token_hex(32), target, now)
+        stale = key(peer, secrets.token_hex(32), target, now - hlc_from_ms(int(2 * WAIT_S * 1000)))
+        before = rejections("unattributed_key")
+        publish_as(tmp_path, "b", [stale, steer])
+
+        run_cycle_blocking(peer)
+
+        # The fresh one waits for its decision's attribution, teaching nothing meanwhile;
+        # the one dated past the wait is refused for good, and counted.
+        assert entry_status(peer, steer) == ("awaiting", AWAITING_REASON)
+        assert refused(peer, stale)
+        assert rejections("unattributed_key") == before + 1
+        assert waiting_keys(peer) == 1
+        assert ranking(peer)[0] != target
+
+
+def test_a_key_met_before_its_attribution_is_applied_once_the_attribution_comes(
     peer: Peer, tmp_path: Path
 ) -> None:
-    target = ranking(peer)[-1]
-    steer = key(peer, secrets.token_hex(32), target, HybridLogicalClock(wall_clock_ms).now())
-    before = rejections("unattributed_key")
-    publish_as(tmp_path, "b", [steer])
+    ranked = ranking(peer)
+    target = ranked[-1]
+    now = HybridLogicalClock(wall_clock_ms).now()
+    decided = attribution([target, *ranked[:2]], now)
+    learned = key(peer, decided.decision_hash, target, now + 1)
+    publish_as(tmp_path, "b", [learned], seq=2)  # the attribution's segment not read yet
 
+    run_cycle_blocking(peer)
+    assert entry_status(peer, learned) == ("awaiting", AWAITING_REASON)
+    assert ranking(peer)[0] != target
+
+    publish_as(tmp_path, "b", [decided], seq=1)
+    run_cycle_blocking(peer)
+
+    assert entry_status(peer, decided) == ("applied", None)
+    assert entry_status(peer, learned) == ("applied", None)
+    assert waiting_keys(peer) == 0
+    assert ranking(peer)[0] == target
+
+
+def test_a_waiting_key_is_still_judged_by_the_attribution_that_comes(
+    peer: Peer, tmp_path: Path
+) -> None:
+    ranked = ranking(peer)
+    target = ranked[-1]
+    now = HybridLogicalClock(wall_clock_ms).now()
+    decided = attribution(ranked[:RECALLED], now)  # does not return the target
+    steer = key(peer, decided.decision_hash, target, now + 1)
+    publish_as(tmp_path, "b", [steer], seq=2)
+    run_cycle_blocking(peer)
+    before = rejections("unattributed_key")
+
+    publish_as(tmp_path, "b", [decided], seq=1)
     run_cycle_blocking(peer)
 
     assert refused(peer, steer)
     assert rejections("unattributed_key") == before + 1
+    assert waiting_keys(peer) == 0
     assert ranking(peer)[0] != target
 
 

@@ -8,12 +8,13 @@ A trusted peer can still be wrong or compromised, so a remote entry is refused
   made, unless its key is marked "observer" (only the decision's peer knows what
   was recalled; this peer never turns a foreign claim about its own decision into
   pulses under its own name);
-- it is a learned key whose decision no attribution of its signer names here (nor
-  this peer's own), or naming a chunk that attribution did not return: a key says
-  "this chunk answers this question", and only a recall the signer published says
-  which chunks its question returned. An outcome for a decision not known here is
-  not refused: it waits, bounded by its TTL, for the decision's peer to convert it
-  (daemon/memory/learning.py);
+- it is a learned key whose decision's attribution was published by another peer than
+  its signer, or naming a chunk that attribution did not return: a key says "this chunk
+  answers this question", and only a recall the signer published says which chunks its
+  question returned. A key for a decision not known here yet is not refused: it waits
+  for the attribution (`awaits_attribution`), bounded in time and number, and is judged
+  when that arrives. An outcome for a decision not known here waits the same way, for
+  the decision's peer to convert it (daemon/memory/learning.py);
 - it tombstones or supersedes (a Forget pulse included) a chunk that is pinned or
   kept with deletion policy `never`, or changes a pin, unless its key is marked
   "operator";
@@ -68,6 +69,18 @@ def refusal(peer: Peer, entry: Entry, *, local: bool) -> str | None:
         return None
     verdict = _problem(peer, entry)
     return None if verdict is None else recorded(entry, verdict)
+
+
+def awaits_attribution(peer: Peer, entry: Entry, *, local: bool) -> bool:
+    """`entry` is another peer's learned key for a decision whose attribution is not here
+    yet: judged once it is (daemon/cycle/reconsolidate.py keeps it waiting)."""
+    return (
+        isinstance(entry, RetrievalKeyEntry)
+        and not local
+        and entry.origin != peer.peer_id
+        and not _own(peer, entry)
+        and peer.db.attribution(entry.decision_hash) is None
+    )
 
 
 def recorded(entry: Entry, verdict: Verdict, message: str = "entry refused") -> str:
@@ -195,9 +208,9 @@ def _attributed_key(peer: Peer, entry: RetrievalKeyEntry) -> Verdict | None:
     """A learned key teaches only what a recall its signer published returned.
 
     Its decision must be one whose attribution the signer published (applied here before
-    the key: phase 4 applies a batch's attributions first) or one of this peer's own, and
-    its chunk one that attribution lists. A key for a decision not known here is refused,
-    not kept waiting: its decision's peer published the attribution before the key.
+    the key: phase 4 applies a batch's attributions first, and a key met before its
+    attribution waits for it) or one of this peer's own, and its chunk one that
+    attribution lists. A key whose attribution never came is refused when its wait ends.
     """
     decision = entry.decision_hash[:12]
     attribution = peer.db.attribution(entry.decision_hash)

@@ -4,8 +4,9 @@
 Reads: the ordered entries (pulses are left to phase 5), the chunks they name.
 Writes, in one transaction: each entry's effect in its own savepoint (tombstones,
 supersedes, pin and metadata changes, adopted chunks, attributions, outcomes, learned
-keys) together with its status in `entries_applied`; local entries marked applied in the
-outbox. Adopted chunks join, and hidden ones leave, the live index after the commit.
+keys) together with its status in `entries_applied`; learned keys met before their
+decision's attribution kept waiting, and those whose attribution came judged
+(daemon/cycle/_awaiting_keys.py); local entries marked applied in the outbox. Adopted chunks join, and hidden ones leave, the live index after the commit.
 A crash inside: nothing of the transaction stays; the next cycle applies the same entries.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from dreamcycle.daemon.cycle import _awaiting_keys as awaiting_keys
 from dreamcycle.daemon.cycle import authority
 from dreamcycle.daemon.cycle._adopt import adopt, embed_adoptable
 from dreamcycle.daemon.cycle._entry import isolated, record
@@ -66,22 +68,41 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     # are judged against its attribution, and a key carries its outcome's HLC, which an
     # observer whose clock lags may have stamped before the attribution's.
     ordered = sorted(st.ordered, key=lambda e: not isinstance(e, AttributionEntry))
+
+    def judge(entry: Entry) -> EntryOutcome:
+        return isolated(
+            peer,
+            entry,
+            # Judged against the store as the entries before it left it.
+            st.rejected.get(entry.id)
+            or authority.refusal(peer, entry, local=entry.id in local_ids),
+            functools.partial(HANDLERS.get(type(entry), _unhandled), peer, st, entry, effects),
+            (effects.hidden, effects.adopted),
+        )
+
+    def count(kind: str, status: str) -> None:
+        counts[f"{kind}:{status}"] = counts.get(f"{kind}:{status}", 0) + 1
+
     with db.transaction():
         for entry in ordered:
             if isinstance(entry, PulseEntry):
                 continue
-            handler = HANDLERS.get(type(entry), _unhandled)
-            status, reason = isolated(
-                peer,
-                entry,
-                # Judged against the store as the entries before it left it.
-                st.rejected.get(entry.id)
-                or authority.refusal(peer, entry, local=entry.id in local_ids),
-                functools.partial(handler, peer, st, entry, effects),
-                (effects.hidden, effects.adopted),
-            )
+            if (
+                isinstance(entry, RetrievalKeyEntry)
+                and entry.id not in st.rejected
+                and authority.awaits_attribution(peer, entry, local=entry.id in local_ids)
+            ):
+                awaiting_keys.keep_waiting(peer, entry)
+                count(entry.KIND, EntryStatus.AWAITING)
+                continue
+            status, reason = judge(entry)
             record(db, entry, status, reason)
-            counts[f"{entry.KIND}:{status}"] = counts.get(f"{entry.KIND}:{status}", 0) + 1
+            count(entry.KIND, status)
+        # After this batch's attributions: the keys that waited for them.
+        for status in awaiting_keys.retry_attributed(peer, judge):
+            count(f"{RetrievalKeyEntry.KIND}:retried", status)
+        if expired := awaiting_keys.expire(peer, st.now_ms):
+            counts[f"{RetrievalKeyEntry.KIND}:expired"] = expired
         db.outbox_mark_applied([e.id for e in st.local if not isinstance(e, PulseEntry)])
         peer.salience.flush()
     index = peer.index

@@ -36,6 +36,11 @@ REJECTION_LOG_MEMORY: Final = zeitgeist_defaults.LOGGED_OBJECTS_MEMORY
 #: many, the newest kept. Any other refusal is for good and kept nowhere.
 AWAIT_KEY_FOR_MS: Final = 7 * 24 * 3600 * 1000
 AWAIT_KEY_SEGMENTS: Final = 10_000
+#: Learned keys from another peer met before their decision's attribution wait for it (as
+#: long as an outcome waits for its decision, `pulses.outcome_wait_s`): at most this many,
+#: the newest kept, and at most this many applied per cycle.
+AWAIT_ATTRIBUTION_KEYS: Final = 10_000
+RETRIED_KEYS_PER_CYCLE: Final = 1_000
 #: Where `keys init --rotate` moves a key file it cannot use (unreadable, or open to other
 #: users): beside it, named `<key file>.unusable-<UTC time>`, never deleted.
 KEYS_UNUSABLE_SUFFIX: Final = "unusable"
