@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from pathlib import Path
@@ -29,6 +30,7 @@ os.environ["DREAMCYCLE_EMBEDDING_THREADS"] = "1"
 _embedder_init = Embedder.__init__
 
 
+@functools.wraps(_embedder_init)
 def _one_thread_unless_asked(self: Embedder, *args: Any, **kwargs: Any) -> None:
     if len(args) < 3 and kwargs.get("threads") is None:
         kwargs["threads"] = 1

@@ -174,9 +174,9 @@ def test_the_cycle_runs_at_its_configured_cpu_priority_and_the_rest_at_normal(
     def idle_at_some_look(tids: set[int]) -> set[int]:
         return {tid for look in looks for tid, (_, p) in look.items() if p == SCHED_IDLE} & tids
 
-    with peer.start(
-        "--interval", "0.3", settings={"DREAMCYCLE_CYCLE_CPU_PRIORITY": priority}
-    ) as daemon:
+    # Two embedding threads, so that onnxruntime starts one besides the caller's.
+    threads = {"DREAMCYCLE_CYCLE_CPU_PRIORITY": priority, "DREAMCYCLE_EMBEDDING_THREADS": "2"}
+    with peer.start("--interval", "0.3", settings=threads) as daemon:
         daemon.wait_ready(timeout_s=LOAD_WAIT_S)
         # The first cycle embeds the chunks left, so its model's threads run from then on.
         wait_until(lambda: peer.cycles_done() >= 1, what="a cycle", timeout_s=LOAD_WAIT_S)
