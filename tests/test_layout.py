@@ -259,3 +259,19 @@ def test_the_commands_start_without_the_service_or_the_api() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_daemon_serves_its_api_without_the_mcp_sdk_until_asked() -> None:
+    """The API's app is built without importing the MCP SDK: the first MCP request sets
+    `/mcp` up (daemon/api/mcp_lazy.py); tests/test_mcp.py speaks MCP to a daemon."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, trio, dreamcycle.daemon.service.loop; "
+        "from dreamcycle.daemon.api.http import create_app; "
+        "create_app(None, trio.CapacityLimiter(1)); "
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

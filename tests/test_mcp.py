@@ -29,9 +29,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
 from dreamcycle.daemon.api import contract, mcp_server
-from dreamcycle.daemon.api.mcp_server import MCP_PATH
 from dreamcycle.daemon.api.mcp_tools import TOOLS
 from dreamcycle.daemon.cli.common import EXIT_UNAVAILABLE
+from dreamcycle.daemon.defaults import MCP_PATH
 from tests.api_helpers import TOKEN, ApiDaemon, running_api
 from tests.daemon_helpers import DREAMCYCLE, Peer, documentation_chunks, write_jsonl
 from tests.test_contract import openapi_fields

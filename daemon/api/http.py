@@ -48,7 +48,7 @@ from dreamcycle.daemon.api.http_guard import guard
 from dreamcycle.daemon.api.http_problems import problem_media_types, problem_response
 from dreamcycle.daemon.api.http_routes import operation_routes, probe_routes
 from dreamcycle.daemon.api.json_route import PydanticJsonRoute
-from dreamcycle.daemon.api.mcp_server import MCP_PATH, InProcess, StreamableHttp
+from dreamcycle.daemon.api.mcp_lazy import LazyStreamableHttp
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import Config
 from dreamcycle.daemon.service.health import Health
@@ -71,7 +71,7 @@ def create_app(
     health: Health | None = None,
 ) -> FastAPI:
     """The FastAPI app; its operations run in worker threads behind `limiter`."""
-    mcp = StreamableHttp(InProcess(ops, limiter), host=host)
+    mcp = LazyStreamableHttp(ops, limiter, host=host)
     app = FastAPI(
         title="dreamcycle",
         summary="Recall and teach this peer's memory.",
@@ -109,8 +109,9 @@ def create_app(
 
     operation_routes(app, ops, limiter)
 
-    # MCP's streamable HTTP transport: the same operations as tools, for agents.
-    app.router.routes.append(Route(MCP_PATH, mcp.asgi))
+    # MCP's streamable HTTP transport: the same operations as tools, for agents (set up
+    # by the first MCP request).
+    app.router.routes.append(Route(defaults.MCP_PATH, mcp))
 
     probe_routes(app, ops, health)
 

@@ -32,6 +32,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import ConfigDict, ValidationError
 
+from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api import contract, refusals
 from dreamcycle.daemon.api.client_errors import ApiError, error_for
 from dreamcycle.daemon.api.errors import problem
@@ -41,8 +42,6 @@ from dreamcycle.daemon.api.operations import Operations
 
 log = logging.getLogger("dreamcycle.mcp")
 
-#: Where the daemon's API serves MCP over streamable HTTP.
-MCP_PATH: Final = "/mcp"
 SERVER_NAME: Final = "dreamcycle"
 INSTRUCTIONS: Final = (
     "Memory that learns from outcomes. Before deciding, recall with mem_search (or "
@@ -205,7 +204,7 @@ class StreamableHttp:
             allowed_origins=["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"],
         )
         server.streamable_http_app(
-            streamable_http_path=MCP_PATH,
+            streamable_http_path=defaults.MCP_PATH,
             stateless_http=True,
             json_response=True,
             transport_security=security,

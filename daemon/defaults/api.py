@@ -13,6 +13,8 @@ from dreamcycle.daemon.defaults.units import DAY_S
 #: data directory, whose file mode (0600) is its access control, and loopback TCP when a
 #: port is set.
 API_ENABLED: Final = True
+#: Where the API serves MCP over streamable HTTP.
+MCP_PATH: Final = "/mcp"
 API_HOST: Final = "127.0.0.1"
 #: 0: no TCP listener, the Unix socket only. TCP is asked for with a port (e.g. 9465),
 #: best with a token: any local user can reach a loopback port.
