@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -239,6 +240,29 @@ def test_one_client_shared_by_threads(served: ApiDaemon, memory: MemoryClient) -
     with ThreadPoolExecutor(max_workers=3 * defaults.CLIENT_CONNECTIONS) as pool:
         answers = list(pool.map(recalled, range(40)))
     assert answers == [[saved.content_hash]] * 40
+
+
+#: Hypercorn closes a connection idle this long unless told otherwise (its default).
+SERVER_DEFAULT_KEEP_ALIVE_S: Final = 5.0
+
+
+def test_a_connection_idle_past_the_servers_default_is_kept_open(served: ApiDaemon) -> None:
+    """A request sent on a kept connection as the server closes it is reset unanswered: the
+    daemon keeps idle connections open for API_KEEP_ALIVE_S, not the few seconds an agent
+    leaves between two calls all the time."""
+    with MemoryClient(served.socket_path) as memory:
+        memory.recall("where does the export land")
+        first = open_sockets(memory)
+        time.sleep(SERVER_DEFAULT_KEEP_ALIVE_S + 1.0)
+        memory.recall("where does the export land")
+        # The same socket served both: none was found closed and opened again.
+        assert len(first) == 1 and open_sockets(memory) == first
+
+
+def open_sockets(memory: MemoryClient) -> set[int]:
+    """The sockets of the client's kept connections (urllib3 pool internals)."""
+    kept = list(memory._pool.pool.queue)  # type: ignore[union-attr]
+    return {id(conn.sock) for conn in kept if conn is not None and conn.sock is not None}
 
 
 def test_a_client_outlives_a_daemon_restart(tmp_path: Path) -> None:

@@ -160,6 +160,7 @@ async def serve(
     hypercorn.bind = binds(config)
     # The socket is created with no access for group and others: only this user connects.
     hypercorn.umask = 0o777 & ~defaults.API_SOCKET_MODE
+    hypercorn.keep_alive_timeout = defaults.API_KEEP_ALIVE_S
     # A line per request only when asked for: requests come many a second.
     hypercorn.accesslog = logging.getLogger(ACCESS_LOGGER) if config.api.access_log else None
     hypercorn.errorlog = logging.getLogger("dreamcycle.api.server")

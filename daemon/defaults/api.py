@@ -27,6 +27,10 @@ API_WORKERS: Final = 8
 API_ACCESS_LOG: Final = False
 #: Mode of the Unix socket file: only the daemon's user may connect.
 API_SOCKET_MODE: Final = 0o600
+#: How long the server keeps an idle connection open. A client that sends on a kept
+#: connection just as the server closes it has its request reset unanswered; Hypercorn's
+#: own default (5 s) is a gap an agent leaves between two calls all the time.
+API_KEEP_ALIVE_S: Final = 300.0
 #: Largest request body accepted, in bytes (a memory is text, not a file upload): room for
 #: the longest content a memory may hold (daemon/memory/limits.py) written as JSON, whose escapes
 #: take up to twelve bytes a character (a surrogate pair).
