@@ -115,48 +115,35 @@ def test_a_key_for_a_decision_no_one_made_steers_nothing_and_is_refused_after_it
         assert ranking(peer)[0] != target
 
 
-def test_a_key_met_before_its_attribution_is_applied_once_the_attribution_comes(
-    peer: Peer, tmp_path: Path
+@pytest.mark.parametrize("returned", [True, False], ids=["returned", "not-returned"])
+def test_a_key_met_before_its_attribution_is_judged_once_the_attribution_comes(
+    peer: Peer, tmp_path: Path, returned: bool
 ) -> None:
     ranked = ranking(peer)
     target = ranked[-1]
     now = HybridLogicalClock(wall_clock_ms).now()
-    decided = attribution([target, *ranked[:2]], now)
+    # The decision's recall returned the key's chunk, or only others.
+    decided = attribution([target, *ranked[:2]] if returned else ranked[:RECALLED], now)
     learned = key(peer, decided.decision_hash, target, now + 1)
     publish_as(tmp_path, "b", [learned], seq=2)  # the attribution's segment not read yet
 
     run_cycle_blocking(peer)
     assert entry_status(peer, learned) == ("awaiting", AWAITING_REASON)
     assert ranking(peer)[0] != target
-
-    publish_as(tmp_path, "b", [decided], seq=1)
-    run_cycle_blocking(peer)
-
-    assert entry_status(peer, decided) == ("applied", None)
-    assert entry_status(peer, learned) == ("applied", None)
-    assert waiting_keys(peer) == 0
-    assert ranking(peer)[0] == target
-
-
-def test_a_waiting_key_is_still_judged_by_the_attribution_that_comes(
-    peer: Peer, tmp_path: Path
-) -> None:
-    ranked = ranking(peer)
-    target = ranked[-1]
-    now = HybridLogicalClock(wall_clock_ms).now()
-    decided = attribution(ranked[:RECALLED], now)  # does not return the target
-    steer = key(peer, decided.decision_hash, target, now + 1)
-    publish_as(tmp_path, "b", [steer], seq=2)
-    run_cycle_blocking(peer)
     before = rejections("unattributed_key")
 
     publish_as(tmp_path, "b", [decided], seq=1)
     run_cycle_blocking(peer)
 
-    assert refused(peer, steer)
-    assert rejections("unattributed_key") == before + 1
+    assert entry_status(peer, decided) == ("applied", None)
     assert waiting_keys(peer) == 0
-    assert ranking(peer)[0] != target
+    if returned:
+        assert entry_status(peer, learned) == ("applied", None)
+        assert ranking(peer)[0] == target
+    else:
+        assert refused(peer, learned)
+        assert rejections("unattributed_key") == before + 1
+        assert ranking(peer)[0] != target
 
 
 def test_a_key_for_a_decision_its_signer_attributed_teaches_a_chunk_it_returned(
