@@ -41,9 +41,9 @@ One run, in order, on a SeaweedFS of its own (`weed mini` on loopback):
   stopped, and each peer's database is read, as scripts/mesh_check.py reads it, for the
   checks:
   1. salience: each peer's salience is what replaying its own order of pulses gives, bit
-     for bit, over the chunks every peer holds; peers that applied the same order agree
-     bit for bit and the others differ by rounding at most, no clamp in the way
-     (mesh_check.compare_replicas);
+     for bit, over the chunks every peer holds, and the peers agree bit for bit whatever
+     order they applied the pulses in (salience is kept on a grid where sums are exact),
+     except on a chunk a clamp at 0 or 1 touched (mesh_check.compare_replicas);
   2. nothing acknowledged lost: every pulse acknowledged, and every pulse an acknowledged
      outcome became on its peer, applied exactly once on every peer, and nothing else;
   3. every peer kept cycling: its count of cycles grew while the faults ran, no stretch
