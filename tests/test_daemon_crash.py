@@ -54,6 +54,9 @@ LIFETIME_S = (0.2, 1.4)
 #: Kills stop here even if b has not caught up (a loaded machine starts processes slowly).
 MAX_KILLS = 30
 INTERVAL_S = "0.2"
+#: The last life may apply most of the 30 segments, one a cycle: on a busy machine cycles
+#: take seconds each.
+CATCH_UP_TIMEOUT_S = 240.0
 #: One segment per cycle, so catching up takes many cycles and kills land in the middle.
 #: No downscale and no sweep: salience is a function of the applied pulses alone.
 SETTINGS = {
@@ -167,7 +170,12 @@ def test_kill_9_loses_nothing_and_applies_nothing_twice(template: Peer, tmp_path
         # However far the kills let it get, b now finishes undisturbed and stops cleanly.
         with b.start("--interval", INTERVAL_S, name="b, last life") as survivor:
             survivor.wait_ready()
-            wait_until(lambda: applied(b) == total, what="b to catch up", context=survivor.log_tail)
+            wait_until(
+                lambda: applied(b) == total,
+                what="b to catch up",
+                context=survivor.log_tail,
+                timeout_s=CATCH_UP_TIMEOUT_S,
+            )
             assert survivor.terminate() == EXIT_OK
         wait_until(
             lambda: applied(c) == total, what="c to apply the whole log", context=reference.log_tail
