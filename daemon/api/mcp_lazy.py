@@ -3,9 +3,9 @@
 The MCP SDK is the largest part of the API's start-up, in imports and in the models its
 tools are described with. A daemon whose agents speak HTTP never needs it, and every
 command that starts a daemon for a moment (`run --once`) would pay it, so the endpoint is
-built when the first MCP request comes: its imports in a worker thread while the event
-loop goes on serving, then the server, and its session manager running in a task of the
-app's lifespan until the app stops.
+built when the first MCP request comes, in a worker thread while the event loop goes on
+serving, and its session manager then runs in a task of the app's lifespan until the app
+stops.
 """
 
 from __future__ import annotations
@@ -61,13 +61,17 @@ class LazyStreamableHttp:
                 nursery = self._nursery
                 if nursery is None:
                     raise RuntimeError("MCP was asked for outside the app's lifespan")
-                module = await trio.to_thread.run_sync(importlib.import_module, _SERVER_MODULE)
-                served: StreamableHttp = module.StreamableHttp(
-                    module.InProcess(self._ops, self._limiter), host=self._host
-                )
+                served = await trio.to_thread.run_sync(self._build)
                 await nursery.start(_run_sessions, served)
                 self._served = served
             return self._served
+
+    def _build(self) -> StreamableHttp:
+        module = importlib.import_module(_SERVER_MODULE)
+        served: StreamableHttp = module.StreamableHttp(
+            module.InProcess(self._ops, self._limiter), host=self._host
+        )
+        return served
 
 
 async def _run_sessions(
