@@ -6,7 +6,8 @@ Writes, in one transaction: each entry's effect in its own savepoint (tombstones
 supersedes, pin and metadata changes, adopted chunks, attributions, outcomes, learned
 keys) together with its status in `entries_applied`; learned keys met before their
 decision's attribution kept waiting, and those whose attribution came judged
-(daemon/cycle/_awaiting_keys.py); local entries marked applied in the outbox. Adopted chunks join, and hidden ones leave, the live index after the commit.
+(daemon/cycle/_awaiting_keys.py); local entries marked applied in the outbox. Adopted
+chunks join, and hidden ones leave, the live index after the commit.
 A crash inside: nothing of the transaction stays; the next cycle applies the same entries.
 """
 
