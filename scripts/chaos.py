@@ -146,6 +146,7 @@ from scripts.bench_common import (
 from scripts.local_servers import RunningS3, ServerStartError, pick_free_ports, start_seaweedfs
 from scripts.mesh_check import (
     Settled,
+    agreement,
     bit_identical_replay,
     compare_replicas,
     exactly_once,
@@ -1056,13 +1057,9 @@ def check_salience(chaos: Chaos, rows: dict[str, dict[str, Any]], workdir: Path)
         rows[peer.peer_id]["replay_identical"] = identical
         if not identical:
             problems.append(f"{peer.peer_id}'s salience is not its own order replayed")
-    common = set.intersection(*(set(p.salience()) for p in peers))
-    stored = {p.peer_id: p.salience() for p in peers}
+    agreed = agreement(peers)
     for peer in peers:
-        differing = sum(
-            1 for h in common if stored[peer.peer_id][h] != stored[reference.peer_id][h]
-        )
-        rows[peer.peer_id]["differing"] = differing
+        rows[peer.peer_id]["differing"] = agreed.differing[peer.peer_id]
         if peer is reference:
             rows[peer.peer_id] |= {"same_order": True, "max_difference": 0.0}
             continue
@@ -1075,13 +1072,12 @@ def check_salience(chaos: Chaos, rows: dict[str, dict[str, Any]], workdir: Path)
                                "max_difference": comparison.max_difference}  # fmt: skip
         if comparison.explained_by_clamping:
             problems.append(f"{peer.peer_id}: {comparison}")
-    identical_everywhere = sum(1 for h in common if len({stored[p.peer_id][h] for p in peers}) == 1)
-    detail = (f"{len(common)} chunks on every peer, {identical_everywhere} of them bit-identical "
+    detail = (f"{agreed.common} chunks on every peer, {agreed.identical} of them bit-identical "
               f"on all {len(peers)}; each peer's salience its own order replayed")  # fmt: skip
     if problems:
         detail += ": " + "; ".join(problems)
-    figures = {"chunks_on_every_peer": len(common),
-               "bit_identical_on_every_peer": identical_everywhere}  # fmt: skip
+    figures = {"chunks_on_every_peer": agreed.common,
+               "bit_identical_on_every_peer": agreed.identical}  # fmt: skip
     return Check(not problems, detail, figures)
 
 

@@ -203,6 +203,37 @@ def bit_identical_replay(peer: Replica, workdir: Path) -> bool:
     )
 
 
+@dataclass(frozen=True)
+class Agreement:
+    """How far the peers' stored salience agrees on the chunks every one of them holds."""
+
+    common: int
+    #: Chunks whose salience is the same float on every peer.
+    identical: int
+    #: Per peer, the common chunks whose salience differs from the first peer's.
+    differing: dict[str, int]
+    max_difference: float
+
+
+def agreement(peers: Sequence[Replica]) -> Agreement:
+    """Compare the peers' salience, bit for bit, on the chunks all of them hold."""
+    stored = {p.peer_id: p.salience() for p in peers}
+    common = set.intersection(*(set(s) for s in stored.values()))
+    reference = stored[peers[0].peer_id]
+    differing = {
+        peer: sum(1 for h in common if values[h] != reference[h]) for peer, values in stored.items()
+    }
+    spread = [
+        max(s[h] for s in stored.values()) - min(s[h] for s in stored.values()) for h in common
+    ]
+    return Agreement(
+        common=len(common),
+        identical=sum(1 for d in spread if d == 0.0),
+        differing=differing,
+        max_difference=max(spread, default=0.0),
+    )
+
+
 def outbox_drained(peer: Replica) -> bool:
     """Whether `peer` has applied and published every entry it queued."""
     rows = peer.query("SELECT count(*) FROM outbox WHERE applied = 0 OR segment_seq IS NULL")

@@ -13,7 +13,9 @@ One run, in order, on a SeaweedFS of its own (`weed mini` on loopback):
   restarted: SECURITY.md's steps);
 * then it waits until every peer applied every pulse any peer originated, and checks that
   each applied each exactly once and that each peer's salience is what replaying its own
-  order gives, bit for bit (peers that applied the same order agree bit for bit).
+  order gives, bit for bit, and how many of the chunks every peer holds have the same
+  salience, bit for bit, on all of them (salience is order-free unless a clamp at 0 or 1
+  or a pin floor was met, which only that order meets).
 
 Measured: delivery (per pulse, seconds and polls from its origin applying it to the last
 peer applying it), S3 requests per peer per hour by kind (each daemon's own count,
@@ -60,7 +62,7 @@ from scripts.bench_common import (
     write_json,
 )
 from scripts.local_servers import pick_free_ports, start_seaweedfs
-from scripts.mesh_check import Settled, bit_identical_replay, exactly_once
+from scripts.mesh_check import Settled, agreement, bit_identical_replay, exactly_once
 from scripts.mesh_load import Emitter, delivery, documentation_rows, write_rows
 from scripts.mesh_peers import (
     MeshPeer,
@@ -273,6 +275,7 @@ def run_mesh(args: argparse.Namespace) -> dict[str, Any]:
             expected = converged.expected
             once = [asdict(exactly_once(p, expected)) for p in run.everyone()]
             identical = {p.peer_id: bit_identical_replay(p, root) for p in run.everyone()}
+            agreed = agreement(run.everyone())
             steady_peers = [p.peer_id for p in run.peers if p is not run.peers[1]]
             report = {
                 "sent": sent,
@@ -280,6 +283,7 @@ def run_mesh(args: argparse.Namespace) -> dict[str, Any]:
                 "delivery": asdict(delivery(run.everyone(), steady_peers)),
                 "exactly_once": once,
                 "bit_identical_replay": identical,
+                "agreement": asdict(agreed),
                 "samples": run.samples,
                 "events": run.events,
                 "duration_s": run.elapsed(),
@@ -364,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, {"machine": machine, "options": vars(args) | {"out": str(args.out)},
                           "per_hour": rows, **report})  # fmt: skip
     print("exit codes:", report["exit_codes"])
+    agreed = report["agreement"]
+    print(
+        f"salience: {agreed['identical']} of {agreed['common']} chunks held by every peer "
+        f"bit-identical on all of them (largest difference {agreed['max_difference']:.1e})"
+    )
     failures = [r for r in report["exactly_once"] if not r["missing"] == r["unexpected"] == 0]
     if failures or not all(report["bit_identical_replay"].values()):
         print("exactly-once or bit-identical replay failed", file=sys.stderr)

@@ -25,6 +25,7 @@ import pytest
 from scripts.local_servers import RunningS3
 from scripts.mesh_check import (
     Settled,
+    agreement,
     compare_replicas,
     exactly_once,
     journal_pulse_order,
@@ -133,6 +134,8 @@ def test_five_daemons_apply_every_pulse_once_and_agree(
         comparison = compare_replicas(mesh[0], other, tmp_path)
         assert comparison.explained_by_clamping == 0, comparison
         assert other.salience() == mesh[0].salience()
+    agreed = agreement(mesh)
+    assert agreed.identical == agreed.common >= CHUNKS, agreed
 
     # The peers read others' segments from roll-ups.
     from_rollups = sum(
