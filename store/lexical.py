@@ -1,4 +1,9 @@
-"""Recall's lexical side: BM25 over recall_fts (Porter-stemmed content and learned words)."""
+"""Recall's lexical side: BM25 over a chunk's own words (recall_fts) and, apart, over the
+words of the questions it learned to answer (learned_fts), both Porter-stemmed.
+
+Apart because bm25() divides a row's score by its length over every column of its table:
+learned words beside the content would rank a chunk that answered questions lower by its
+own words (migration 0019)."""
 
 from __future__ import annotations
 
@@ -7,11 +12,11 @@ from typing import Final
 
 from dreamcycle.store.database import Database
 
-#: The columns of recall_fts: a chunk's own words, and the words of the questions it
-#: learned to answer (searched as separate lists, see daemon/recall/retrieve.py).
+#: A chunk's own words, and the words of the questions it learned to answer: searched as
+#: separate lists (daemon/recall/candidates.py), each in the table that holds it.
 CONTENT_COLUMN: Final = "content"
 LEARNED_COLUMN: Final = "learned"
-COLUMNS: Final = (CONTENT_COLUMN, LEARNED_COLUMN)
+TABLES: Final = {CONTENT_COLUMN: "recall_fts", LEARNED_COLUMN: "learned_fts"}
 #: Words so common that matching them says nothing; dropping them keeps OR queries fast.
 STOPWORDS: Final = frozenset(
     [
@@ -95,29 +100,30 @@ def search_lexical(
     limit: int,
     *,
     cold: bool | None = False,
-    column: str | None = CONTENT_COLUMN,
+    column: str = CONTENT_COLUMN,
 ) -> list[int]:
-    """Best BM25 matches first, over one column (a chunk's own words, or the words of
-    the questions it learned) or both (None); live chunks, cold ones when `cold`, both
-    tiers when `cold` is None."""
+    """Best BM25 matches first, over a chunk's own words (`content`) or the words of the
+    questions it learned (`learned`); live chunks, cold ones when `cold`, both tiers when
+    `cold` is None."""
+    table = TABLES.get(column)
+    if table is None:
+        raise ValueError(f"no full-text index of {column!r}: {sorted(TABLES)}")
     expression = match_expression(query)
     if not expression:
         return []
-    if column is not None:
-        if column not in COLUMNS:
-            raise ValueError(f"recall_fts has no column {column!r}")
-        expression = f"{column} : ({expression})"
+    expression = f"{column} : ({expression})"
     if cold is None:
-        # Tombstoned chunks are not in recall_fts (migration 0011): both tiers need no row.
+        # Tombstoned chunks are in neither table (migrations 0011, 0019): both tiers need
+        # no row.
         best = (
-            "SELECT rowid AS id, bm25(recall_fts) AS score FROM recall_fts "
-            "WHERE recall_fts MATCH ? ORDER BY score, id LIMIT ?"
+            f"SELECT rowid AS id, bm25({table}) AS score FROM {table} "
+            f"WHERE {table} MATCH ? ORDER BY score, id LIMIT ?"
         )
     else:
         tier = "o.cold_at IS NOT NULL" if cold else "o.cold_at IS NULL"
         best = (
-            "SELECT f.rowid AS id, bm25(recall_fts) AS score FROM recall_fts f "
-            f"JOIN observations o ON o.id = f.rowid WHERE recall_fts MATCH ? AND {tier} "
+            f"SELECT f.rowid AS id, bm25({table}) AS score FROM {table} f "
+            f"JOIN observations o ON o.id = f.rowid WHERE {table} MATCH ? AND {tier} "
             "ORDER BY score, id LIMIT ?"
         )
     found: list[int] = db.fetch_packed(

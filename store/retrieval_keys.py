@@ -1,8 +1,8 @@
 """Learned retrieval keys as stored: per chunk, the queries it has answered.
 
-The words of a chunk's keys are kept in the `learned` column of recall's
-full-text index, so the lexical side of recall finds a chunk by the questions
-it answered as well as by its own words.
+The words of a chunk's keys are kept in `learned_fts`, a full-text index of their
+own, so the lexical side of recall finds a chunk by the questions it answered as
+well as by its own words.
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ def replace_keys(db: Database, chunk_id: int, keys: Sequence[StoredKey]) -> None
         [(chunk_id, vector_to_blob(k.embedding), k.text, k.weight, k.updated_ms) for k in keys],
     )
     db.next_counter(KEYS_EPOCH_META_KEY)
+    db.conn.execute("DELETE FROM learned_fts WHERE rowid = ?", (chunk_id,))
     words = " ".join(k.text for k in keys if k.text)
-    db.conn.execute("UPDATE recall_fts SET learned = ? WHERE rowid = ?", (words, chunk_id))
+    if words:
+        db.conn.execute("INSERT INTO learned_fts (rowid, learned) VALUES (?, ?)", (chunk_id, words))
 
 
 def all_keys(

@@ -22,7 +22,6 @@ _HIDE_CHUNK: Final = (
     "WHERE content_hash = ? AND deleted_at IS NULL RETURNING id"
 )
 _DROP_LEARNED_KEYS: Final = "DELETE FROM learned_keys WHERE chunk_id = ?"
-_DROP_LEARNED_WORDS: Final = "UPDATE recall_fts SET learned = '' WHERE rowid = ?"
 _IS_TOMBSTONED: Final = "SELECT 1 FROM tombstones WHERE hash = ?"
 _BY_REASON: Final = (
     "SELECT coalesce(reason, ''), count(*) FROM tombstones GROUP BY 1 ORDER BY 2 DESC"
@@ -60,9 +59,9 @@ class TombstoneQueries(TableQueries):
         row = self._one(_HIDE_CHUNK, (iso_from_ms(now_ms), iso_from_ms(now_ms), digest))
         if row is None:
             return None
-        # Learned keys go with the chunk: nothing may recall a retracted chunk by them.
+        # Learned keys go with the chunk: nothing may recall a retracted chunk by them. Their
+        # words leave full text with its own, by the triggers of migrations 0011 and 0019.
         self.conn.execute(_DROP_LEARNED_KEYS, (row[0],))
-        self.conn.execute(_DROP_LEARNED_WORDS, (row[0],))
         return int(row[0])
 
     def is_tombstoned_hash(self, digest: str) -> bool:
