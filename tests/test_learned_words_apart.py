@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import apsw
 import numpy as np
 import pytest
 
-from dreamcycle import migrations
 from dreamcycle.store import retrieval_keys as key_store
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.lexical import CONTENT_COLUMN, LEARNED_COLUMN, search_lexical
-from dreamcycle.store.migrations import apply_migrations
+from tests.store_helpers import migrations_before, tombstone
 
 NOW_MS = 1_800_000_000_000
 #: Two chunks the query "winter ferry" matches alike: same words matched, same length.
@@ -63,12 +61,7 @@ def test_keys_replaced_or_tombstoned_take_their_words_with_them(tmp_path: Path) 
         _learn(db, first, "where do the ferries dock")
         assert search_lexical(db, "boat island", 10, cold=None, column=LEARNED_COLUMN) == []
         assert search_lexical(db, "ferries dock", 10, cold=None, column=LEARNED_COLUMN) == [first]
-        digest = db.observations([first])[first].content_hash
-        with db.transaction():
-            db.tombstone(
-                digest, reason="wrong", origin_peer="p", now_ms=NOW_MS,
-                collectable_after_ms=None, journal_seq=None,
-            )  # fmt: skip
+        assert tombstone(db, db.observations([first])[first].content_hash, NOW_MS) == first
         assert db.fetch_all("SELECT rowid FROM learned_fts") == []
     finally:
         db.close()
@@ -78,14 +71,7 @@ def test_the_migration_moves_learned_words_out_of_recall_fts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
-    before = [f for f in migrations.migration_files() if int(f.name[:4]) < 19]
-    conn = apsw.Connection(str(path))
-    with monkeypatch.context() as patch:
-        patch.setattr(migrations, "migration_files", lambda: before)
-        apply_migrations(conn)
-    conn.close()
-    with monkeypatch.context() as patch:
-        patch.setattr(migrations, "migration_files", lambda: before)
+    with migrations_before(monkeypatch, 19):
         old = Database(path)
         first, second = _two_chunks(old)
         with old.transaction():

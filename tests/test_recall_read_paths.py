@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import apsw
 import pytest
 
-from dreamcycle import migrations
 from dreamcycle.store import tiers
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.lexical import search_lexical
-from dreamcycle.store.migrations import apply_migrations
+from tests.store_helpers import migrations_before, tombstone
 
 NOW_MS = 1_800_000_000_000
 TEXTS = ("the ferry timetable changes in winter", "winter tyres are fitted in october")
@@ -26,21 +24,13 @@ def _fts_rowids(db: Database) -> set[int]:
     return {int(r[0]) for r in db.fetch_all("SELECT rowid FROM recall_fts")}
 
 
-def _tombstone(db: Database, digest: str) -> int | None:
-    with db.transaction():
-        return db.tombstone(
-            digest, reason="wrong", origin_peer="p", now_ms=NOW_MS,
-            collectable_after_ms=None, journal_seq=None,
-        )  # fmt: skip
-
-
 def test_a_tombstoned_chunk_leaves_full_text_and_a_live_one_stays(tmp_path: Path) -> None:
     db = Database(tmp_path / "d.db")
     try:
         with db.transaction():
             added = db.add_observations([NewObservation(content=t) for t in TEXTS], now_ms=NOW_MS)
         assert set(search_lexical(db, "winter", 10, cold=None)) == {a.rowid for a in added}
-        assert _tombstone(db, added[0].content_hash) == added[0].rowid
+        assert tombstone(db, added[0].content_hash, NOW_MS) == added[0].rowid
         assert _fts_rowids(db) == {added[1].rowid}
         assert search_lexical(db, "winter", 10, cold=None) == [added[1].rowid]
         assert search_lexical(db, "ferry", 10, cold=None) == []
@@ -52,19 +42,11 @@ def test_the_migration_removes_words_of_chunks_tombstoned_before_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "old.db"
-    files = migrations.migration_files()
-    before = [f for f in files if int(f.name[:4]) < 11]
-    conn = apsw.Connection(str(path))
-    with monkeypatch.context() as patch:
-        patch.setattr(migrations, "migration_files", lambda: before)
-        apply_migrations(conn)
-    conn.close()
-    with monkeypatch.context() as patch:
-        patch.setattr(migrations, "migration_files", lambda: before)
+    with migrations_before(monkeypatch, 11):
         old = Database(path)
         with old.transaction():
             added = old.add_observations([NewObservation(content=t) for t in TEXTS], now_ms=NOW_MS)
-        _tombstone(old, added[0].content_hash)
+        tombstone(old, added[0].content_hash, NOW_MS)
         # Before 0011 the retracted chunk's words stay searchable.
         assert _fts_rowids(old) == {a.rowid for a in added}
         old.close()
@@ -108,8 +90,8 @@ def test_status_counts_and_saliences_read_from_indexes_equal_the_plain_queries(
                 [(r,) for r in rowids[:10]],
             )
             tiers.move_to_cold(db, rowids[2:5], reason="test", now_ms=NOW_MS)
-        _tombstone(db, added[6].content_hash)
-        _tombstone(db, added[3].content_hash)  # a cold one
+        tombstone(db, added[6].content_hash, NOW_MS)
+        tombstone(db, added[3].content_hash, NOW_MS)  # a cold one
         plain = db.fetch_all(
             "SELECT salience FROM observations WHERE deleted_at IS NULL AND cold_at IS NULL "
             "ORDER BY id"
