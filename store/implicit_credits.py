@@ -56,9 +56,10 @@ _CREDITS_OF_CHUNK: Final = (
 # Local saves only: a chunk adopted from another peer was saved in that peer's sessions.
 _SESSION_SAVES: Final = (
     "SELECT id, session_id, type, coalesce(title, ''), content, created_at FROM observations "
-    "WHERE id > ? AND session_id IS NOT NULL AND deleted_at IS NULL "
+    "WHERE id > ? AND id <= ? AND session_id IS NOT NULL AND deleted_at IS NULL "
     "AND (origin_peer IS NULL OR origin_peer = ?) ORDER BY id"
 )
+_NEWEST_OBSERVATION: Final = "SELECT coalesce(max(id), 0) FROM observations"
 _SESSION_DECISIONS_AFTER: Final = (
     f"SELECT {ATTRIBUTION_COLUMNS} FROM attributions WHERE hlc > ? AND peer = ? "
     "AND session_id IS NOT NULL ORDER BY hlc, decision_hash"
@@ -135,10 +136,17 @@ class ImplicitCreditQueries(TableQueries):
             "UPDATE session_outcomes SET status = 'converted' WHERE id = ?", (outcome_id,)
         )
 
-    def session_saves(self, after_rowid: int, peer_id: str) -> list[SessionSave]:
-        """Memories saved here in a session, after `after_rowid`, in order."""
+    def session_saves(self, after_rowid: int, upto_rowid: int, peer_id: str) -> list[SessionSave]:
+        """Memories saved here in a session, after `after_rowid` and up to `upto_rowid`, in
+        order."""
+        rows = self._all(_SESSION_SAVES, (after_rowid, upto_rowid, peer_id))
         return [SessionSave(int(i), str(s), str(t), str(ti), str(c), str(at))
-                for i, s, t, ti, c, at in self._all(_SESSION_SAVES, (after_rowid, peer_id))]  # fmt: skip
+                for i, s, t, ti, c, at in rows]  # fmt: skip
+
+    def newest_observation_id(self) -> int:
+        """The rowid of the newest stored chunk (0 for none); chunks are never deleted, so
+        every chunk stored later has a larger one."""
+        return int(self._one(_NEWEST_OBSERVATION)[0])
 
     def session_decisions_after(self, after_hlc: int, peer: str) -> list[AttributionRecord]:
         """Decisions `peer` made in a named session after `after_hlc`, oldest first."""

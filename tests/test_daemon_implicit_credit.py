@@ -19,7 +19,13 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.intake.emit_outcomes import emit_outcome, emit_session_outcome
 from dreamcycle.daemon.intake.ingest import ingest
-from dreamcycle.daemon.memory.implicit_credit import REASONS, SIGNAL_SAVED, reproduces, words
+from dreamcycle.daemon.memory.implicit_credit import (
+    REASONS,
+    SAVES_CURSOR_META_KEY,
+    SIGNAL_SAVED,
+    reproduces,
+    words,
+)
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.pulses.retrieval_keys import SAME_KEY_SIMILARITY
 from dreamcycle.store import retrieval_keys as key_store
@@ -185,3 +191,19 @@ def test_a_bad_session_result_is_refused(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         emit_session_outcome(peer.runtime, session=session, reward=reward, reason="tests/x")
+
+
+def test_the_saves_cursor_passes_chunks_saved_outside_a_session(peer: Peer) -> None:
+    # The store holds chunks, none saved in a session: a cycle reads them once, not again
+    # every cycle (it read the whole table inside a transaction that saves wait for).
+    newest = peer.db.newest_observation_id()
+    assert newest > 0
+    run_cycle_blocking(peer)
+    assert peer.db.get_meta(SAVES_CURSOR_META_KEY) == str(newest)
+    decision, hits = ask(peer, session_id=SESSION)
+    save(peer, note_of(hits[0].content))
+    run_cycle_blocking(peer)
+    assert [(c[0], c[1], c[2]) for c in credits(peer)] == [
+        (SIGNAL_SAVED, decision, hits[0].content_hash)
+    ]
+    assert peer.db.get_meta(SAVES_CURSOR_META_KEY) == str(peer.db.newest_observation_id())

@@ -204,9 +204,13 @@ def _window_hlcs(end_ms: int, window_s: float) -> tuple[int, int]:
 def _from_saves(peer: Peer) -> Iterable[Inferred]:
     db, cfg = peer.db, peer.config.learning
     after = int(db.get_meta(SAVES_CURSOR_META_KEY) or 0)
-    saves = db.session_saves(after, peer.peer_id)
-    if saves:
-        db.set_meta(SAVES_CURSOR_META_KEY, str(saves[-1].rowid))
+    # The cursor passes every chunk read, session save or not: held at the last save, it
+    # made each cycle read every chunk stored since, in a transaction a save waits for.
+    newest = db.newest_observation_id()
+    if newest <= after:
+        return
+    saves = db.session_saves(after, newest, peer.peer_id)
+    db.set_meta(SAVES_CURSOR_META_KEY, str(newest))
     for save in saves:
         summary = save.type == SESSION_SUMMARY_TYPE
         weight = cfg.implicit_summary if summary else cfg.implicit_saved
