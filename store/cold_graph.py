@@ -1,9 +1,8 @@
 """An HNSW graph over the cold tier as it stood at one moment, for recall to search.
 
 Recall searches the cold tier beside the live index, so that a swept chunk can still
-answer. An exact search reads every cold embedding per query: at 60,000 cold chunks of
-384 float32 that is 92 MB, and it grows with the tier. A graph answers in a fraction of
-the time, approximately, as the live index does (scripts/bench_recall.py `--cold-share`
+answer. An exact search reads every cold embedding per query, so its cost grows with the
+tier. A graph answers in a fraction of the time, approximately, as the live index does (scripts/bench_recall.py `--cold-share`
 measures recall with a cold tier).
 
 A graph is built whole and never changed afterwards, so queries run side by side with no
@@ -78,8 +77,8 @@ def build_cold_graph(
     if len(labels) != len(vectors):
         raise ValueError(f"{len(labels)} labels for {len(vectors)} vectors")
     if np.any(labels[1:] < labels[:-1]):
-        # The tier's labels come sorted: a second copy of every vector (92 MB more
-        # memory at 60,000 cold chunks, for the whole build) only when they do not.
+        # The tier's labels come sorted: a second copy of every vector (as much memory
+        # again as the tier's embeddings, for the whole build) only when they do not.
         order = np.argsort(labels, kind="stable")
         labels, vectors = labels[order], vectors[order]
     engine = hnswlib.Index(space=_SPACE, dim=int(vectors.shape[1]) if len(vectors) else 1)

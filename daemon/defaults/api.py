@@ -38,8 +38,7 @@ API_MAX_BODY_BYTES: Final = 16 << 20
 #: How long a thread holding the GIL runs before one waiting for it may take it. A request
 #: waits up to this long at each hand-over while a cycle computes in pure Python beside it
 #: (Python's default is 5 ms). Chosen with scripts/bench_recall.py (`--switch-interval`),
-#: in process with cycles running, which compared it with 1 ms: recall by vector's p99 was
-#: shorter at this value in every run.
+#: in process with cycles running, against 1 ms.
 THREAD_SWITCH_INTERVAL_S: Final = 0.0002
 #: How long a client (daemon/api/client.py, `dreamcycle mcp`) waits for the daemon's answer.
 CLIENT_TIMEOUT_S: Final = 30.0

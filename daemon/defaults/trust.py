@@ -21,9 +21,9 @@ KEYS_MODES: Final = ("strict", "permissive")
 #: Mode of the private key file; a key that group or others may read is refused.
 KEY_FILE_MODE: Final = 0o600
 #: A remote chunk is adopted only if its embedding and this peer's embedding of its title
-#: and content (same model) have at least this cosine. The int8 model gives the same text a cosine of
-#: 1.0 with itself whatever the batch (measured: 64 texts alone, batched, reordered, beside
-#: longer ones); two different documentation paragraphs reach 0.964.
+#: and content (same model) have at least this cosine: the same text embeds alike whatever
+#: its batch, and a different text stays below it (tests/test_store_embedder.py and
+#: tests/test_adopt_titled.py check both on the real model).
 EMBEDDING_MATCH_MIN_COSINE: Final = 0.98
 #: Times one publish finds its claim or segment key taken by an object this peer's key did
 #: not seal (each time it skips the whole run of forged claims in the way, so only a writer
