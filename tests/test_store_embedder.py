@@ -154,13 +154,20 @@ def test_concurrent_callers_get_the_sequential_answers(embedder: Embedder) -> No
         np.testing.assert_allclose(vectors, expected, atol=1e-6)
 
 
-def test_construction_does_not_load_the_model() -> None:
-    started = time.monotonic()
-    lazy = Embedder("no-such-org/no-such-model")
-    assert time.monotonic() - started < 0.05
-    assert lazy.model_id == "no-such-org/no-such-model"
+def test_construction_does_not_load_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    loads: list[str] = []
+
+    def load_refused(self: Embedder) -> None:
+        loads.append(self.model_id)
+        raise EmbedderUnavailable("loading is refused in this test")
+
+    monkeypatch.setattr(Embedder, "_load_model", load_refused)
+    lazy = Embedder(DEFAULT_MODEL)
+    assert lazy.model_id == DEFAULT_MODEL
+    assert loads == []
     with pytest.raises(EmbedderUnavailable):
         lazy.embed(["loading happens here"])
+    assert loads == [DEFAULT_MODEL]
 
 
 def test_unknown_model_fails_fast_and_says_why(network_attempts: list[object]) -> None:

@@ -50,6 +50,10 @@ class RequestsFirst:
         # beyond what its running earned, and when it last stopped waiting.
         self._owed_s = 0.0
         self._last_wait_end = time.monotonic()
+        #: How many times the cycle has waited for a request, and how many of those waits
+        #: the bound ended (the others ended with the requests, or when one stepped aside).
+        self.waits = 0
+        self.waits_to_the_bound = 0
 
     @property
     def in_flight(self) -> int:
@@ -113,8 +117,10 @@ class RequestsFirst:
         self._last_wait_end = now
         if self._owed_s >= defaults.CYCLE_WAIT_CREDIT_WAITS * self.max_wait_s:
             return
+        self.waits += 1
         with self._changed:
-            self._changed.wait_for(lambda: not self._holding_up(), self.max_wait_s)
+            if not self._changed.wait_for(lambda: not self._holding_up(), self.max_wait_s):
+                self.waits_to_the_bound += 1
         self._last_wait_end = time.monotonic()
         self._owed_s += self._last_wait_end - now
 
