@@ -35,7 +35,7 @@ from dreamcycle.store.embeddings import vector_to_blob as vector_to_blob
 from dreamcycle.store.implicit_credits import ImplicitCreditQueries
 from dreamcycle.store.journal import JournalQueries
 from dreamcycle.store.journal import JournalStep as JournalStep
-from dreamcycle.store.keys_awaiting import KeysAwaitingQueries
+from dreamcycle.store.learned_keys_awaiting import LearnedKeysAwaitingQueries
 from dreamcycle.store.log_applied import AppliedLogQueries
 from dreamcycle.store.meta import METADATA_EPOCH_META_KEY as METADATA_EPOCH_META_KEY
 from dreamcycle.store.meta import ROWS_DELETED_META_KEY, MetaQueries
@@ -239,7 +239,7 @@ class Database(
     AttributionQueries,
     ImplicitCreditQueries,
     AppliedLogQueries,
-    KeysAwaitingQueries,
+    LearnedKeysAwaitingQueries,
     OutboxQueries,
     CycleQueries,
     CountQueries,

@@ -65,19 +65,21 @@ class AppliedLogQueries(TableQueries):
         """What finally became of an entry recorded as waiting."""
         self.conn.execute(_SET_ENTRY_STATUS, (status, reason, entry_id))
 
-    def await_key(self, key: str, *, key_id: str, segment_hlc: int) -> None:
-        """Read segment `key` again once key `key_id` is trusted (see `keys_awaited`)."""
-        self.conn.execute(_AWAIT_KEY, (key, key_id, segment_hlc))
+    def await_signer(self, segment_key: str, *, signer_key_id: str, segment_hlc: int) -> None:
+        """Read the segment at `segment_key` again once the signing key `signer_key_id` is
+        trusted (see `signers_awaited`)."""
+        self.conn.execute(_AWAIT_KEY, (segment_key, signer_key_id, segment_hlc))
 
-    def keys_awaited(self) -> list[str]:
+    def signers_awaited(self) -> list[str]:
+        """The ids of the signing keys that segments wait for."""
         return [row[0] for row in self._all(_AWAITED_KEY_IDS)]
 
-    def segments_awaiting(self, key_id: str, limit: int) -> list[str]:
-        """The oldest `limit` segments refused for want of key `key_id`."""
-        return [row[0] for row in self._all(_AWAITING_FOR_KEY, (key_id, limit))]
+    def segments_awaiting(self, signer_key_id: str, limit: int) -> list[str]:
+        """The keys of the oldest `limit` segments refused for want of `signer_key_id`."""
+        return [row[0] for row in self._all(_AWAITING_FOR_KEY, (signer_key_id, limit))]
 
-    def stop_awaiting(self, key: str) -> None:
-        self.conn.execute(_STOP_AWAITING, (key,))
+    def stop_awaiting(self, segment_key: str) -> None:
+        self.conn.execute(_STOP_AWAITING, (segment_key,))
 
     def bound_awaiting(self, *, oldest_hlc: int, most: int) -> None:
         """Forget segments dated before `oldest_hlc`, then all but the newest `most`."""

@@ -21,7 +21,7 @@ from typing import Final
 import pytest
 
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.cycle._awaiting_keys import AWAITING_REASON
+from dreamcycle.daemon.cycle._awaiting_attribution import AWAITING_REASON
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.daemon.service import metrics

@@ -142,6 +142,28 @@ def test_the_runtime_holds_no_recall_state() -> None:
         assert name not in source, name
 
 
+#: Words that say which of the project's keys a name means: signing keys (and the signers
+#: they stand for), the log's object keys, learned retrieval keys, request keys.
+KEY_KINDS: Final = frozenset(
+    {"signer", "signers", "signing", "segment", "object", "learned", "retrieval", "request"}
+)
+
+
+def test_the_databases_names_say_which_keys_they_mean() -> None:
+    """`Database` gathers every table's queries in one namespace, where a bare "keys" could
+    mean signing keys, the log's object keys or learned keys: each name says which."""
+    from dreamcycle.store.database import Database
+
+    vague = [
+        name
+        for name in dir(Database)
+        if not name.startswith("_")
+        and {"key", "keys"} & set(name.split("_"))
+        and not KEY_KINDS & set(name.split("_"))
+    ]
+    assert vague == []
+
+
 def test_every_phase_is_a_module_that_says_what_a_crash_leaves() -> None:
     for name, run in PHASES:
         path = REPO / "daemon" / "cycle" / f"{name}.py"

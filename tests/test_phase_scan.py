@@ -144,7 +144,7 @@ def test_corrupt_untrusted_and_forged_segments_move_neither_clock_nor_cursor(
         assert corrupt not in [s.key for s in st.segments]
         # The stranger's is kept for classify to drop, refused by its seal and waited for.
         assert st.seal_problems[untrusted].reason is Rejection.UNKNOWN_KEY
-        assert st.awaiting_key == {untrusted: stranger.signer.key_id}
+        assert st.awaiting_signer == {untrusted: stranger.signer.key_id}
         # The forged one is recorded (never to be listed again) but moves no cursor.
         assert forged in recorded and forged not in st.own_keys
         assert set(recorded) == {corrupt, forged, *st.own_keys}

@@ -135,7 +135,7 @@ def test_a_flood_of_unsigned_entries_costs_no_row(peer: Peer, tmp_path: Path) ->
     run_cycle_blocking(peer)
     assert peer.db.segment_applied(key)
     assert seen_rows(peer) == seen_before
-    assert peer.db.keys_awaited() == []  # unsigned is refused for good: nothing waits
+    assert peer.db.signers_awaited() == []  # unsigned is refused for good: nothing waits
 
 
 def test_a_segment_of_a_key_trusted_later_is_read_again(peer: Peer, tmp_path: Path) -> None:
@@ -152,7 +152,7 @@ def test_a_segment_of_a_key_trusted_later_is_read_again(peer: Peer, tmp_path: Pa
 
     run_cycle_blocking(peer)
     assert peer.db.segment_applied(key) and not peer.db.entry_seen(entry.id)
-    assert peer.db.keys_awaited() == [carol.key_id]
+    assert peer.db.signers_awaited() == [carol.key_id]
     held = peer.db.observation(3)
     assert held is not None and held.title == chunk.title
 
@@ -164,7 +164,7 @@ def test_a_segment_of_a_key_trusted_later_is_read_again(peer: Peer, tmp_path: Pa
     assert entry_status(peer, entry) == ("applied", None)
     held = peer.db.observation(3)
     assert held is not None and held.title == "published before it was trusted"
-    assert peer.db.keys_awaited() == []
+    assert peer.db.signers_awaited() == []
 
 
 def test_segments_awaiting_a_key_are_bounded_in_age_and_number(tmp_path: Path) -> None:
@@ -173,8 +173,10 @@ def test_segments_awaiting_a_key_are_bounded_in_age_and_number(tmp_path: Path) -
         with db.transaction():
             for n in range(10):
                 key = segment_key(hlc_from_ms(T0_MS + n * 1_000), "c", n + 1)
-                db.await_key(
-                    key, key_id="k1" if n % 2 else "k2", segment_hlc=hlc_from_ms(T0_MS + n * 1_000)
+                db.await_signer(
+                    key,
+                    signer_key_id="k1" if n % 2 else "k2",
+                    segment_hlc=hlc_from_ms(T0_MS + n * 1_000),
                 )
             db.bound_awaiting(oldest_hlc=hlc_from_ms(T0_MS + 2_000), most=5)
         left = [k for key_id in ("k1", "k2") for k in db.segments_awaiting(key_id, 100)]

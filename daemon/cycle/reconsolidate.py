@@ -6,7 +6,7 @@ Writes, in one transaction: each entry's effect in its own savepoint (tombstones
 supersedes, pin and metadata changes, adopted chunks, attributions, outcomes, learned
 keys) together with its status in `entries_applied`; learned keys met before their
 decision's attribution kept waiting, and those whose attribution came judged
-(daemon/cycle/_awaiting_keys.py); local entries marked applied in the outbox. Adopted
+(daemon/cycle/_awaiting_attribution.py); local entries marked applied in the outbox. Adopted
 chunks join, and hidden ones leave, the live index after the commit.
 A crash inside: nothing of the transaction stays; the next cycle applies the same entries.
 """
@@ -20,7 +20,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from dreamcycle.daemon.cycle import _awaiting_keys as awaiting_keys
+from dreamcycle.daemon.cycle import _awaiting_attribution as awaiting_attribution
 from dreamcycle.daemon.cycle import authority
 from dreamcycle.daemon.cycle._adopt import adopt, embed_adoptable
 from dreamcycle.daemon.cycle._entry import isolated, record
@@ -93,16 +93,16 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
                 and entry.id not in st.rejected
                 and authority.awaits_attribution(peer, entry, local=entry.id in local_ids)
             ):
-                awaiting_keys.keep_waiting(peer, entry)
+                awaiting_attribution.keep_waiting(peer, entry)
                 count(entry.KIND, EntryStatus.AWAITING)
                 continue
             status, reason = judge(entry)
             record(db, entry, status, reason)
             count(entry.KIND, status)
         # After this batch's attributions: the keys that waited for them.
-        for status in awaiting_keys.retry_attributed(peer, judge):
+        for status in awaiting_attribution.retry_attributed(peer, judge):
             count(f"{RetrievalKeyEntry.KIND}:retried", status)
-        if expired := awaiting_keys.expire(peer, st.now_ms):
+        if expired := awaiting_attribution.expire(peer, st.now_ms):
             counts[f"{RetrievalKeyEntry.KIND}:expired"] = expired
         db.outbox_mark_applied([e.id for e in st.local if not isinstance(e, PulseEntry)])
         peer.salience.flush()

@@ -95,7 +95,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
             position = max(position, peer.zeitgeist.cursor_for(key_hlc(segment.key)))
         for key in st.own_keys:
             position = max(position, peer.zeitgeist.cursor_for(key_hlc(key)))
-        _record_awaiting_keys(peer, st)
+        _record_awaiting_signers(peer, st)
         if st.unread_keys:
             # Never past a segment still to be read: the next listings hold it again.
             held = peer.zeitgeist.cursor_for(key_hlc(st.unread_keys[0]))
@@ -106,15 +106,15 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     return stats
 
 
-def _record_awaiting_keys(peer: Peer, st: CycleState) -> None:
+def _record_awaiting_signers(peer: Peer, st: CycleState) -> None:
     """Segments refused for want of a key: kept to read again (bounded in age and number);
     those read again this cycle leave the wait."""
     db = peer.db
-    for key in st.read_again:
-        db.stop_awaiting(key)
-    for key, key_id in st.awaiting_key.items():
-        db.await_key(key, key_id=key_id, segment_hlc=key_hlc(key))
-    if st.awaiting_key:
+    for segment_key in st.read_again:
+        db.stop_awaiting(segment_key)
+    for segment_key, signer_key_id in st.awaiting_signer.items():
+        db.await_signer(segment_key, signer_key_id=signer_key_id, segment_hlc=key_hlc(segment_key))
+    if st.awaiting_signer:
         oldest = hlc_from_ms(max(0, st.now_ms - defaults.AWAIT_KEY_FOR_MS))
         db.bound_awaiting(oldest_hlc=oldest, most=defaults.AWAIT_KEY_SEGMENTS)
 

@@ -99,7 +99,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
             break
         _keep(zg, st, key, decoded)
         fetched += 1
-    read_again = 0 if waiting else _read_again_with_new_keys(peer, st)
+    read_again = 0 if waiting else _read_again_with_new_signers(peer, st)
     st.unread_keys.sort()
     rejected_lines = sum(segment.rejected for segment in st.segments)
     # Own segments move the cursor too, but never past a foreign one still waiting.
@@ -123,7 +123,7 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     }
 
 
-def _read_again_with_new_keys(peer: Peer, st: CycleState) -> int:
+def _read_again_with_new_signers(peer: Peer, st: CycleState) -> int:
     """Segments refused earlier for want of a key that the keyring now trusts, read again
     (at most a cycle's `max_segments`): a peer trusted after it published is heard.
 
@@ -134,11 +134,11 @@ def _read_again_with_new_keys(peer: Peer, st: CycleState) -> int:
     if verifier is None:
         return 0
     verifier.refresh()
-    trusted = [key_id for key_id in db.keys_awaited() if key_id in verifier.keyring.keys]
+    trusted = [signer for signer in db.signers_awaited() if signer in verifier.keyring.keys]
     room = peer.config.cycle.max_segments
     read = 0
-    for key_id in trusted:
-        for key in db.segments_awaiting(key_id, room - read):
+    for signer in trusted:
+        for key in db.segments_awaiting(signer, room - read):
             try:
                 decoded = peer.zeitgeist.fetch(key)
             except (CorruptSegment, KeyError):
@@ -178,7 +178,7 @@ def _keep(zg: Zeitgeist, st: CycleState, key: str, decoded: DecodedSegment) -> N
         if hostile.LOGGED.first_time(f"seal/{key}"):
             log.warning("segment refused by its seal", extra={"key": key, "why": str(seal_problem)})
         if seal_problem.reason is Rejection.UNKNOWN_KEY and decoded.seal is not None:
-            st.awaiting_key[key] = decoded.seal.key_id
+            st.awaiting_signer[key] = decoded.seal.key_id
     st.segments.append(
         FetchedSegment(key, decoded.entries, len(decoded.rejected), sum(decoded.skipped.values()))
     )

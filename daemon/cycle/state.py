@@ -51,9 +51,9 @@ class CycleState:
     #: Foreign segments listed that could not be read: the cursor stays before the first.
     unread_keys: list[str] = field(default_factory=list)
     seal_problems: dict[str, Verdict] = field(default_factory=dict)  # segment key -> why
-    #: Segments refused for want of a trusted key (segment key -> the key's id), to be
-    #: read again once the keyring trusts it; and those read again this cycle.
-    awaiting_key: dict[str, str] = field(default_factory=dict)
+    #: Segments refused for want of a trusted signer (segment key -> the signing key's
+    #: id), to be read again once the keyring trusts it; and those read again this cycle.
+    awaiting_signer: dict[str, str] = field(default_factory=dict)
     read_again: list[str] = field(default_factory=list)
     stats: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: True once SIGTERM / SIGINT asked the daemon to stop (read from the phase's thread):

@@ -44,7 +44,7 @@ def keep_waiting(peer: Peer, entry: RetrievalKeyEntry) -> None:
 def retry_attributed(peer: Peer, judge: Judge) -> Iterator[EntryStatus]:
     """Judge every waiting key whose attribution is here now; the status of each."""
     db = peer.db
-    for entry_id, wire_json in db.keys_now_attributed(defaults.RETRIED_KEYS_PER_CYCLE):
+    for entry_id, wire_json in db.learned_keys_now_attributed(defaults.RETRIED_KEYS_PER_CYCLE):
         entry = decode_entry(json.loads(wire_json))
         status, reason = judge(entry)
         db.set_entry_status(entry_id, status, reason)
@@ -55,7 +55,7 @@ def retry_attributed(peer: Peer, judge: Judge) -> Iterator[EntryStatus]:
 def expire(peer: Peer, now_ms: int) -> int:
     """Refuse the keys that waited too long, or beyond the number kept; how many."""
     wait_ms = int(peer.config.pulses.outcome_wait_s * 1000)
-    dropped = peer.db.drop_overdue_keys(
+    dropped = peer.db.drop_overdue_learned_keys(
         oldest_hlc=hlc_from_ms(max(0, now_ms - wait_ms)), most=defaults.AWAIT_ATTRIBUTION_KEYS
     )
     for entry_id, wire_json in dropped:

@@ -30,20 +30,20 @@ _OVERDUE: Final = (
 )
 
 
-class KeysAwaitingQueries(TableQueries):
+class LearnedKeysAwaitingQueries(TableQueries):
     def await_attribution(
         self, entry_id: str, *, decision_hash: str, hlc: int, wire_json: str
     ) -> None:
         self.conn.execute(_AWAIT, (entry_id, decision_hash, hlc, wire_json))
 
-    def keys_now_attributed(self, limit: int) -> list[tuple[str, str]]:
+    def learned_keys_now_attributed(self, limit: int) -> list[tuple[str, str]]:
         """Waiting keys whose decision's attribution is here: (entry id, wire JSON)."""
         return [(str(row[0]), str(row[1])) for row in self._all(_ATTRIBUTED, (limit,))]
 
     def stop_awaiting_attribution(self, entry_id: str) -> None:
         self.conn.execute(_STOP, (entry_id,))
 
-    def drop_overdue_keys(self, *, oldest_hlc: int, most: int) -> list[tuple[str, str]]:
+    def drop_overdue_learned_keys(self, *, oldest_hlc: int, most: int) -> list[tuple[str, str]]:
         """Forget keys dated before `oldest_hlc`, then all but the newest `most`: (entry id,
         wire JSON) of each."""
         dropped = [(str(row[0]), str(row[1])) for row in self._all(_OVERDUE, (oldest_hlc, most))]
