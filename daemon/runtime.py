@@ -13,9 +13,9 @@ from typing import IO
 from dreamcycle.daemon.clock import Clock, clock_from_config
 from dreamcycle.daemon.config import Config
 from dreamcycle.daemon.defaults import STARTUP_PROBE_DEADLINE_S
-from dreamcycle.daemon.service import metrics
-from dreamcycle.daemon.service.backend_health import BackendHealth, ObservedBackend
-from dreamcycle.daemon.service.backend_probe import probed_backend
+from dreamcycle.daemon.observe import metrics
+from dreamcycle.daemon.observe.backend_health import BackendHealth, ObservedBackend
+from dreamcycle.daemon.observe.backend_probe import probed_backend
 from dreamcycle.daemon.signing_keys import EntryGate, open_keys
 from dreamcycle.store.database import Database
 from dreamcycle.store.embedder import Embedder

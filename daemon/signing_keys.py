@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.config import Config
-from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.zeitgeist.entries import Entry
 from dreamcycle.zeitgeist.log import LogOnce
 from dreamcycle.zeitgeist.signing import (

@@ -85,7 +85,7 @@ from dreamcycle.daemon.recall.cold_search import ColdSearch
 from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.recall.state import RecallState, recall_state, share
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service.cycle_thread import CPU_PRIORITIES, CycleThread
+from dreamcycle.daemon.scheduling.cycle_thread import CPU_PRIORITIES, CycleThread
 from dreamcycle.daemon.service.loop import share_the_interpreter
 from dreamcycle.daemon.signing_keys import init_key
 from dreamcycle.daemon.statuses import CycleStatus

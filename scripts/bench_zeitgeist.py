@@ -53,9 +53,9 @@ from dreamcycle.daemon.clock import SystemClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import CURSOR_META_KEY, PHASES, CycleState, run_cycle_blocking
 from dreamcycle.daemon.intake.ingest import ingest, read_files
+from dreamcycle.daemon.observe.backend_health import ObservedBackend
+from dreamcycle.daemon.observe.backend_probe import ProbeBeforeWrite
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service.backend_health import ObservedBackend
-from dreamcycle.daemon.service.backend_probe import ProbeBeforeWrite
 from dreamcycle.daemon.signing_keys import write_keyring
 from dreamcycle.pulses.constants import (
     OUTCOME_DECAY_PER_HOP,

@@ -151,7 +151,7 @@ def storage_refusal(exc: BaseException) -> str | None:
     writing the database (locked, read-only, unopenable, full, failing): the file and the
     problem. None for any other failure.
 
-    The daemon waits these faults out (daemon/service/storage_health.py); a command reports
+    The daemon waits these faults out (daemon/observe/storage_health.py); a command reports
     them, and nothing it meant to write was committed."""
     if not isinstance(exc, apsw.Error):
         return None

@@ -120,7 +120,7 @@ def replace_durably(temporary: Path, final: Path) -> None:
 
     IndexSaveFailed when the file system refuses (a directory in the file's place, no
     permission, a full disk); the OSError is its cause, for the daemon to tell a storage
-    fault it waits out (daemon/service/storage_health.py)."""
+    fault it waits out (daemon/observe/storage_health.py)."""
     try:
         fsync_path(temporary)
         os.replace(temporary, final)

@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from dreamcycle.daemon.service.cycle_thread import idle_is_reversible
+from dreamcycle.daemon.scheduling.cycle_thread import idle_is_reversible
 
 # Re-exported: the tests that provision keys import them from here.
 from scripts.mesh_peers import provision_key as provision_key

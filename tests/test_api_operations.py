@@ -19,7 +19,7 @@ import pytest
 from dreamcycle.daemon.api import recall_models, report_models
 from dreamcycle.daemon.api.client import MemoryClient
 from dreamcycle.daemon.api.client_errors import BadRequest, Conflict, NotFound
-from dreamcycle.daemon.service.cycle_thread import idle_is_reversible
+from dreamcycle.daemon.scheduling.cycle_thread import idle_is_reversible
 from dreamcycle.store.timefmt import ms_from_iso
 from tests.api_helpers import ApiDaemon, running_api, wait_applied
 from tests.daemon_helpers import (

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service import metrics
 from dreamcycle.daemon.signing_keys import read_keyring, write_keyring
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import OutcomeEntry, ReconsolidateEntry, encode_segment

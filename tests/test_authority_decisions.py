@@ -22,9 +22,9 @@ import pytest
 
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.cycle._awaiting_attribution import AWAITING_REASON
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service import metrics
 from dreamcycle.zeitgeist.entries import AttributionEntry, OutcomeEntry, RetrievalKeyEntry
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock, hlc_from_ms
 from tests.test_daemon_robustness import (

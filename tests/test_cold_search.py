@@ -26,7 +26,7 @@ from dreamcycle.daemon.recall import cold_search
 from dreamcycle.daemon.recall.cold_search import ColdSearch
 from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
-from dreamcycle.daemon.service import cycle_thread
+from dreamcycle.daemon.scheduling import cycle_thread
 from dreamcycle.daemon.service.loop import Service
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import read_paths, tiers

@@ -20,9 +20,9 @@ from dreamcycle.daemon.api.edit_models import SaveRequest, SaveResponse
 from dreamcycle.daemon.config import ConfigError, load_config
 from dreamcycle.daemon.cycle import PhaseRunner
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service import cycle_thread
+from dreamcycle.daemon.scheduling import cycle_thread
+from dreamcycle.daemon.scheduling.cycle_thread import IDLE, NORMAL, CycleThread
 from dreamcycle.daemon.service import loop as service_module
-from dreamcycle.daemon.service.cycle_thread import IDLE, NORMAL, CycleThread
 from dreamcycle.daemon.service.loop import Service
 from dreamcycle.store.embedder import Embedder
 from tests.daemon_helpers import needs_reversible_idle, run_service_while, thread_policies

@@ -25,10 +25,10 @@ from dreamcycle.daemon.cycle.efficacy import (
 )
 from dreamcycle.daemon.intake.emit_outcomes import emit_outcome
 from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer as DaemonPeer
 from dreamcycle.daemon.runtime import Runtime
-from dreamcycle.daemon.service import metrics
 from dreamcycle.pulses.efficacy import (
     ATTRIBUTION_CORRELATION,
     COUNTERFACTUAL_REPLAY,

@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from dreamcycle.daemon.service import metrics
-from dreamcycle.daemon.service.backend_health import BackendHealth
-from dreamcycle.daemon.service.health import Health
+from dreamcycle.daemon.observe import metrics
+from dreamcycle.daemon.observe.backend_health import BackendHealth
+from dreamcycle.daemon.observe.health import Health
 from tests.daemon_helpers import Peer, documentation_chunks, wait_until, write_jsonl
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "monitoring"

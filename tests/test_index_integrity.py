@@ -23,9 +23,9 @@ from dreamcycle.daemon.clock import ManualClock, SystemClock
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import INDEX_FILE_LABEL, INDEX_IDENTITY_META_KEY, Runtime, save_index
-from dreamcycle.daemon.service import metrics
 from dreamcycle.daemon.service.loop import serve
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.embedder import Embedder

@@ -133,6 +133,26 @@ def test_no_module_imports_itself_through_others() -> None:
     assert _loops(graph) == []
 
 
+def _role(module: str) -> str:
+    """The part of the tree a module belongs to: a sub-package of a package (`daemon.api`),
+    or the module itself when it stands at a package's top (`daemon.runtime`)."""
+    parts = module.split(".")
+    if len(parts) >= 2 and (REPO / parts[0] / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return module
+
+
+def test_no_role_imports_itself_through_others() -> None:
+    """Sub-packages import one way too: `daemon/service/` may use `api/` and `cycle/`, which
+    then never reach back into it (what both need lives in `observe/` and `scheduling/`)."""
+    roles: dict[str, set[str]] = {}
+    for module, imported in _import_graph().items():
+        role = _role(module)
+        roles.setdefault(role, set()).update(_role(m) for m in imported if _role(m) != role)
+    assert roles["daemon.service"] >= {"daemon.api", "daemon.cycle"}
+    assert _loops(roles) == []
+
+
 def test_the_runtime_holds_no_recall_state() -> None:
     """Recall's caches and the cold tier's search live in daemon/recall, beside the runtime."""
     graph = _import_graph()

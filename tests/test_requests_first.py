@@ -18,7 +18,7 @@ from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service.requests_first import RequestsFirst
+from dreamcycle.daemon.scheduling.requests_first import RequestsFirst
 from dreamcycle.pulses.vectors import Vector
 
 START_MS = 1_700_000_000_000

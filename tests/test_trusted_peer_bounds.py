@@ -23,8 +23,8 @@ import pytest
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import PULSE_BUDGET_WINDOW_S
 from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service import metrics
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.hashing import content_hash

@@ -29,7 +29,7 @@ import pytest
 from dreamcycle import migrations
 from dreamcycle.daemon.cli import main as dreamcycle_cli
 from dreamcycle.daemon.cli import pulse_emit as pulse_emit_cli
-from dreamcycle.daemon.service.storage_health import StorageFault, storage_fault
+from dreamcycle.daemon.observe.storage_health import StorageFault, storage_fault
 from dreamcycle.store import database
 from dreamcycle.store.database import Database, DatabaseError
 from tests.daemon_helpers import (

@@ -15,7 +15,7 @@ import apsw
 import numpy as np
 import pytest
 
-from dreamcycle.daemon.service.storage_health import StorageFault, storage_fault
+from dreamcycle.daemon.observe.storage_health import StorageFault, storage_fault
 from dreamcycle.store.index import HnswIndex
 from dreamcycle.store.index_file import (
     IndexSaveFailed,

@@ -29,8 +29,8 @@ import pytest
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service import metrics
 from dreamcycle.daemon.signing_keys import init_key
 from dreamcycle.zeitgeist.directory import DirectoryBackend
 from dreamcycle.zeitgeist.entries import (

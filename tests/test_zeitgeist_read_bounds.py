@@ -23,8 +23,8 @@ import pytest
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.observe.backend_health import BackendHealth, ObservedBackend
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service.backend_health import BackendHealth, ObservedBackend
 from dreamcycle.store.database import NewObservation
 from dreamcycle.zeitgeist.backend import MAX_OBJECT_BYTES, LogBackend, ObjectTooLarge, Versioned
 from dreamcycle.zeitgeist.directory import DirectoryBackend

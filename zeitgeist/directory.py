@@ -217,7 +217,7 @@ class DirectoryBackend:
         except OSError as exc:
             if key.startswith(SEGMENT_PREFIX) and _about_the_file(path, exc):
                 # Not chained: a permission error among the causes reads as this peer's
-                # own data directory made read-only (daemon/service/storage_health.py).
+                # own data directory made read-only (daemon/observe/storage_health.py).
                 raise UnreadableObject(
                     f"dir: cannot read {key!r} under {self.root}: {exc}; peers sharing a "
                     "directory must be able to read each other's files"

@@ -127,7 +127,7 @@ class EditOperations(ServedPeer):
             nonce=request.nonce,
         )
         # Embedded before the write lock is taken: while a request waits for or holds it,
-        # the cycle gives way to no request (daemon/service/requests_first.py), and other writers
+        # the cycle gives way to no request (daemon/scheduling/requests_first.py), and other writers
         # wait; the model takes milliseconds.
         embedded = self._embedder.embed_one(request.text) if request.text.strip() else None
         with self._writing() as writer:

@@ -4,7 +4,7 @@ worker.
 Routes live under /v1 (daemon/api/http_routes.py); /openapi.json and /docs describe them;
 /mcp serves them as MCP tools (daemon/api/mcp_server.py); /healthz answers while the
 process lives, /readyz once the index is loaded and, in the daemon, while its database,
-backend and cycles are sound (daemon/service/health.py). Each operation runs in a worker
+backend and cycles are sound (daemon/observe/health.py). Each operation runs in a worker
 thread behind the API's own limiter, never the dream cycle's (a recall by vector that
 records nothing may run on the event loop: daemon/api/hot_path.py), and its answer is
 serialized there too; request bodies are parsed by pydantic's JSON parser
@@ -51,7 +51,7 @@ from dreamcycle.daemon.api.json_route import PydanticJsonRoute
 from dreamcycle.daemon.api.mcp_lazy import LazyStreamableHttp
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import Config
-from dreamcycle.daemon.service.health import Health
+from dreamcycle.daemon.observe.health import Health
 
 log = logging.getLogger("dreamcycle.api")
 

@@ -3,7 +3,7 @@ method, path, models, summary, the rules its models cannot state and its refusal
 running its operation in a worker thread behind the API's limiter and answering with the
 JSON serialized there; and the probes, /healthz while the process lives and /readyz once
 the index is loaded and, in the daemon, while its database, backend and cycles are sound
-(daemon/service/health.py).
+(daemon/observe/health.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.http_problems import BODY, GUARDED, error_responses, problem_response
 from dreamcycle.daemon.api.json_route import json_answer
 from dreamcycle.daemon.api.operations import Operations
-from dreamcycle.daemon.service.health import Health
+from dreamcycle.daemon.observe.health import Health
 
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Response]])
 

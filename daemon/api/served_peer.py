@@ -14,7 +14,7 @@ recall that `recall_at_once` allows, in the server's own thread; either way:
   of chunks never holds a query up; it runs one thread (a single query gains little
   from more, and their spinning takes the core the query's word search runs on);
 * each operation is a request in flight while it runs, and the attached peer's cycle
-  gives way to it before each of its statements (daemon/service/requests_first.py).
+  gives way to it before each of its statements (daemon/scheduling/requests_first.py).
 
 The operations themselves are read_operations.py's and edit_operations.py's.
 """
@@ -37,8 +37,8 @@ from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall.cold_search import ColdSearch, GraphShape
 from dreamcycle.daemon.recall.state import RecallState, recall_state, share
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service.cycle_thread import CycleThread
-from dreamcycle.daemon.service.requests_first import RequestsFirst
+from dreamcycle.daemon.scheduling.cycle_thread import CycleThread
+from dreamcycle.daemon.scheduling.requests_first import RequestsFirst
 from dreamcycle.store.database import Database
 from dreamcycle.store.embedder import Embedder
 
@@ -224,7 +224,7 @@ class ServedPeer:
     @contextmanager
     def _writing(self) -> Iterator[Runtime]:
         # Aside while waiting for and holding the write lock: a cycle giving way to this
-        # request may hold it (daemon/service/requests_first.py).
+        # request may hold it (daemon/scheduling/requests_first.py).
         with self.requests_first.stepping_aside(), self._write_lock:
             if self._writer is None:
                 self._writer = self._view(Database(self._rt.config.database_path, prepare=False))

@@ -222,7 +222,7 @@ CANNOT_RUN_HERE: Final = (
     ("dreamcycle.daemon.runtime", "DataDirUnlockable"),
     ("dreamcycle.daemon.api.http", "ApiUnavailable"),
     ("dreamcycle.zeitgeist.backend", "BackendError"),
-    ("dreamcycle.daemon.service.metrics", "MetricsUnavailable"),
+    ("dreamcycle.daemon.observe.metrics", "MetricsUnavailable"),
     ("dreamcycle.store.database", "DatabaseError"),
     ("dreamcycle.store.migrations", "MigrationError"),
     ("dreamcycle.store.embedder", "EmbedderUnavailable"),

@@ -80,10 +80,10 @@ def _run_classified(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dreamcycle.daemon.observe import metrics
+    from dreamcycle.daemon.observe.storage_health import unwritable_data_dir
     from dreamcycle.daemon.runtime import Runtime
-    from dreamcycle.daemon.service import metrics
     from dreamcycle.daemon.service.loop import serve, service_health
-    from dreamcycle.daemon.service.storage_health import unwritable_data_dir
     from dreamcycle.daemon.signing_keys import check_can_run
 
     config = load(args)

@@ -43,8 +43,8 @@ from dreamcycle.daemon.cycle.state import (
     FatalCycleError,
     PhaseFn,
 )
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service import metrics
 
 __all__ = [
     "CURSOR_META_KEY",

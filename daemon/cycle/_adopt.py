@@ -18,8 +18,8 @@ from dreamcycle.daemon.cycle.state import CycleState, EntryOutcome, EntryStatus
 from dreamcycle.daemon.defaults import EMBEDDING_MATCH_MIN_COSINE
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.memory.admission import chunk_journal
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service import metrics
 from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store.database import NewObservation, embedding_text
 from dreamcycle.store.hashing import content_hash

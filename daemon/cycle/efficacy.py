@@ -23,8 +23,8 @@ from typing import Any, Final, cast
 
 from dreamcycle.daemon.config import Config
 from dreamcycle.daemon.memory.forgetting import prune_gate
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service import metrics
 from dreamcycle.pulses.efficacy import (
     ATTRIBUTION_CORRELATION,
     COUNTERFACTUAL_REPLAY,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.zeitgeist.log import LogOnce
 
 #: A claim of one of this peer's sequence numbers that no key of this peer sealed.

@@ -25,8 +25,8 @@ from dreamcycle.daemon.cycle.state import (
     FatalCycleError,
 )
 from dreamcycle.daemon.defaults import FORGED_CLAIMS_PER_PUBLISH, MAX_ENTRIES_PER_SEGMENT
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service import metrics
 from dreamcycle.daemon.signing_keys import count_rejection
 from dreamcycle.zeitgeist.backend import BackendError
 from dreamcycle.zeitgeist.entries import Entry, decode_entry, decode_segment

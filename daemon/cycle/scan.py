@@ -19,8 +19,8 @@ from dreamcycle.daemon.cycle import hostile
 from dreamcycle.daemon.cycle._position import cursor, key_hlc
 from dreamcycle.daemon.cycle.hlc_recovery import recover_hlc
 from dreamcycle.daemon.cycle.state import CycleState, FetchedSegment
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.daemon.service import metrics
 from dreamcycle.daemon.signing_keys import count_rejection
 from dreamcycle.zeitgeist.backend import BackendError, UnreadableObject
 from dreamcycle.zeitgeist.entries import CorruptSegment, DecodedSegment, decode_entry

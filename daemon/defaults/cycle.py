@@ -11,7 +11,7 @@ from dreamcycle.store import embedder
 
 CYCLE_INTERVAL_S: Final = 30.0
 #: How long a statement of the cycle waits at most for the API's requests in flight
-#: (daemon/service/requests_first.py); 0: never. Chosen with scripts/bench_recall.py, which compares
+#: (daemon/scheduling/requests_first.py); 0: never. Chosen with scripts/bench_recall.py, which compares
 #: it with 0 while cycles run (`--give-way`); 20 ms and the two bounds below were not
 #: compared with other values there.
 CYCLE_GIVE_WAY_S: Final = 0.02
@@ -23,7 +23,7 @@ CYCLE_WAIT_PER_RUN: Final = 4.0
 #: How many full waits a cycle may wait beyond what its running earned (a second's worth
 #: at the default give_way_s): a burst of requests is waited out whole.
 CYCLE_WAIT_CREDIT_WAITS: Final = 50
-#: The cycle's CPU priority (daemon/service/cycle_thread.py): "idle" runs it under SCHED_IDLE,
+#: The cycle's CPU priority (daemon/scheduling/cycle_thread.py): "idle" runs it under SCHED_IDLE,
 #: behind the API's requests; "normal" level with them. Chosen with scripts/bench_recall.py
 #: (`--cpu-priority`), which compares the two with cycles back to back beside the HTTP
 #: figures: under "idle", recall by text, context bundles and save-then-recall have shorter

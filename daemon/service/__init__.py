@@ -1,1 +1,1 @@
-"""The running daemon's shell: the Trio loop, the cycle's thread, systemd, health, metrics and logs."""
+"""The running daemon's shell: the Trio loop with signals, systemd and logs."""

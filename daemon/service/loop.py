@@ -48,11 +48,12 @@ from dreamcycle.daemon.cycle import (
     record_cycle_start,
     run_phases,
 )
+from dreamcycle.daemon.observe import metrics
+from dreamcycle.daemon.observe.health import Health, outbox_depth
+from dreamcycle.daemon.observe.storage_health import StorageFault, storage_fault
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.service import metrics, systemd
-from dreamcycle.daemon.service.cycle_thread import CycleThread
-from dreamcycle.daemon.service.health import Health, outbox_depth
-from dreamcycle.daemon.service.storage_health import StorageFault, storage_fault
+from dreamcycle.daemon.scheduling.cycle_thread import CycleThread
+from dreamcycle.daemon.service import systemd
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")

@@ -2,7 +2,7 @@
 
 Names follow Prometheus' conventions: counters end in `_total` (the client library adds
 it), durations are in seconds and say so, timestamps are seconds since the epoch. The
-same listener answers `/healthz` and `/readyz` with small JSON documents (daemon/service/health.py).
+same listener answers `/healthz` and `/readyz` with small JSON documents (daemon/observe/health.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.observe import metrics
 from dreamcycle.zeitgeist.backend import (
     MAX_OBJECT_BYTES,
     BackendError,

@@ -18,7 +18,7 @@ from typing import Any, Final
 import apsw
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.service import metrics
+from dreamcycle.daemon.observe import metrics
 
 #: The logger of the daemon's health, whichever part of it speaks.
 log = logging.getLogger("dreamcycle.health")

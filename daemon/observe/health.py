@@ -23,9 +23,9 @@ from typing import Any, Final
 import apsw
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.service import metrics
-from dreamcycle.daemon.service.backend_health import BackendHealth
-from dreamcycle.daemon.service.storage_health import StorageHealth
+from dreamcycle.daemon.observe import metrics
+from dreamcycle.daemon.observe.backend_health import BackendHealth
+from dreamcycle.daemon.observe.storage_health import StorageHealth
 from dreamcycle.daemon.statuses import CycleStatus
 from dreamcycle.store.database import Database
 
