@@ -1,4 +1,4 @@
-"""Time downscaling and the percentile sweep (Membrane-style decay; the sweep keeps a state).
+"""The percentile sweep (the sweep keeps a state; time decay is in pulses/decay.py).
 
 The sweep moves the bottom percentile of each kind, by a value that mixes learned
 salience with intrinsic worth, to the cold tier; see plan_sweep.
@@ -9,14 +9,18 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
-from dreamcycle.pulses.constants import EPSILON, SALIENCE_MIN
+from dreamcycle.pulses.constants import EPSILON
+
+Labels = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Flags = npt.NDArray[np.bool_]
 
 #: The bottom 60 % by value (per kind, live and cold together) is kept in the cold tier.
 DEFAULT_SWEEP_PERCENTILE: Final = 60.0
@@ -28,61 +32,6 @@ PERCENTILE_METHOD: Final = "linear"
 
 class InvalidSweep(ValueError):
     """A downscale or sweep argument that makes no sense; the message names it."""
-
-
-def downscale(salience: float, pin_floor: float, elapsed_s: float, half_life_s: float) -> float:
-    """Salience after `elapsed_s` seconds of exponential decay with half-life `half_life_s`.
-
-    Never below max(pin_floor, SALIENCE_MIN), so a pinned chunk decays only to its
-    floor. A half-life <= 0 or infinite means the kind does not decay, and a
-    non-positive elapsed time (a clock that stepped back) changes nothing.
-    """
-    for name, value in (
-        ("salience", salience),
-        ("pin_floor", pin_floor),
-        ("elapsed_s", elapsed_s),
-        ("half_life_s", half_life_s),
-    ):
-        if math.isnan(value):
-            raise InvalidSweep(f"downscale {name} is NaN")
-    if not math.isfinite(salience):
-        raise InvalidSweep(f"downscale salience must be finite, got {salience}")
-    if half_life_s <= 0 or math.isinf(half_life_s) or elapsed_s <= 0:
-        return salience
-    decayed = salience * math.pow(0.5, elapsed_s / half_life_s)
-    return max(decayed, pin_floor, SALIENCE_MIN)
-
-
-def due_for_decay(
-    decayed_at_ms: Mapping[int, int], now_ms: int, min_step_ms: int, limit: int | None
-) -> list[int]:
-    """The chunks one downscale step decays: those last decayed `min_step_ms` or more ago,
-    the longest waiting first (ties: the smaller label), at most `limit` of them.
-
-    Decay composes (half a step now and half later is one step), so a chunk left for a
-    later step loses nothing; what the rule saves is rewriting every chunk every cycle.
-    """
-    if min_step_ms < 0:
-        raise InvalidSweep(f"downscale min_step_ms must be >= 0, got {min_step_ms}")
-    if limit is not None and limit < 1:
-        raise InvalidSweep(f"downscale limit must be >= 1, got {limit}")
-    due = sorted((at, label) for label, at in decayed_at_ms.items() if now_ms - at >= min_step_ms)
-    return [label for _, label in due[:limit]]
-
-
-def accounted_step(accounted_ms: int | None, observed_ms: int, max_step_ms: int) -> int:
-    """The time a cycle accounts for, given what was accounted before and the clock it reads.
-
-    It follows the clock forward by at most `max_step_ms` per cycle and never goes back:
-    a clock stepped forward moves it one bounded step per cycle (a real downtime is caught
-    up over later cycles), and a clock stepped back leaves it where it was until the clock
-    passes it again. With nothing accounted yet, the clock is taken as it is.
-    """
-    if max_step_ms <= 0:
-        raise InvalidSweep(f"max_step_ms must be > 0, got {max_step_ms}")
-    if accounted_ms is None:
-        return observed_ms
-    return accounted_ms + min(max(observed_ms - accounted_ms, 0), max_step_ms)
 
 
 #: How salience and intrinsic value mix into the value the sweep ranks by (sums to 1).
@@ -134,6 +83,27 @@ class SweepMix:
             raise InvalidSweep(f"sweep mix shares must be >= 0 and not all 0, got {shares}")
 
 
+class LabelValues(Mapping[int, float]):
+    """Each sweepable chunk's value, by label: two arrays, not a dict of a million entries."""
+
+    def __init__(self, labels: Labels, values: Floats) -> None:
+        order = np.argsort(labels, kind="stable")
+        self._labels: Labels = labels[order]
+        self._values: Floats = values[order]
+
+    def __getitem__(self, label: int) -> float:
+        at = int(np.searchsorted(self._labels, label))
+        if at == len(self._labels) or self._labels[at] != label:
+            raise KeyError(label)
+        return float(self._values[at])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._labels.tolist())
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+
 @dataclass(frozen=True)
 class SweepPlan:
     """What one sweep would move to the cold tier: `doomed` labels ascending, or why not.
@@ -146,8 +116,87 @@ class SweepPlan:
     doomed: tuple[int, ...]
     skipped_reason: str | None
     thresholds: dict[str, float] = field(default_factory=dict)
-    values: dict[int, float] = field(default_factory=dict)
+    values: Mapping[int, float] = field(default_factory=dict)
     already_cold: int = 0
+
+
+@dataclass(frozen=True)
+class SweepColumns:
+    """The sweepable chunks as columns, one entry per chunk (pinned and protected ones left
+    out): what plan_sweep_columns ranks. `kinds` indexes `kind_names`."""
+
+    labels: Labels
+    salience: Floats
+    kinds: Labels
+    kind_names: tuple[str, ...]
+    information: Floats
+    importance: Floats
+    cold: Flags
+    eligible: Flags
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        labels: Labels,
+        salience: Floats,
+        pinned: Flags,
+        protected: Flags,
+        kinds: Sequence[str],
+        information: Floats,
+        importance: Floats,
+        cold: Flags,
+        eligible: Flags,
+    ) -> SweepColumns:
+        """Every chunk, checked (labels once each, finite salience), then the sweepable ones."""
+        count = len(labels)
+        columns = (salience, pinned, protected, kinds, information, importance, cold, eligible)
+        if any(len(column) != count for column in columns):
+            raise InvalidSweep("sweep columns differ in length")
+        if len(np.unique(labels)) != count:
+            ordered = np.sort(labels)
+            twice = int(ordered[np.flatnonzero(ordered[1:] == ordered[:-1])[0]])
+            raise InvalidSweep(f"sweep candidate label {twice} appears twice")
+        not_finite = np.flatnonzero(~np.isfinite(salience))
+        if len(not_finite):
+            at = int(not_finite[0])
+            raise InvalidSweep(
+                f"sweep candidate {int(labels[at])} has non-finite salience {salience[at]}"
+            )
+        keep = ~(np.asarray(pinned, dtype=bool) | np.asarray(protected, dtype=bool))
+        kind_names = tuple(sorted(set(kinds)))
+        code = {name: i for i, name in enumerate(kind_names)}
+        kind_codes = np.fromiter(map(code.__getitem__, kinds), dtype=np.int64, count=count)
+        return cls(
+            labels=np.asarray(labels, dtype=np.int64)[keep],
+            salience=np.asarray(salience, dtype=np.float64)[keep],
+            kinds=kind_codes[keep],
+            kind_names=kind_names,
+            information=np.asarray(information, dtype=np.float64)[keep],
+            importance=np.asarray(importance, dtype=np.float64)[keep],
+            cold=np.asarray(cold, dtype=bool)[keep],
+            eligible=np.asarray(eligible, dtype=bool)[keep],
+        )
+
+    @classmethod
+    def of_candidates(cls, candidates: Iterable[SweepCandidate]) -> SweepColumns:
+        pool = list(candidates)
+        return cls.of(
+            labels=np.array([c.label for c in pool], dtype=np.int64),
+            salience=np.array([c.salience for c in pool], dtype=np.float64),
+            pinned=np.array([c.pinned for c in pool], dtype=bool),
+            protected=np.array([c.protected for c in pool], dtype=bool),
+            kinds=[c.kind for c in pool],
+            information=np.array([c.information for c in pool], dtype=np.float64),
+            importance=np.array([c.importance for c in pool], dtype=np.float64),
+            cold=np.array([c.cold for c in pool], dtype=bool),
+            eligible=np.array([c.eligible for c in pool], dtype=bool),
+        )
+
+
+def distinct_words(text: str) -> list[str]:
+    """The words information_content weighs, once each, in order."""
+    return sorted(set(_WORD.findall(text.lower())))
 
 
 def information_content(texts: Sequence[str]) -> list[float]:
@@ -156,38 +205,73 @@ def information_content(texts: Sequence[str]) -> list[float]:
     Greetings and acknowledgements share common words and score low; a chunk that
     names rare things scores high, whatever its salience.
     """
-    documents = [set(_WORD.findall(text.lower())) for text in texts]
-    frequency = Counter(itertools.chain.from_iterable(documents))
-    total = len(documents)
-    # Each word's weight once, not once per text that holds it; fsum is correctly rounded,
-    # so the order of the words in a text does not change its sum.
-    weight = {word: math.log((total + 1) / (count + 0.5)) for word, count in frequency.items()}
-    return [math.fsum(map(weight.__getitem__, words)) for words in documents]
+    numbering: dict[str, int] = {}
+    words = [
+        [numbering.setdefault(word, len(numbering)) for word in distinct_words(text)]
+        for text in texts
+    ]
+    word_ids = np.fromiter(itertools.chain.from_iterable(words), dtype=np.int64)
+    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    information: list[float] = information_of_words(word_ids, lengths).tolist()
+    return information
+
+
+def information_of_words(word_ids: Labels, lengths: Labels) -> Floats:
+    """information_content of texts given as numbered words: `lengths[i]` distinct word
+    numbers of text i, one after another in `word_ids`. A word's weight is
+    log((texts + 1) / (texts holding it + 0.5)), counted once."""
+    texts = len(lengths)
+    if texts == 0:
+        return np.zeros(0, dtype=np.float64)
+    holding = np.bincount(word_ids)
+    weight = np.log((texts + 1) / (holding + 0.5))
+    text_of_word = np.repeat(np.arange(texts), lengths)
+    summed = np.bincount(text_of_word, weights=weight[word_ids], minlength=texts)
+    return summed.astype(np.float64)
 
 
 def percentile_ranks(values: Sequence[float]) -> list[float]:
     """Each value's rank in [0, 1], ties sharing their average rank (never split arbitrarily)."""
+    ranks: list[float] = _percentile_ranks(np.asarray(values, dtype=np.float64)).tolist()
+    return ranks
+
+
+def _percentile_ranks(values: Floats) -> Floats:
     count = len(values)
-    if count == 0:
-        return []
-    if count == 1:
-        return [0.5]
-    order = sorted(range(count), key=lambda i: values[i])
-    ranks = [0.0] * count
-    start = 0
-    while start < count:
-        end = start
-        while end + 1 < count and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        average = (start + end) / 2.0
-        for position in range(start, end + 1):
-            ranks[order[position]] = average / (count - 1)
-        start = end + 1
+    if count <= 1:
+        return np.full(count, 0.5)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    starts_run = np.empty(count, dtype=bool)
+    starts_run[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_run[1:])
+    starts = np.flatnonzero(starts_run)
+    ends = np.append(starts[1:], count) - 1
+    average = (starts + ends) / 2.0
+    ranks = np.empty(count, dtype=np.float64)
+    ranks[order] = (average / (count - 1))[np.cumsum(starts_run) - 1]
     return ranks
 
 
 def plan_sweep(
     candidates: Iterable[SweepCandidate],
+    percentile: float = DEFAULT_SWEEP_PERCENTILE,
+    min_population: int = DEFAULT_MIN_POPULATION,
+    tolerance: float = EPSILON,
+    mix: SweepMix | None = None,
+) -> SweepPlan:
+    """plan_sweep_columns over `candidates`."""
+    return plan_sweep_columns(
+        SweepColumns.of_candidates(candidates),
+        percentile=percentile,
+        min_population=min_population,
+        tolerance=tolerance,
+        mix=mix,
+    )
+
+
+def plan_sweep_columns(
+    columns: SweepColumns,
     percentile: float = DEFAULT_SWEEP_PERCENTILE,
     min_population: int = DEFAULT_MIN_POPULATION,
     tolerance: float = EPSILON,
@@ -215,9 +299,8 @@ def plan_sweep(
         raise InvalidSweep(f"sweep min_population must be an integer, got {min_population!r}")
     if min_population < 0:
         raise InvalidSweep(f"sweep min_population must be >= 0, got {min_population}")
-    sweepable = _sweepable(candidates)
-    population = len(sweepable)
-    already_cold = sum(c.cold for c in sweepable)
+    population = len(columns.labels)
+    already_cold = int(np.count_nonzero(columns.cold))
     if population < min_population:
         return SweepPlan(
             threshold=None,
@@ -230,33 +313,32 @@ def plan_sweep(
         return SweepPlan(
             threshold=None, population=0, doomed=(), skipped_reason="no sweepable chunks"
         )
-    by_kind: dict[str, list[SweepCandidate]] = {}
-    for candidate in sweepable:
-        by_kind.setdefault(candidate.kind, []).append(candidate)
-    values: dict[int, float] = {}
+    values = np.empty(population, dtype=np.float64)
+    doomed = np.zeros(population, dtype=bool)
     thresholds: dict[str, float] = {}
-    doomed: list[int] = []
-    for kind in sorted(by_kind):
-        group = by_kind[kind]
-        kind_values = _values(group, mix, tolerance)
-        values.update(zip((c.label for c in group), kind_values, strict=True))
+    for code, kind in enumerate(columns.kind_names):
+        group = np.flatnonzero(columns.kinds == code)
+        if len(group) == 0:
+            continue
+        kind_values = _values(columns, group, mix, tolerance)
+        values[group] = kind_values
         if len(group) < MIN_KIND_POPULATION:
             continue
         threshold = float(np.percentile(kind_values, percentile, method=PERCENTILE_METHOD))
         thresholds[kind] = threshold
-        doomed.extend(
-            c.label
-            for c, value in zip(group, kind_values, strict=True)
-            if not c.cold and c.eligible and value < threshold - _VALUE_TOLERANCE
+        doomed[group] = (
+            ~columns.cold[group]
+            & columns.eligible[group]
+            & (kind_values < threshold - _VALUE_TOLERANCE)
         )
-    overall = float(np.percentile(list(values.values()), percentile, method=PERCENTILE_METHOD))
+    overall = float(np.percentile(values, percentile, method=PERCENTILE_METHOD))
     return SweepPlan(
         threshold=overall,
         population=population,
-        doomed=tuple(sorted(doomed)),
+        doomed=tuple(sorted(columns.labels[doomed].tolist())),
         skipped_reason=None,
         thresholds=thresholds,
-        values=values,
+        values=LabelValues(columns.labels, values),
         already_cold=already_cold,
     )
 
@@ -272,28 +354,38 @@ def relative_ties(values: Sequence[float], tolerance: float) -> list[float]:
     first value. The grouping depends only on ratios, so scaling every value by
     the same decay factor leaves the groups (and so the ranks) as they were.
     """
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    tied = [0.0] * len(values)
-    anchor: float | None = None
-    for i in order:
-        value = values[i]
-        if anchor is None or value > anchor * (1.0 + tolerance):
-            anchor = value
-        tied[i] = anchor
+    tied: list[float] = _relative_ties(np.asarray(values, dtype=np.float64), tolerance).tolist()
     return tied
 
 
-def _values(group: Sequence[SweepCandidate], mix: SweepMix, tolerance: float) -> list[float]:
-    salience = relative_ties([c.salience for c in group], tolerance)
-    signals = (
-        (mix.salience, percentile_ranks(salience)),
-        (mix.information, percentile_ranks([c.information for c in group])),
-        (mix.importance, percentile_ranks([float(c.importance) for c in group])),
-    )
+def _relative_ties(values: Floats, tolerance: float) -> Floats:
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    tied = np.empty_like(ordered)
+    start, count = 0, len(ordered)
+    # One step per run of near-equal values, however many values the run holds.
+    while start < count:
+        anchor = float(ordered[start])
+        end = int(np.searchsorted(ordered, anchor * (1.0 + tolerance), side="right"))
+        end = max(end, start + 1)
+        tied[start:end] = anchor
+        start = end
+    result = np.empty_like(values)
+    result[order] = tied
+    return result
+
+
+def _values(columns: SweepColumns, group: Labels, mix: SweepMix, tolerance: float) -> Floats:
+    salience_ranks = _percentile_ranks(_relative_ties(columns.salience[group], tolerance))
+    information_ranks = _percentile_ranks(columns.information[group])
+    importance_ranks = _percentile_ranks(columns.importance[group])
     total = mix.salience + mix.information + mix.importance
-    return [
-        math.fsum(share * ranks[i] for share, ranks in signals) / total for i in range(len(group))
-    ]
+    mixed: Floats = (
+        mix.salience * salience_ranks
+        + mix.information * information_ranks
+        + mix.importance * importance_ranks
+    ) / total
+    return mixed
 
 
 def spare(plan: SweepPlan, keep: Iterable[int]) -> tuple[SweepPlan, tuple[int, ...]]:
@@ -304,19 +396,3 @@ def spare(plan: SweepPlan, keep: Iterable[int]) -> tuple[SweepPlan, tuple[int, .
         return plan, ()
     remaining = tuple(label for label in plan.doomed if label not in kept)
     return replace(plan, doomed=remaining), spared
-
-
-def _sweepable(candidates: Iterable[SweepCandidate]) -> list[SweepCandidate]:
-    seen: set[int] = set()
-    sweepable: list[SweepCandidate] = []
-    for candidate in candidates:
-        if candidate.label in seen:
-            raise InvalidSweep(f"sweep candidate label {candidate.label} appears twice")
-        seen.add(candidate.label)
-        if not math.isfinite(candidate.salience):
-            raise InvalidSweep(
-                f"sweep candidate {candidate.label} has non-finite salience {candidate.salience}"
-            )
-        if candidate.sweepable:
-            sweepable.append(candidate)
-    return sweepable

@@ -7,11 +7,18 @@ inside the caller's transaction, `reload` throws away what a rollback undid.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import repeat
+
+import numpy as np
+import numpy.typing as npt
 
 from dreamcycle.store.database import Database
+
+Floats = npt.NDArray[np.float64]
+Flags = npt.NDArray[np.bool_]
 
 
 @dataclass
@@ -182,6 +189,21 @@ class SalienceCache:
             self._cold.add(label)
         else:
             self._cold.discard(label)
+
+    def sweep_view(self, labels: Sequence[int]) -> tuple[Floats, Flags, Flags, Flags]:
+        """For the sweep, by label: salience, pinned, protected from pruning, tombstoned."""
+        if labels:
+            self._load_newer(max(labels))
+        count = len(labels)
+        salience, floor, policy = self._salience, self._floor, self._policy
+        protected = {label for label, kind in policy.items() if kind != "auto_prune"}
+        return (
+            np.fromiter(map(salience.get, labels, repeat(0.0)), np.float64, count),
+            np.fromiter(map(floor.get, labels, repeat(0.0)), np.float64, count) > 0,
+            np.fromiter(map(protected.__contains__, labels), bool, count),
+            np.fromiter(map(self._tombstoned.__contains__, labels), bool, count)
+            | ~np.fromiter(map(salience.__contains__, labels), bool, count),
+        )
 
     def is_cold(self, label: int) -> bool:
         return label in self._cold

@@ -82,7 +82,7 @@ class SalienceQueries(TableQueries):
     ) -> list[DecayCandidate]:
         """Live indexed chunks (cold ones too) whose decay counts from `due_by_ms` or
         earlier, the longest waiting first (ties: smaller rowid), at
-        most `limit`: pulses.sweep.due_for_decay in SQL, read from the observations_decay
+        most `limit`: pulses.decay.due_for_decay in SQL, read from the observations_decay
         index (migration 0011)."""
         where = _DECAYABLE
         params: list[Any] = []

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.store.database import EFFICACY_TYPE, TIER_EPOCH_META_KEY, Database
+from dreamcycle.store.database import TIER_EPOCH_META_KEY, Database
 from dreamcycle.store.timefmt import iso_from_ms
 
 
@@ -28,18 +28,6 @@ class ColdChunk:
     reason: str
     salience: float
     text: str
-
-
-@dataclass(frozen=True)
-class SweepRow:
-    """What the sweep ranks a chunk by, besides its salience."""
-
-    rowid: int
-    kind: str
-    importance: int
-    created_at: str
-    content: str
-    cold: bool
 
 
 def _bump_epoch(db: Database) -> None:
@@ -140,19 +128,6 @@ def cold_vectors(
         return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
     matrix = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32).reshape(len(blobs), -1)
     return np.array(labels, dtype=np.int64), matrix
-
-
-def sweep_rows(db: Database) -> list[SweepRow]:
-    """Every admitted chunk that is not tombstoned, live or cold, for the sweep to rank."""
-    return [
-        SweepRow(int(a), str(b), int(c), str(d), str(e), bool(f))
-        for a, b, c, d, e, f in db.fetch_all(
-            "SELECT id, kind, importance, created_at, content, cold_at IS NOT NULL "
-            "FROM observations WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL "
-            f"AND type != '{EFFICACY_TYPE}' "
-            "ORDER BY id"
-        )
-    ]
 
 
 def expired_cold(db: Database, *, older_than_ms: int) -> list[str]:

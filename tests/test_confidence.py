@@ -31,6 +31,7 @@ from dreamcycle.pulses.confidence import (
     stable_half_life,
     verified,
 )
+from dreamcycle.pulses.decay import downscale
 from dreamcycle.pulses.ranking import (
     Candidate,
     InvalidRanking,
@@ -38,7 +39,7 @@ from dreamcycle.pulses.ranking import (
     confidence_multiplier,
     rank_candidates,
 )
-from dreamcycle.pulses.sweep import SweepCandidate, SweepMix, downscale, plan_sweep
+from dreamcycle.pulses.sweep import SweepCandidate, SweepMix, plan_sweep
 from dreamcycle.store.database import CHUNK_KINDS, InvalidObservation, NewObservation
 from tests.api_helpers import ApiDaemon, running_api
 from tests.daemon_helpers import Peer, write_jsonl

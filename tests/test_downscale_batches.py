@@ -23,7 +23,8 @@ from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.daemon.memory.rebuild import replay_steps
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.pulses.sweep import InvalidSweep, due_for_decay
+from dreamcycle.pulses.decay import due_for_decay
+from dreamcycle.pulses.sweep import InvalidSweep
 from dreamcycle.store.database import EFFICACY_TYPE, Database, DecayCandidate, NewObservation
 from dreamcycle.store.timefmt import iso_from_ms, ms_from_iso
 from tests.daemon_helpers import documentation_chunks

@@ -125,7 +125,14 @@ def test_a_due_sweep_moves_exactly_the_bottom_percentile_cold_and_records_its_ti
         assert peer.db.get_meta(LAST_SWEEP_META_KEY) == str(clock.now_ms())
         # Nothing forgotten for good, no salience moved.
         assert saliences(peer.db) == salience
-        assert changed_tables(before, tables(peer.db)) == {"journal", "meta", "observations"}
+        # The words of every chunk are kept for the next sweep (store/sweep_words.py).
+        assert changed_tables(before, tables(peer.db)) == {
+            "journal",
+            "meta",
+            "observations",
+            "chunk_words",
+            "sweep_words",
+        }
 
 
 def test_cold_chunks_ingested_again_come_back_and_those_past_retention_are_tombstoned(

@@ -66,7 +66,7 @@ def _sweep(args: argparse.Namespace) -> int:
         # The grace period counts in the time the cycles accounted for, as the daemon's own
         # sweeps do: a clock stepped ahead must not make young chunks sweepable here either.
         now_ms = accounted.stored(rt.db) or rt.clock.now_ms()
-        plan = forgetting.plan(rt, SalienceCache(rt.db), now_ms)
+        plan = forgetting.plan(rt, SalienceCache(rt.db), now_ms, keep_words=not args.dry_run)
         print(
             f"population {plan.population}  already cold {plan.already_cold}  "
             f"doomed {len(plan.doomed)}"

@@ -3,7 +3,7 @@
 Decay and the sweep (its interval, the grace period, cold retention) measure time against
 this instead of the clock read now, so a wall clock stepped forward by days cannot decay,
 sweep or expire days' worth in one cycle: each cycle moves accounted time towards the clock
-by at most `clock.max_step_s` (pulses.sweep.accounted_step), and never back. A clock
+by at most `clock.max_step_s` (pulses.decay.accounted_step), and never back. A clock
 stepped back leaves it where it was until the clock passes it again; a real downtime is
 caught up one bounded step per cycle.
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from dreamcycle.pulses.sweep import accounted_step
+from dreamcycle.pulses.decay import accounted_step
 from dreamcycle.store.database import Database
 
 #: meta key holding the accounted time (milliseconds since the Unix epoch).

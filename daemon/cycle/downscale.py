@@ -1,7 +1,7 @@
 """Phase 6, downscale: time decay since each chunk's last decay, half-life by kind.
 
 Reads: the chunks due for decay (last decayed `downscale.min_step_s` or more ago, longest
-waiting first, `downscale.max_chunks_per_cycle` at most: pulses.sweep.due_for_decay), the
+waiting first, `downscale.max_chunks_per_cycle` at most: pulses.decay.due_for_decay), the
 cycle's accounted time. Writes: one journal step with the rule's numbers, then salience and
 each chunk's decay time, DOWNSCALE_ROWS_PER_TRANSACTION chunks per transaction.
 A crash inside: the journaled step is replayed alike (the same rule, the chunks live then);
@@ -18,7 +18,7 @@ from dreamcycle.daemon.cycle.state import CycleState
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.pulses.sweep import downscale
+from dreamcycle.pulses.decay import downscale
 from dreamcycle.store.database import DecayCandidate
 from dreamcycle.store.timefmt import ms_from_iso
 

@@ -2,8 +2,9 @@
 
 Reads: the cycle's accounted time, the last sweep's time, every chunk's value for the
 sweep (daemon/memory/forgetting.py), recent successful decisions for the prune gate. Writes:
-revived and expired cold chunks; the sweep's time (first, in its own transaction); chunks
-moved to the cold tier with their journal steps. Local curation: nothing is published.
+revived and expired cold chunks; the sweep's time (first, in its own transaction); the
+words of chunks met for the first time (store/sweep_words.py); chunks moved to the cold
+tier with their journal steps. Local curation: nothing is published.
 A crash inside: a crash after the sweep's time is recorded skips one sweep rather than
 sweeping twice.
 """

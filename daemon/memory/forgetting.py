@@ -23,15 +23,15 @@ from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.sweep import (
-    SweepCandidate,
+    SweepColumns,
     SweepPlan,
-    information_content,
-    plan_sweep,
+    distinct_words,
+    information_of_words,
+    plan_sweep_columns,
     spare,
 )
-from dreamcycle.store import tiers
+from dreamcycle.store import sweep_words, tiers
 from dreamcycle.store.salience import SalienceCache
-from dreamcycle.store.timefmt import ms_from_iso
 
 SWEEP_REASON: Final = "percentile_sweep"
 RETENTION_REASON: Final = "cold retention expired"
@@ -51,36 +51,68 @@ class GateReport:
         return None if self.found == 0 else self.still_found / self.found
 
 
-def sweep_candidates(rt: Runtime, salience: SalienceCache, now_ms: int) -> list[SweepCandidate]:
+def sweep_columns(
+    rt: Runtime, salience: SalienceCache, now_ms: int, *, keep_words: bool = True
+) -> SweepColumns:
     """Every admitted chunk not tombstoned, live or cold, as the sweep ranks it.
 
     The grace period runs from a chunk's creation, and again from its revival: a chunk
-    brought back (in this very cycle, with no grace) is not swept straight back.
+    brought back (in this very cycle, with no grace) is not swept straight back. Chunks
+    whose words are not kept yet are tokenized here, and their words kept unless
+    `keep_words` is false (a dry run changes nothing; store/sweep_words.py).
     """
-    rows = [r for r in tiers.sweep_rows(rt.db) if not salience.is_tombstoned(r.rowid)]
-    information = information_content([r.content for r in rows])
+    rows = sweep_words.sweep_rows(rt.db)
+    labels = rows.labels.tolist()
+    saliences, pinned, protected, tombstoned = salience.sweep_view(labels)
+    if tombstoned.any():
+        kept_rows = ~tombstoned
+        rows = rows.keep(kept_rows)
+        labels = rows.labels.tolist()
+        saliences, pinned, protected = (
+            saliences[kept_rows],
+            pinned[kept_rows],
+            protected[kept_rows],
+        )
+    missing = [label for label, words in zip(labels, rows.word_ids, strict=True) if words is None]
+    kept: dict[int, bytes] = {}
+    if missing:
+        texts = sweep_words.texts_of(rt.db, missing)
+        words = {label: distinct_words(texts[label]) for label in missing}
+        if keep_words:
+            with rt.db.transaction():
+                kept = sweep_words.keep_words(rt.db, words)
+        else:
+            kept = sweep_words.numbered_words(rt.db, words)
+    word_ids, lengths = sweep_words.word_arrays(
+        [
+            words if words is not None else kept[label]
+            for label, words in zip(labels, rows.word_ids, strict=True)
+        ]
+    )
     grace_ms = rt.config.sweep.grace_s * 1000
     revived = tiers.revived_since(rt.db, now_ms - int(grace_ms))
-    return [
-        SweepCandidate(
-            label=row.rowid,
-            salience=salience.salience(row.rowid),
-            pinned=salience.pin_floor(row.rowid) > 0,
-            protected=salience.deletion_policy(row.rowid) != "auto_prune",
-            kind=row.kind,
-            information=info,
-            importance=row.importance,
-            cold=row.cold,
-            eligible=now_ms - ms_from_iso(row.created_at) >= grace_ms and row.rowid not in revived,
-        )
-        for row, info in zip(rows, information, strict=True)
-    ]
+    eligible = (now_ms - rows.created_ms >= grace_ms) & ~np.isin(
+        rows.labels, np.fromiter(revived, dtype=np.int64, count=len(revived))
+    )
+    return SweepColumns.of(
+        labels=rows.labels,
+        salience=saliences,
+        pinned=pinned,
+        protected=protected,
+        kinds=rows.kinds,
+        information=information_of_words(word_ids, lengths),
+        importance=rows.importance,
+        cold=rows.cold,
+        eligible=eligible,
+    )
 
 
-def plan(rt: Runtime, salience: SalienceCache, now_ms: int) -> SweepPlan:
+def plan(
+    rt: Runtime, salience: SalienceCache, now_ms: int, *, keep_words: bool = True
+) -> SweepPlan:
     cfg = rt.config.sweep
-    return plan_sweep(
-        sweep_candidates(rt, salience, now_ms),
+    return plan_sweep_columns(
+        sweep_columns(rt, salience, now_ms, keep_words=keep_words),
         percentile=cfg.percentile,
         min_population=cfg.min_population,
         mix=cfg.mix(),
@@ -120,7 +152,7 @@ def prune_gate(peer: Peer, doomed: Iterable[int], now_ms: int) -> GateReport:
 def sweep(peer: Peer, now_ms: int, *, dry_run: bool = False) -> dict[str, object]:
     """Plan, gate and apply one sweep; returns its stats."""
     cfg = peer.config.sweep
-    planned = plan(peer.runtime, peer.salience, now_ms)
+    planned = plan(peer.runtime, peer.salience, now_ms, keep_words=not dry_run)
     stats: dict[str, object] = {
         "population": planned.population,
         "threshold": planned.threshold,

@@ -21,10 +21,10 @@ import numpy.typing as npt
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.memory.confidence import HalfLives
 from dreamcycle.daemon.runtime import Runtime, save_index
+from dreamcycle.pulses.decay import downscale, due_for_decay
 from dreamcycle.pulses.memory import InMemorySalience
 from dreamcycle.pulses.propagate import UpdateRule, propagate
 from dreamcycle.pulses.pulse import SalientPulse
-from dreamcycle.pulses.sweep import downscale, due_for_decay
 from dreamcycle.store import checkpoints
 from dreamcycle.store.checkpoints import Checkpoint, ChunkState
 from dreamcycle.store.index import HnswIndex

@@ -1,0 +1,155 @@
+"""What the sweep reads of every chunk: the `observations_sweep` index and the words kept
+in `sweep_words` and `chunk_words` (migration 0020).
+
+A sweep ranks every chunk by, among other things, the summed rarity of its distinct words
+(pulses/sweep.py: information_content). The words of each chunk are kept as numbers, once,
+so that a sweep of a large store reads a few bytes a chunk instead of every text, and counts
+words with numpy instead of tokenizing again. A chunk that has no words kept yet (new since
+the last sweep, or stored before migration 0020) is tokenized once, at the next sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from dreamcycle.store.database import EFFICACY_TYPE, Database
+from dreamcycle.store.queries import IN_LIST_BATCH
+from dreamcycle.store.timefmt import ms_from_iso
+
+#: How a chunk's word numbers are stored: unsigned 32-bit, little-endian, ascending.
+WORD_ID_DTYPE: Final = np.dtype("<u4")
+
+_SWEEP_ROWS: Final = (
+    "SELECT o.id, o.kind, o.importance, o.created_at, "
+    "CAST(round(unixepoch(o.created_at, 'subsec') * 1000) AS INTEGER), "
+    "o.cold_at IS NOT NULL, w.word_ids "
+    "FROM observations AS o INDEXED BY observations_sweep "
+    "LEFT JOIN chunk_words AS w ON w.id = o.id "
+    "WHERE o.deleted_at IS NULL AND o.admitted_seq IS NOT NULL "
+    f"AND o.type != '{EFFICACY_TYPE}' ORDER BY o.id"
+)
+
+
+@dataclass(frozen=True)
+class SweepRows:
+    """Every admitted chunk that is not tombstoned, live or cold, as columns by label.
+    `word_ids[i]` is None for a chunk whose words are not kept yet."""
+
+    labels: npt.NDArray[np.int64]
+    kinds: list[str]
+    importance: npt.NDArray[np.float64]
+    created_ms: npt.NDArray[np.int64]
+    cold: npt.NDArray[np.bool_]
+    word_ids: list[bytes | None]
+
+    def keep(self, mask: npt.NDArray[np.bool_]) -> SweepRows:
+        return SweepRows(
+            labels=self.labels[mask],
+            kinds=[kind for kind, kept in zip(self.kinds, mask.tolist(), strict=True) if kept],
+            importance=self.importance[mask],
+            created_ms=self.created_ms[mask],
+            cold=self.cold[mask],
+            word_ids=[w for w, kept in zip(self.word_ids, mask.tolist(), strict=True) if kept],
+        )
+
+
+def sweep_rows(db: Database) -> SweepRows:
+    """Read through the sweep's index: no text, no embedding."""
+    rows = db.fetch_all(_SWEEP_ROWS)
+    if not rows:
+        empty = np.zeros(0, dtype=np.int64)
+        return SweepRows(empty, [], np.zeros(0), empty, np.zeros(0, dtype=bool), [])
+    labels, kinds, importance, created_at, created_ms, cold, word_ids = zip(*rows, strict=True)
+    return SweepRows(
+        labels=np.fromiter(labels, dtype=np.int64, count=len(rows)),
+        kinds=list(kinds),
+        importance=np.fromiter(importance, dtype=np.float64, count=len(rows)),
+        # A date SQLite cannot read is read as the chunk's own code reads it (or refused).
+        created_ms=np.fromiter(
+            (
+                ms if ms is not None else ms_from_iso(text)
+                for ms, text in zip(created_ms, created_at, strict=True)
+            ),
+            dtype=np.int64,
+            count=len(rows),
+        ),
+        cold=np.fromiter(cold, dtype=bool, count=len(rows)),
+        word_ids=list(word_ids),
+    )
+
+
+def texts_of(db: Database, labels: Sequence[int]) -> dict[int, str]:
+    """The content of each chunk in `labels`."""
+    texts: dict[int, str] = {}
+    for start in range(0, len(labels), IN_LIST_BATCH):
+        part = tuple(labels[start : start + IN_LIST_BATCH])
+        marks = ",".join("?" * len(part))
+        for rowid, content in db.fetch_all(
+            f"SELECT id, content FROM observations WHERE id IN ({marks})", part
+        ):
+            texts[int(rowid)] = str(content)
+    return texts
+
+
+def keep_words(db: Database, words_of: Mapping[int, Sequence[str]]) -> dict[int, bytes]:
+    """Number the chunks' words (a word keeps its number for good) and keep each chunk's
+    numbers; inside the caller's transaction. Returns what was kept, by label."""
+    distinct = sorted({word for words in words_of.values() for word in words})
+    db.conn.executemany(
+        "INSERT OR IGNORE INTO sweep_words (word) VALUES (?)", [(word,) for word in distinct]
+    )
+    kept = _encoded(words_of, _stored_numbers(db, distinct))
+    db.conn.executemany(
+        "INSERT OR REPLACE INTO chunk_words (id, word_ids) VALUES (?, ?)", list(kept.items())
+    )
+    return kept
+
+
+def numbered_words(db: Database, words_of: Mapping[int, Sequence[str]]) -> dict[int, bytes]:
+    """keep_words without writing: a word not numbered yet takes a number past the last."""
+    distinct = sorted({word for words in words_of.values() for word in words})
+    number = _stored_numbers(db, distinct)
+    last = db.fetch_one("SELECT coalesce(max(id), 0) FROM sweep_words")
+    fresh = int(last[0]) if last is not None else 0
+    for word in distinct:
+        if word not in number:
+            fresh += 1
+            number[word] = fresh
+    return _encoded(words_of, number)
+
+
+def _stored_numbers(db: Database, words: Sequence[str]) -> dict[str, int]:
+    number: dict[str, int] = {}
+    for start in range(0, len(words), IN_LIST_BATCH):
+        part = tuple(words[start : start + IN_LIST_BATCH])
+        marks = ",".join("?" * len(part))
+        for word, word_id in db.fetch_all(
+            f"SELECT word, id FROM sweep_words WHERE word IN ({marks})", part
+        ):
+            number[str(word)] = int(word_id)
+    return number
+
+
+def _encoded(words_of: Mapping[int, Sequence[str]], number: Mapping[str, int]) -> dict[int, bytes]:
+    if number and max(number.values()) > np.iinfo(WORD_ID_DTYPE).max:
+        raise OverflowError("the sweep has numbered more than 2**32 distinct words")
+    return {
+        label: np.array(sorted(number[w] for w in words), dtype=WORD_ID_DTYPE).tobytes()
+        for label, words in words_of.items()
+    }
+
+
+def word_arrays(word_ids: Sequence[bytes]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The chunks' word numbers one after another, and how many each chunk has."""
+    lengths = np.fromiter(
+        (len(blob) // WORD_ID_DTYPE.itemsize for blob in word_ids),
+        dtype=np.int64,
+        count=len(word_ids),
+    )
+    joined = np.frombuffer(b"".join(word_ids), dtype=WORD_ID_DTYPE).astype(np.int64)
+    return joined, lengths

@@ -1,0 +1,134 @@
+"""The sweep's words kept per chunk (store/sweep_words.py, migration 0020).
+
+The sweep weighs each chunk's words by their rarity. It reads them from numbers kept
+once per chunk, through an index that holds no text: these tests check that what it
+weighs so equals information_content over the chunks' texts, that a second sweep
+tokenizes nothing, that a tombstoned or changed chunk is weighed as the texts say, and
+that the plan is the one the candidates' form of the same chunks gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dreamcycle.daemon.clock import ManualClock
+from dreamcycle.daemon.cycle import run_cycle_blocking
+from dreamcycle.daemon.memory import forgetting
+from dreamcycle.daemon.runtime import Peer
+from dreamcycle.pulses.sweep import SweepCandidate, information_content, plan_sweep
+from dreamcycle.store import sweep_words
+from tests.phase_helpers import DAY_MS, SENTENCES, START_MS, fresh_peer, scalar
+
+
+@pytest.fixture
+def peer(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path) -> Iterator[Peer]:
+    clock = ManualClock(START_MS + 30 * DAY_MS)
+    with fresh_peer(tmp_path_factory, tmp_path, clock, **{"sweep.min_population": 0}) as opened:
+        run_cycle_blocking(opened)  # admits the template's chunks
+        yield opened
+
+
+def _texts(peer: Peer) -> dict[int, str]:
+    return {
+        int(rowid): str(content)
+        for rowid, content in peer.db.fetch_all(
+            "SELECT id, content FROM observations WHERE deleted_at IS NULL "
+            "AND admitted_seq IS NOT NULL ORDER BY id"
+        )
+    }
+
+
+def test_the_words_kept_weigh_each_chunk_as_its_text_does(peer: Peer) -> None:
+    texts = _texts(peer)
+    assert len(texts) == len(SENTENCES)
+    assert scalar(peer.db, "SELECT count(*) FROM chunk_words") == 0
+    columns = forgetting.sweep_columns(peer.runtime, peer.salience, peer.now_ms())
+    assert columns.labels.tolist() == list(texts)
+    expected = information_content(list(texts.values()))
+    np.testing.assert_allclose(columns.information, expected, rtol=1e-12)
+    assert scalar(peer.db, "SELECT count(*) FROM chunk_words") == len(texts)
+
+
+def test_a_second_sweep_reads_no_text(peer: Peer, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = forgetting.plan(peer.runtime, peer.salience, peer.now_ms())
+
+    def no_text(*_: object) -> dict[int, str]:
+        raise AssertionError("the words are kept: no text is read again")
+
+    monkeypatch.setattr(sweep_words, "texts_of", no_text)
+    again = forgetting.plan(peer.runtime, peer.salience, peer.now_ms())
+    assert again.doomed == first.doomed
+    assert dict(again.values) == dict(first.values)
+
+
+def test_a_tombstoned_or_rewritten_chunk_is_weighed_as_the_texts_now_say(peer: Peer) -> None:
+    forgetting.plan(peer.runtime, peer.salience, peer.now_ms())
+    gone, rewritten = list(_texts(peer))[:2]
+    with peer.db.transaction():
+        peer.db.conn.execute(
+            "UPDATE observations SET deleted_at = '2027-01-01T00:00:00.000Z' WHERE id = ?",
+            (gone,),
+        )
+        peer.db.conn.execute(
+            "UPDATE observations SET content = 'zyzzyva quokka' WHERE id = ?", (rewritten,)
+        )
+    assert scalar(peer.db, f"SELECT count(*) FROM chunk_words WHERE id = {rewritten}") == 0
+    texts = _texts(peer)
+    assert gone not in texts
+    columns = forgetting.sweep_columns(peer.runtime, peer.salience, peer.now_ms())
+    assert columns.labels.tolist() == list(texts)
+    np.testing.assert_allclose(
+        columns.information, information_content(list(texts.values())), rtol=1e-12
+    )
+
+
+def test_the_plan_is_the_one_the_candidates_give(peer: Peer) -> None:
+    rt, cache, now_ms = peer.runtime, peer.salience, peer.now_ms()
+    planned = forgetting.plan(rt, cache, now_ms)
+    texts = _texts(peer)
+    information = information_content(list(texts.values()))
+    kinds = dict(
+        (int(r), str(k)) for r, k in peer.db.fetch_all("SELECT id, kind FROM observations")
+    )
+    importance = dict(
+        (int(r), int(i)) for r, i in peer.db.fetch_all("SELECT id, importance FROM observations")
+    )
+    candidates = [
+        SweepCandidate(
+            label=label,
+            salience=cache.salience(label),
+            pinned=cache.pin_floor(label) > 0,
+            protected=cache.deletion_policy(label) != "auto_prune",
+            kind=kinds[label],
+            information=info,
+            importance=importance[label],
+        )
+        for label, info in zip(texts, information, strict=True)
+    ]
+    cfg = rt.config.sweep
+    by_candidates = plan_sweep(
+        candidates, percentile=cfg.percentile, min_population=cfg.min_population, mix=cfg.mix()
+    )
+    assert planned.doomed == by_candidates.doomed
+    assert planned.thresholds == pytest.approx(by_candidates.thresholds)
+    assert dict(planned.values) == pytest.approx(dict(by_candidates.values))
+
+
+def test_the_sweep_reads_no_row_of_text_or_embedding(peer: Peer) -> None:
+    plan = " ".join(
+        str(row[-1]) for row in peer.db.fetch_all("EXPLAIN QUERY PLAN " + sweep_words._SWEEP_ROWS)
+    )
+    assert "COVERING INDEX observations_sweep" in plan
+
+
+def test_a_dry_run_weighs_the_same_and_keeps_nothing(peer: Peer) -> None:
+    dry = forgetting.plan(peer.runtime, peer.salience, peer.now_ms(), keep_words=False)
+    assert scalar(peer.db, "SELECT count(*) FROM chunk_words") == 0
+    assert scalar(peer.db, "SELECT count(*) FROM sweep_words") == 0
+    kept = forgetting.plan(peer.runtime, peer.salience, peer.now_ms())
+    assert dry.doomed == kept.doomed
+    assert dict(dry.values) == dict(kept.values)
