@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.recall.retrieve import rank_query
@@ -52,14 +53,20 @@ class GateReport:
 
 
 def sweep_columns(
-    rt: Runtime, salience: SalienceCache, now_ms: int, *, keep_words: bool = True
+    rt: Runtime,
+    salience: SalienceCache,
+    now_ms: int,
+    *,
+    keep_words: bool = True,
+    min_population: int = 0,
 ) -> SweepColumns:
     """Every admitted chunk not tombstoned, live or cold, as the sweep ranks it.
 
     The grace period runs from a chunk's creation, and again from its revival: a chunk
     brought back (in this very cycle, with no grace) is not swept straight back. Chunks
     whose words are not kept yet are tokenized here, and their words kept unless
-    `keep_words` is false (a dry run changes nothing; store/sweep_words.py).
+    `keep_words` is false (a dry run changes nothing; store/sweep_words.py). Below
+    `min_population` sweepable chunks no sweep follows: words are neither read nor kept.
     """
     rows = sweep_words.sweep_rows(rt.db)
     labels = rows.labels.tolist()
@@ -73,22 +80,10 @@ def sweep_columns(
             pinned[kept_rows],
             protected[kept_rows],
         )
-    missing = [label for label, words in zip(labels, rows.word_ids, strict=True) if words is None]
-    kept: dict[int, bytes] = {}
-    if missing:
-        texts = sweep_words.texts_of(rt.db, missing)
-        words = {label: distinct_words(texts[label]) for label in missing}
-        if keep_words:
-            with rt.db.transaction():
-                kept = sweep_words.keep_words(rt.db, words)
-        else:
-            kept = sweep_words.numbered_words(rt.db, words)
-    word_ids, lengths = sweep_words.word_arrays(
-        [
-            words if words is not None else kept[label]
-            for label, words in zip(labels, rows.word_ids, strict=True)
-        ]
-    )
+    if np.count_nonzero(~(pinned | protected)) < min_population:
+        information = np.zeros(len(labels), dtype=np.float64)
+    else:
+        information = _information(rt, labels, rows.word_ids, keep_words=keep_words)
     grace_ms = rt.config.sweep.grace_s * 1000
     revived = tiers.revived_since(rt.db, now_ms - int(grace_ms))
     eligible = (now_ms - rows.created_ms >= grace_ms) & ~np.isin(
@@ -100,11 +95,34 @@ def sweep_columns(
         pinned=pinned,
         protected=protected,
         kinds=rows.kinds,
-        information=information_of_words(word_ids, lengths),
+        information=information,
         importance=rows.importance,
         cold=rows.cold,
         eligible=eligible,
     )
+
+
+def _information(
+    rt: Runtime, labels: list[int], word_ids: list[bytes | None], *, keep_words: bool
+) -> npt.NDArray[np.float64]:
+    """Each chunk's information content, from its kept words or its text."""
+    missing = [label for label, words in zip(labels, word_ids, strict=True) if words is None]
+    kept: dict[int, bytes] = {}
+    if missing:
+        texts = sweep_words.texts_of(rt.db, missing)
+        words = {label: distinct_words(texts[label]) for label in missing}
+        if keep_words:
+            with rt.db.transaction():
+                kept = sweep_words.keep_words(rt.db, words)
+        else:
+            kept = sweep_words.numbered_words(rt.db, words)
+    numbers, lengths = sweep_words.word_arrays(
+        [
+            words if words is not None else kept[label]
+            for label, words in zip(labels, word_ids, strict=True)
+        ]
+    )
+    return information_of_words(numbers, lengths)
 
 
 def plan(
@@ -112,7 +130,9 @@ def plan(
 ) -> SweepPlan:
     cfg = rt.config.sweep
     return plan_sweep_columns(
-        sweep_columns(rt, salience, now_ms, keep_words=keep_words),
+        sweep_columns(
+            rt, salience, now_ms, keep_words=keep_words, min_population=cfg.min_population
+        ),
         percentile=cfg.percentile,
         min_population=cfg.min_population,
         mix=cfg.mix(),
