@@ -41,7 +41,8 @@ class DecayCandidate(NamedTuple):
 
 _SALIENCE_ROWS: Final = (
     "SELECT id, salience, pin_floor, deleted_at IS NOT NULL, deletion_policy, "
-    "cold_at IS NOT NULL FROM observations WHERE id > ? ORDER BY id"
+    "cold_at IS NOT NULL FROM observations INDEXED BY observations_salience_state "
+    "WHERE id > ? ORDER BY id"
 )
 _WRITE_SALIENCE: Final = "UPDATE observations SET salience = ? WHERE id = ?"
 _DECAY_FROM: Final = "coalesce(last_decay_ts, created_at)"

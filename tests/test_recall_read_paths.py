@@ -1,4 +1,5 @@
-"""Migration 0011: tombstoned chunks leave full text, and recall's filters read an index.
+"""Migrations 0011 and 0021: tombstoned chunks leave full text, and recall's filters and the
+salience cache's load read indexes.
 
 Recall searches recall_fts without reading observations (store/lexical.py) only because a
 tombstoned chunk's words are gone from it; a database tombstoned before the migration is
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamcycle.store import tiers
+from dreamcycle.store import salience_rows, tiers
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.lexical import search_lexical
 from tests.store_helpers import migrations_before, tombstone
@@ -101,5 +102,29 @@ def test_status_counts_and_saliences_read_from_indexes_equal_the_plain_queries(
         assert counts["live"] == 12 - 3 - 1 == len(plain)
         assert counts["cold"] == 2
         assert counts["pending_admission"] == 2
+    finally:
+        db.close()
+
+
+def test_start_up_reads_every_chunks_salience_state_from_an_index(tmp_path: Path) -> None:
+    """Migration 0021: the salience cache's load reads an index of the state alone, not the
+    rows with their texts and embeddings, and answers as the table does."""
+    db = Database(tmp_path / "d.db")
+    try:
+        with db.transaction():
+            added = db.add_observations([NewObservation(content=t) for t in TEXTS], now_ms=NOW_MS)
+            db.write_salience({added[0].rowid: 0.75})
+            tiers.move_to_cold(db, [added[1].rowid], reason="test", now_ms=NOW_MS)
+        plan = " ".join(
+            str(row[3])
+            for row in db.fetch_all("EXPLAIN QUERY PLAN " + salience_rows._SALIENCE_ROWS, (0,))
+        )
+        assert "USING COVERING INDEX observations_salience_state" in plan
+        from_table = db.fetch_all(
+            "SELECT id, salience, pin_floor, deleted_at IS NOT NULL, deletion_policy, "
+            "cold_at IS NOT NULL FROM observations NOT INDEXED WHERE id > 0 ORDER BY id"
+        )
+        assert db.salience_columns() == from_table
+        assert [row[1] for row in from_table][0] == 0.75 and from_table[1][5] == 1
     finally:
         db.close()
