@@ -153,10 +153,11 @@ class SweepColumns:
         columns = (salience, pinned, protected, kinds, information, importance, cold, eligible)
         if any(len(column) != count for column in columns):
             raise InvalidSweep("sweep columns differ in length")
-        if len(np.unique(labels)) != count:
-            ordered = np.sort(labels)
-            twice = int(ordered[np.flatnonzero(ordered[1:] == ordered[:-1])[0]])
-            raise InvalidSweep(f"sweep candidate label {twice} appears twice")
+        # Labels come in ascending order from the store: then no sort is needed to check.
+        ordered = labels if np.all(labels[1:] > labels[:-1]) else np.sort(labels)
+        repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+        if len(repeated):
+            raise InvalidSweep(f"sweep candidate label {int(ordered[repeated[0]])} appears twice")
         not_finite = np.flatnonzero(~np.isfinite(salience))
         if len(not_finite):
             at = int(not_finite[0])

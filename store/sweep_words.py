@@ -25,7 +25,7 @@ from dreamcycle.store.timefmt import ms_from_iso
 WORD_ID_DTYPE: Final = np.dtype("<u4")
 
 _SWEEP_ROWS: Final = (
-    "SELECT o.id, o.kind, o.importance, o.created_at, "
+    "SELECT o.id, o.kind, o.importance, "
     "CAST(round(unixepoch(o.created_at, 'subsec') * 1000) AS INTEGER), "
     "o.cold_at IS NOT NULL, w.word_ids "
     "FROM observations AS o INDEXED BY observations_sweep "
@@ -64,23 +64,27 @@ def sweep_rows(db: Database) -> SweepRows:
     if not rows:
         empty = np.zeros(0, dtype=np.int64)
         return SweepRows(empty, [], np.zeros(0), empty, np.zeros(0, dtype=bool), [])
-    labels, kinds, importance, created_at, created_ms, cold, word_ids = zip(*rows, strict=True)
-    return SweepRows(
-        labels=np.fromiter(labels, dtype=np.int64, count=len(rows)),
-        kinds=list(kinds),
-        importance=np.fromiter(importance, dtype=np.float64, count=len(rows)),
+    labels, kinds, importance, created_ms, cold, word_ids = zip(*rows, strict=True)
+    count = len(rows)
+    if None in created_ms:
         # A date SQLite cannot read is read as the chunk's own code reads it (or refused).
-        created_ms=np.fromiter(
-            (
-                ms if ms is not None else ms_from_iso(text)
-                for ms, text in zip(created_ms, created_at, strict=True)
-            ),
-            dtype=np.int64,
-            count=len(rows),
-        ),
-        cold=np.fromiter(cold, dtype=bool, count=len(rows)),
+        created_ms = tuple(
+            _created_ms(db, label) if ms is None else ms
+            for label, ms in zip(labels, created_ms, strict=True)
+        )
+    return SweepRows(
+        labels=np.fromiter(labels, dtype=np.int64, count=count),
+        kinds=list(kinds),
+        importance=np.fromiter(importance, dtype=np.float64, count=count),
+        created_ms=np.fromiter(created_ms, dtype=np.int64, count=count),
+        cold=np.fromiter(cold, dtype=bool, count=count),
         word_ids=list(word_ids),
     )
+
+
+def _created_ms(db: Database, label: int) -> int:
+    row = db.fetch_one("SELECT created_at FROM observations WHERE id = ?", (label,))
+    return ms_from_iso(str(row[0]) if row is not None else "")
 
 
 def texts_of(db: Database, labels: Sequence[int]) -> dict[int, str]:
@@ -146,10 +150,7 @@ def _encoded(words_of: Mapping[int, Sequence[str]], number: Mapping[str, int]) -
 
 def word_arrays(word_ids: Sequence[bytes]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The chunks' word numbers one after another, and how many each chunk has."""
-    lengths = np.fromiter(
-        (len(blob) // WORD_ID_DTYPE.itemsize for blob in word_ids),
-        dtype=np.int64,
-        count=len(word_ids),
-    )
+    lengths = np.fromiter(map(len, word_ids), dtype=np.int64, count=len(word_ids))
+    lengths //= WORD_ID_DTYPE.itemsize
     joined = np.frombuffer(b"".join(word_ids), dtype=WORD_ID_DTYPE).astype(np.int64)
     return joined, lengths

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.store.database import TIER_EPOCH_META_KEY, Database
+from dreamcycle.store.queries import IN_LIST_BATCH
 from dreamcycle.store.timefmt import iso_from_ms
 
 
@@ -32,6 +33,20 @@ class ColdChunk:
 
 def _bump_epoch(db: Database) -> None:
     db.next_counter(TIER_EPOCH_META_KEY)
+
+
+def kinds_and_hashes(db: Database, rowids: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """The kind and content hash of each chunk in `rowids`: what a move to the cold tier
+    journals, without reading the chunks' text."""
+    found: dict[int, tuple[str, str]] = {}
+    for start in range(0, len(rowids), IN_LIST_BATCH):
+        part = tuple(rowids[start : start + IN_LIST_BATCH])
+        marks = ",".join("?" * len(part))
+        for rowid, kind, content_hash in db.fetch_all(
+            f"SELECT id, kind, content_hash FROM observations WHERE id IN ({marks})", part
+        ):
+            found[int(rowid)] = (str(kind), str(content_hash))
+    return found
 
 
 def move_to_cold(db: Database, rowids: Sequence[int], *, reason: str, now_ms: int) -> list[int]:

@@ -125,6 +125,6 @@ def test_start_up_reads_every_chunks_salience_state_from_an_index(tmp_path: Path
             "cold_at IS NOT NULL FROM observations NOT INDEXED WHERE id > 0 ORDER BY id"
         )
         assert db.salience_columns() == from_table
-        assert [row[1] for row in from_table][0] == 0.75 and from_table[1][5] == 1
+        assert from_table[0][1] == 0.75 and from_table[1][5] == 1
     finally:
         db.close()

@@ -86,9 +86,9 @@ def sweep_columns(
         information = _information(rt, labels, rows.word_ids, keep_words=keep_words)
     grace_ms = rt.config.sweep.grace_s * 1000
     revived = tiers.revived_since(rt.db, now_ms - int(grace_ms))
-    eligible = (now_ms - rows.created_ms >= grace_ms) & ~np.isin(
-        rows.labels, np.fromiter(revived, dtype=np.int64, count=len(revived))
-    )
+    eligible = now_ms - rows.created_ms >= grace_ms
+    if revived:
+        eligible &= ~np.isin(rows.labels, np.fromiter(revived, dtype=np.int64, count=len(revived)))
     return SweepColumns.of(
         labels=rows.labels,
         salience=saliences,
@@ -203,18 +203,18 @@ def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
     db, cache = peer.db, peer.salience
     moved: list[int] = []
     with db.transaction():
-        observations = db.observations(list(planned.doomed))
-        for label in sorted(observations):
-            obs = observations[label]
+        doomed = tiers.kinds_and_hashes(db, planned.doomed)
+        for label in sorted(doomed):
+            kind, content_hash = doomed[label]
             value = planned.values.get(label)
-            threshold = planned.thresholds.get(obs.kind)
+            threshold = planned.thresholds.get(kind)
             reason = (
-                f"{SWEEP_REASON}: value {value:.3f} < {obs.kind} threshold {threshold:.3f}"
+                f"{SWEEP_REASON}: value {value:.3f} < {kind} threshold {threshold:.3f}"
                 if value is not None and threshold is not None
                 else SWEEP_REASON
             )
             if tiers.move_to_cold(db, [label], reason=reason, now_ms=now_ms):
-                db.journal(JournalKind.SWEEP, obs.content_hash, {"rowid": label}, now_ms=now_ms)
+                db.journal(JournalKind.SWEEP, content_hash, {"rowid": label}, now_ms=now_ms)
                 cache.set_cold(label, True)
                 moved.append(label)
     if moved:
