@@ -74,9 +74,10 @@ class SalienceCache:
         if not rows:
             return 0
         ids, saliences, floors, deleted, policies, cold = zip(*rows, strict=True)
-        self._salience.update(zip(ids, map(float, saliences), strict=True))
-        self._floor.update(zip(ids, map(float, floors), strict=True))
-        self._policy.update(zip(ids, map(str, policies), strict=True))
+        # The columns' types make these floats and strings already (REAL and TEXT NOT NULL).
+        self._salience.update(zip(ids, saliences, strict=True))
+        self._floor.update(zip(ids, floors, strict=True))
+        self._policy.update(zip(ids, policies, strict=True))
         self._tombstoned.update(i for i, gone in zip(ids, deleted, strict=True) if gone)
         self._cold.update(i for i, swept in zip(ids, cold, strict=True) if swept)
         self._loaded_up_to = int(ids[-1])
