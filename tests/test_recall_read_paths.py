@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamcycle.store import salience_rows, tiers
+from dreamcycle.store import embeddings, salience_rows, tiers
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.lexical import search_lexical
 from tests.store_helpers import migrations_before, tombstone
@@ -126,5 +126,20 @@ def test_start_up_reads_every_chunks_salience_state_from_an_index(tmp_path: Path
         )
         assert db.salience_columns() == from_table
         assert from_table[0][1] == 0.75 and from_table[1][5] == 1
+    finally:
+        db.close()
+
+
+def test_an_ingest_finds_what_to_embed_through_its_index(tmp_path: Path) -> None:
+    """Each batch of an ingest looks for the chunks still to embed: through an index of just
+    those, not the index of live chunks and every row it names."""
+    db = Database(tmp_path / "d.db")
+    try:
+        plan = " ".join(
+            str(row[3])
+            for row in db.fetch_all("EXPLAIN QUERY PLAN " + embeddings._UNEMBEDDED, (10,))
+        )
+        assert "observations_unembedded" in plan
+        assert "TEMP B-TREE" not in plan
     finally:
         db.close()
