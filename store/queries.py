@@ -58,4 +58,5 @@ class TableQueries:
     # The stores of other tables (tiers, keys, lexical) query through these.
     fetch_one = _one
     fetch_all = _all
+    fetch_all_in = _all_in
     fetch_packed = _packed

@@ -18,7 +18,6 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.store.database import EFFICACY_TYPE, Database
-from dreamcycle.store.queries import IN_LIST_BATCH
 from dreamcycle.store.timefmt import ms_from_iso
 
 #: How a chunk's word numbers are stored: unsigned 32-bit, little-endian, ascending.
@@ -89,15 +88,8 @@ def _created_ms(db: Database, label: int) -> int:
 
 def texts_of(db: Database, labels: Sequence[int]) -> dict[int, str]:
     """The content of each chunk in `labels`."""
-    texts: dict[int, str] = {}
-    for start in range(0, len(labels), IN_LIST_BATCH):
-        part = tuple(labels[start : start + IN_LIST_BATCH])
-        marks = ",".join("?" * len(part))
-        for rowid, content in db.fetch_all(
-            f"SELECT id, content FROM observations WHERE id IN ({marks})", part
-        ):
-            texts[int(rowid)] = str(content)
-    return texts
+    rows = db.fetch_all_in("SELECT id, content FROM observations WHERE id IN ({marks})", labels)
+    return {int(rowid): str(content) for rowid, content in rows}
 
 
 def keep_words(db: Database, words_of: Mapping[int, Sequence[str]]) -> dict[int, bytes]:
@@ -128,15 +120,8 @@ def numbered_words(db: Database, words_of: Mapping[int, Sequence[str]]) -> dict[
 
 
 def _stored_numbers(db: Database, words: Sequence[str]) -> dict[str, int]:
-    number: dict[str, int] = {}
-    for start in range(0, len(words), IN_LIST_BATCH):
-        part = tuple(words[start : start + IN_LIST_BATCH])
-        marks = ",".join("?" * len(part))
-        for word, word_id in db.fetch_all(
-            f"SELECT word, id FROM sweep_words WHERE word IN ({marks})", part
-        ):
-            number[str(word)] = int(word_id)
-    return number
+    rows = db.fetch_all_in("SELECT word, id FROM sweep_words WHERE word IN ({marks})", words)
+    return {str(word): int(word_id) for word, word_id in rows}
 
 
 def _encoded(words_of: Mapping[int, Sequence[str]], number: Mapping[str, int]) -> dict[int, bytes]:

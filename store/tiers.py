@@ -17,7 +17,6 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.store.database import TIER_EPOCH_META_KEY, Database
-from dreamcycle.store.queries import IN_LIST_BATCH
 from dreamcycle.store.timefmt import iso_from_ms
 
 
@@ -38,15 +37,10 @@ def _bump_epoch(db: Database) -> None:
 def kinds_and_hashes(db: Database, rowids: Sequence[int]) -> dict[int, tuple[str, str]]:
     """The kind and content hash of each chunk in `rowids`: what a move to the cold tier
     journals, without reading the chunks' text."""
-    found: dict[int, tuple[str, str]] = {}
-    for start in range(0, len(rowids), IN_LIST_BATCH):
-        part = tuple(rowids[start : start + IN_LIST_BATCH])
-        marks = ",".join("?" * len(part))
-        for rowid, kind, content_hash in db.fetch_all(
-            f"SELECT id, kind, content_hash FROM observations WHERE id IN ({marks})", part
-        ):
-            found[int(rowid)] = (str(kind), str(content_hash))
-    return found
+    rows = db.fetch_all_in(
+        "SELECT id, kind, content_hash FROM observations WHERE id IN ({marks})", rowids
+    )
+    return {int(rowid): (str(kind), str(content_hash)) for rowid, kind, content_hash in rows}
 
 
 def move_to_cold(db: Database, rowids: Sequence[int], *, reason: str, now_ms: int) -> list[int]:
