@@ -106,16 +106,22 @@ def keep_words(db: Database, words_of: Mapping[int, Sequence[str]]) -> dict[int,
     return kept
 
 
-def numbered_words(db: Database, words_of: Mapping[int, Sequence[str]]) -> dict[int, bytes]:
-    """keep_words without writing: a word not numbered yet takes a number past the last."""
+def numbered_words(
+    db: Database, words_of: Mapping[int, Sequence[str]], unseen: dict[str, int]
+) -> dict[int, bytes]:
+    """keep_words without writing: a word not numbered yet takes a number past the last,
+    recorded in `unseen` so that later calls give it the same one."""
     distinct = sorted({word for words in words_of.values() for word in words})
     number = _stored_numbers(db, distinct)
     last = db.fetch_one("SELECT coalesce(max(id), 0) FROM sweep_words")
-    fresh = int(last[0]) if last is not None else 0
+    fresh = max(int(last[0]) if last is not None else 0, max(unseen.values(), default=0))
     for word in distinct:
-        if word not in number:
+        if word in number:
+            continue
+        if word not in unseen:
             fresh += 1
-            number[word] = fresh
+            unseen[word] = fresh
+        number[word] = unseen[word]
     return _encoded(words_of, number)
 
 

@@ -125,7 +125,11 @@ def test_the_sweep_reads_no_row_of_text_or_embedding(peer: Peer) -> None:
     assert "COVERING INDEX observations_sweep" in plan
 
 
-def test_a_dry_run_weighs_the_same_and_keeps_nothing(peer: Peer) -> None:
+def test_a_dry_run_weighs_the_same_and_keeps_nothing(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Three chunks a batch: a word met in several batches keeps one number.
+    monkeypatch.setattr(forgetting, "WORDS_BATCH", 3)
     dry = forgetting.plan(peer.runtime, peer.salience, peer.now_ms(), keep_words=False)
     assert scalar(peer.db, "SELECT count(*) FROM chunk_words") == 0
     assert scalar(peer.db, "SELECT count(*) FROM sweep_words") == 0

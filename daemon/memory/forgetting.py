@@ -35,6 +35,9 @@ from dreamcycle.store import sweep_words, tiers
 from dreamcycle.store.salience import SalienceCache
 
 SWEEP_REASON: Final = "percentile_sweep"
+#: Chunks whose words a sweep reads and tokenizes at a time, when they are not kept yet: the
+#: first sweep of a large store holds this many texts in memory, not all of them.
+WORDS_BATCH: Final = 20_000
 RETENTION_REASON: Final = "cold retention expired"
 
 
@@ -105,17 +108,20 @@ def sweep_columns(
 def _information(
     rt: Runtime, labels: list[int], word_ids: list[bytes | None], *, keep_words: bool
 ) -> npt.NDArray[np.float64]:
-    """Each chunk's information content, from its kept words or its text."""
+    """Each chunk's information content, from its kept words or its text (read and
+    tokenized WORDS_BATCH chunks at a time)."""
     missing = [label for label, words in zip(labels, word_ids, strict=True) if words is None]
     kept: dict[int, bytes] = {}
-    if missing:
-        texts = sweep_words.texts_of(rt.db, missing)
-        words = {label: distinct_words(texts[label]) for label in missing}
+    unseen: dict[str, int] = {}  # a dry run's numbers for words not numbered yet
+    for start in range(0, len(missing), WORDS_BATCH):
+        part = missing[start : start + WORDS_BATCH]
+        texts = sweep_words.texts_of(rt.db, part)
+        words = {label: distinct_words(texts[label]) for label in part}
         if keep_words:
             with rt.db.transaction():
-                kept = sweep_words.keep_words(rt.db, words)
+                kept.update(sweep_words.keep_words(rt.db, words))
         else:
-            kept = sweep_words.numbered_words(rt.db, words)
+            kept.update(sweep_words.numbered_words(rt.db, words, unseen))
     numbers, lengths = sweep_words.word_arrays(
         [
             words if words is not None else kept[label]
