@@ -14,13 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
 from dreamcycle.pulses.constants import EPSILON
-
-Labels = npt.NDArray[np.int64]
-Floats = npt.NDArray[np.float64]
-Flags = npt.NDArray[np.bool_]
+from dreamcycle.pulses.vectors import Flags, Floats, Labels
 
 #: The bottom 60 % by value (per kind, live and cold together) is kept in the cold tier.
 DEFAULT_SWEEP_PERCENTILE: Final = 60.0

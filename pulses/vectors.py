@@ -1,4 +1,5 @@
-"""The embedding types every folder shares: what a vector is, not how it is made."""
+"""The array types every folder shares: what a vector is, not how it is made, and the
+columns of labels, numbers and flags kept beside vectors."""
 
 from __future__ import annotations
 
@@ -11,3 +12,9 @@ import numpy.typing as npt
 Vector: TypeAlias = npt.NDArray[np.float32]
 #: Embeddings as rows, shape (n, dim).
 Vectors: TypeAlias = npt.NDArray[np.float32]
+#: Chunk labels (the rowids the index and the store share), one per row.
+Labels: TypeAlias = npt.NDArray[np.int64]
+#: A number per chunk.
+Floats: TypeAlias = npt.NDArray[np.float64]
+#: A yes or no per chunk.
+Flags: TypeAlias = npt.NDArray[np.bool_]

@@ -15,7 +15,7 @@ from typing import Final
 
 import numpy as np
 
-from dreamcycle.pulses.vectors import Vectors
+from dreamcycle.pulses.vectors import Labels, Vectors
 from dreamcycle.store.index_file import IndexUnusable, Unusable
 from dreamcycle.store.index_graph import (
     DEFAULT_EF,
@@ -24,7 +24,7 @@ from dreamcycle.store.index_graph import (
     INITIAL_CAPACITY,
     HnswIndex,
 )
-from dreamcycle.store.index_input import InvalidIndexInput, Labels, as_labels, as_vectors, preview
+from dreamcycle.store.index_input import InvalidIndexInput, as_labels, as_vectors, preview
 
 __all__ = [
     "REBUILD_CHUNK_SIZE",

@@ -18,12 +18,11 @@ from typing import Any, Final
 
 import numpy as np
 
-from dreamcycle.pulses.vectors import Vectors
+from dreamcycle.pulses.vectors import Labels, Vectors
 from dreamcycle.store.index_file import VectorIndexError
 from dreamcycle.store.index_input import (
     Distances,
     InvalidIndexInput,
-    Labels,
     as_labels,
     as_vectors,
     check_positive,

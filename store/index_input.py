@@ -9,13 +9,12 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.pulses.vectors import Vectors
+from dreamcycle.pulses.vectors import Labels, Vectors
 from dreamcycle.store.index_file import VectorIndexError
 
 #: How many labels an error message lists before eliding the rest.
 LABELS_SHOWN_IN_ERRORS: Final = 5
 
-Labels = npt.NDArray[np.int64]
 Distances = npt.NDArray[np.float32]
 
 

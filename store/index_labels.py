@@ -14,7 +14,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.store.index_input import Labels
+from dreamcycle.pulses.vectors import Labels
 
 #: Labels (rowids) from this one on are checked one by one rather than through the
 #: array of live flags, which so stays within 64 MiB.

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import hnswlib
 
+from dreamcycle.pulses.vectors import Labels
 from dreamcycle.store.index_file import (
     IDENTITY_BYTES,
     META_FORMAT,
@@ -34,7 +35,7 @@ from dreamcycle.store.index_file import (
     temporary_path,
     write_engine,
 )
-from dreamcycle.store.index_input import Labels, as_labels, preview
+from dreamcycle.store.index_input import as_labels, preview
 
 #: The files do not record the space, so every engine, built or loaded, is made here.
 _SPACE: Final = "cosine"

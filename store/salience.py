@@ -13,12 +13,9 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 import numpy as np
-import numpy.typing as npt
 
+from dreamcycle.pulses.vectors import Flags, Floats
 from dreamcycle.store.database import Database
-
-Floats = npt.NDArray[np.float64]
-Flags = npt.NDArray[np.bool_]
 
 
 @dataclass
