@@ -159,7 +159,8 @@ def test_the_watchdog_starves_while_a_cycle_is_stuck_and_is_fed_again(
     try:
         with peer.start("--interval", "0.2", settings=settings) as daemon:
             daemon.wait_ready()
-            assert pings_within(1.5) >= 2
+            # A first cycle slowed by a busy machine may hold the feeding back for a moment.
+            wait_until(lambda: pings_within(1.5) >= 2, what="the watchdog fed", timeout_s=30)
             # Another process holds the write lock: the cycle's next write waits on it
             # (for up to the 10 s busy timeout), in one step, longer than the watchdog's 1 s.
             # A step slowed by a busy machine may starve the watchdog briefly on its own
