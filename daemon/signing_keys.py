@@ -111,7 +111,7 @@ def first_key(config: Config) -> Signer | None:
     peer: what `dreamcycle keys init` makes, and a strict daemon needs to start); None
     otherwise. A peer with a store and no key is left to its operator: it may have lost the
     key its mesh trusts."""
-    if not config.keys.strict or config.key_path.exists() or config.database_path.exists():
+    if not config.signing.strict or config.key_path.exists() or config.database_path.exists():
         return None
     config.data_dir.mkdir(parents=True, exist_ok=True)
     signer, _ = init_key(config)
@@ -151,7 +151,7 @@ def init_key(config: Config, *, rotate: bool = False) -> tuple[Signer, Path | No
 def _set_aside_unusable(path: Path, problem: str) -> Path:
     """Move the unusable key file at `path` to a new name beside it, never over another file."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = f"{path.name}.{defaults.KEYS_UNUSABLE_SUFFIX}-{stamp}"
+    base = f"{path.name}.{defaults.SIGNING_KEY_UNUSABLE_SUFFIX}-{stamp}"
     aside = path.with_name(base)
     number = 1
     while os.path.lexists(aside):
@@ -294,23 +294,23 @@ def open_keys(config: Config) -> tuple[Signer | None, Verifier]:
     """The signer (if this peer has a key) and the verifier of remote objects."""
     signer = read_signer(config)
     keyring = KeyringFile(config.keyring_path, signer)
-    verifier = Verifier(keyring.keyring, strict=config.keys.strict, source=keyring.current)
+    verifier = Verifier(keyring.keyring, strict=config.signing.strict, source=keyring.current)
     return signer, verifier
 
 
 def check_can_run(config: Config) -> None:
     """Before the daemon starts: refuse strict mode without a key; warn in permissive mode."""
     signer = read_signer(config)
-    if config.keys.strict and signer is None:
+    if config.signing.strict and signer is None:
         raise KeyUnavailable(
             f"no private key at {config.key_path}: run `dreamcycle keys init`, give the "
             "other peers its public key (`dreamcycle keys show`), and trust theirs "
-            '(`dreamcycle keys trust PEER`); or set keys.mode = "permissive" while migrating'
+            '(`dreamcycle keys trust PEER`); or set signing.mode = "permissive" while migrating'
         )
     read_keyring(config.keyring_path)  # a broken keyring is refused now, not mid-cycle
-    if not config.keys.strict:
+    if not config.signing.strict:
         log.warning(
-            "keys.mode is permissive: unsigned entries and entries signed by unknown keys "
+            "signing.mode is permissive: unsigned entries and entries signed by unknown keys "
             "are APPLIED; any writer of the zeitgeist can change this peer's memory",
             extra={"signing": "on" if signer is not None else "off (no key)"},
         )

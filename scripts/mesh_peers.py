@@ -51,11 +51,11 @@ def provision_key(data_dir: Path, peer_id: str, keyring_path: Path) -> None:
     """What `dreamcycle keys init` and an operator distributing the keyring do, in process:
     a key file in the data directory, its public key in the shared keyring (peers set up
     side by side take turns on the keyring). Nothing when the key file exists."""
-    from dreamcycle.daemon.defaults import KEYS_KEY_FILE
+    from dreamcycle.daemon.defaults import SIGNING_KEY_FILE
     from dreamcycle.daemon.signing_keys import write_private_key
     from dreamcycle.zeitgeist.signing import generate_key
 
-    key_path = data_dir / KEYS_KEY_FILE
+    key_path = data_dir / SIGNING_KEY_FILE
     if key_path.exists():
         return
     key = generate_key()
@@ -111,7 +111,7 @@ class MeshPeer:
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
         env.update(BASE_SETTINGS)
-        env["DREAMCYCLE_KEYS_KEYRING_FILE"] = str(self.keyring_path)
+        env["DREAMCYCLE_SIGNING_KEYRING_FILE"] = str(self.keyring_path)
         listen = "" if self.metrics_port is None else f"127.0.0.1:{self.metrics_port}"
         env["DREAMCYCLE_METRICS_LISTEN"] = listen
         env.update(self.settings)

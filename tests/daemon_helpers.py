@@ -285,7 +285,7 @@ class Peer:
     def environment(self, settings: Mapping[str, str] | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
         env.update(BASE_SETTINGS)
-        env["DREAMCYCLE_KEYS_KEYRING_FILE"] = str(self.keyring_path)
+        env["DREAMCYCLE_SIGNING_KEYRING_FILE"] = str(self.keyring_path)
         env.update(self.settings)
         env.update(settings or {})
         return env

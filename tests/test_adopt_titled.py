@@ -21,7 +21,7 @@ from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import CycleState, run_cycle_blocking
 from dreamcycle.daemon.cycle._adopt import adopt
 from dreamcycle.daemon.cycle.state import EntryStatus
-from dreamcycle.daemon.defaults import EMBEDDING_MATCH_MIN_COSINE, KEYS_KEYRING_FILE
+from dreamcycle.daemon.defaults import EMBEDDING_MATCH_MIN_COSINE, SIGNING_KEYRING_FILE
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.daemon.signing_keys import init_key
@@ -62,7 +62,7 @@ def mesh(tmp_path: Path) -> Iterator[Mesh]:
     adopter = open_peer(tmp_path, **{"zeitgeist.adopt_remote_chunks": True})
     origin_settings = {"peer.id": ORIGIN, "peer.data_dir": str(tmp_path / ORIGIN)}
     signer, _ = init_key(load_config(environ={}, overrides=origin_settings))
-    trust_key(tmp_path / "a" / KEYS_KEYRING_FILE, signer)
+    trust_key(tmp_path / "a" / SIGNING_KEYRING_FILE, signer)
     origin = open_peer(tmp_path, **origin_settings)
     try:
         chunks = [NewObservation(content=TITLED, title=TITLE), NewObservation(content=UNTITLED)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.defaults import SIGNING_KEYRING_FILE
 from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer
@@ -109,7 +109,7 @@ def test_only_an_operator_changes_a_pin_and_anyone_trusted_may_rename(
 def test_a_revoked_key_is_refused_from_the_next_cycle_without_a_restart(
     peer: Peer, tmp_path: Path
 ) -> None:
-    keyring_path = tmp_path / "a" / KEYS_KEYRING_FILE
+    keyring_path = tmp_path / "a" / SIGNING_KEYRING_FILE
     carol = Signer("c", generate_key())
     trust_key(keyring_path, carol)
     chunk = peer.db.observation(4)

@@ -413,7 +413,7 @@ def test_reingest_updates_metadata_and_queues_a_revision(
     # Again before the cycle: nothing new to queue or change.
     assert "metadata" not in ok(dreamcycle(peer, "ingest", str(again))).out
 
-    monkeypatch.setenv("DREAMCYCLE_KEYS_KEYRING_FILE", str(peer.keyring_path))
+    monkeypatch.setenv("DREAMCYCLE_SIGNING_KEYRING_FILE", str(peer.keyring_path))
     peer.provision_key()
     ok(dreamcycle(peer, "run", "--once"))
     assert peer.query(row, (SAME,)) == [("nightly backups", "infra", 8)]

@@ -58,7 +58,7 @@ def _config(data_dir: Path, **overrides: Any) -> Config:
             "zeitgeist.dir": str(data_dir.parent / f"{data_dir.name}-zeitgeist"),
             "metrics.listen": "",
             "efficacy.enabled": False,
-            "keys.mode": "permissive",
+            "signing.mode": "permissive",
             # Young is two days here: a three-day jump would make every chunk old enough.
             "sweep.grace_s": 2 * DAY_MS / 1000,
             "sweep.min_population": 10,
@@ -445,7 +445,7 @@ def test_the_sweep_command_counts_grace_in_accounted_time(
                 "--zeitgeist-dir", str(tmp_path / "manual-zeitgeist"), "--min-population", "10"]  # fmt: skip
         environ = {"DREAMCYCLE_CLOCK_SOURCE": "file", "DREAMCYCLE_CLOCK_FILE": str(clock_file),
                    "DREAMCYCLE_SWEEP_GRACE_S": str(2 * DAY_MS / 1000),
-                   "DREAMCYCLE_KEYS_MODE": "permissive"}  # fmt: skip
+                   "DREAMCYCLE_SIGNING_MODE": "permissive"}  # fmt: skip
         with pytest.MonkeyPatch.context() as patch:
             for name, value in environ.items():
                 patch.setenv(name, value)

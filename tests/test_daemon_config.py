@@ -121,6 +121,29 @@ def test_environment_beats_toml_and_command_line_beats_environment(tmp_path: Pat
     assert config.cycle.interval_s == 7.5  # an unset flag (None) leaves the environment's value
 
 
+def test_the_signing_tables_earlier_name_is_read_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write_toml(tmp_path, '[keys]\nmode = "permissive"\nkey_file = "old.key"\n')
+    config = load_config(path, environ={"DREAMCYCLE_KEYS_KEYRING_FILE": "old.json"})
+    assert config.signing.mode == "permissive"
+    assert config.key_path.name == "old.key"
+    assert config.keyring_path.name == "old.json"
+    warned = [record.getMessage() for record in caplog.records]
+    assert any("[keys] is now [signing]" in line for line in warned)
+    assert any("DREAMCYCLE_KEYS_KEYRING_FILE is now DREAMCYCLE_SIGNING_KEYRING_FILE" in line
+               for line in warned)  # fmt: skip
+
+
+def test_the_signing_table_under_both_names_is_refused(tmp_path: Path) -> None:
+    path = write_toml(tmp_path, '[keys]\nmode = "permissive"\n[signing]\nmode = "strict"\n')
+    with pytest.raises(ConfigError, match=r"\[keys\] and \[signing\] are the same table"):
+        load_config(path, environ={})
+    both = {"DREAMCYCLE_KEYS_MODE": "permissive", "DREAMCYCLE_SIGNING_MODE": "strict"}
+    with pytest.raises(ConfigError, match="DREAMCYCLE_KEYS_MODE and DREAMCYCLE_SIGNING_MODE"):
+        load_config(None, environ=both)
+
+
 def test_unrelated_environment_is_ignored() -> None:
     config = load_config(None, environ={"PATH": "/usr/bin", "DREAMCYCLEX": "1"})
     assert config == load_config(None, environ={})

@@ -22,7 +22,7 @@ from dreamcycle.daemon.cycle import (
     percentile_sweep,
     run_cycle_blocking,
 )
-from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.defaults import SIGNING_KEYRING_FILE
 from dreamcycle.daemon.intake.ingest import ingest
 from dreamcycle.daemon.recall.retrieve import recall
 from dreamcycle.daemon.runtime import Peer, Runtime
@@ -108,7 +108,7 @@ def publish_as(
     """Write a segment as a careless (or hostile) peer might: keyed at the present, whatever
     its entries say, but signed with a key peer a trusts (for `roles`)."""
     signer = Signer(peer_id, generate_key())
-    trust_key(tmp_path / "a" / KEYS_KEYRING_FILE, signer, roles)
+    trust_key(tmp_path / "a" / SIGNING_KEYRING_FILE, signer, roles)
     return publish_signed(tmp_path, signer, entries, seq)
 
 

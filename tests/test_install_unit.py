@@ -116,7 +116,7 @@ def test_the_unit_makes_the_signing_key_at_its_first_start_and_keeps_it_after(
 
     first = run(*pre[0].split())
     assert first.returncode == 0, first.stderr
-    key = data_dir / defaults.KEYS_KEY_FILE
+    key = data_dir / defaults.SIGNING_KEY_FILE
     assert key.stat().st_mode & 0o777 == defaults.KEY_FILE_MODE
     created = key.read_bytes()
     key_id = re.search(r"^key id\s+(\S+)$", first.stdout, re.MULTILINE)

@@ -19,7 +19,7 @@ import pytest
 
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.defaults import SIGNING_KEYRING_FILE
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.daemon.signing_keys import KeyringFile, init_key, open_keys, write_keyring
 from dreamcycle.zeitgeist.entries import ReconsolidateEntry, TombstoneEntry
@@ -68,7 +68,7 @@ def test_removed_emptied_and_half_written_files_keep_the_last_good_keys(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
-    path = tmp_path / KEYS_KEYRING_FILE
+    path = tmp_path / SIGNING_KEYRING_FILE
     own, bob, carol = signer("alice"), signer("bob"), signer("carol")
     write_keyring(path, ring(bob))
     keyring = KeyringFile(path, own)
@@ -104,7 +104,7 @@ def test_removed_emptied_and_half_written_files_keep_the_last_good_keys(
 def test_a_file_unreadable_for_a_while_is_read_again_when_it_can_be(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / KEYS_KEYRING_FILE
+    path = tmp_path / SIGNING_KEYRING_FILE
     own, bob, carol = signer("alice"), signer("bob"), signer("carol")
     write_keyring(path, ring(bob))
     keyring = KeyringFile(path, own)
@@ -129,7 +129,7 @@ def test_a_file_unreadable_for_a_while_is_read_again_when_it_can_be(
 def test_a_data_directory_without_a_keyring_starts_empty_and_takes_one_later(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / KEYS_KEYRING_FILE
+    path = tmp_path / SIGNING_KEYRING_FILE
     own, bob = signer("alice"), signer("bob")
     keyring = KeyringFile(path, own)
     assert set(keyring.current().keys) == {own.key_id}
@@ -157,7 +157,7 @@ def test_entries_published_while_the_keyring_is_missing_are_applied(
     peer: Peer, tmp_path: Path
 ) -> None:
     """On the daemon's real phases: the entry is not refused `unknown_key` for good."""
-    keyring_path = tmp_path / "a" / KEYS_KEYRING_FILE
+    keyring_path = tmp_path / "a" / SIGNING_KEYRING_FILE
     carol = Signer("c", generate_key())
     trust_key(keyring_path, carol)
     run_cycle_blocking(peer)  # the keyring with carol's key is read
@@ -184,7 +184,7 @@ def test_a_keyring_half_written_when_a_daemon_starts_is_read_once_it_lands(
 ) -> None:
     """The daemon reads the keyring as it opens its peer: a copy caught half-written then is
     read again until it lands, rather than stopping the daemon."""
-    path = tmp_path / KEYS_KEYRING_FILE
+    path = tmp_path / SIGNING_KEYRING_FILE
     own, bob = signer("alice"), signer("bob")
     write_keyring(path, ring(bob))
     whole = path.read_bytes()
@@ -199,7 +199,7 @@ def test_a_keyring_half_written_when_a_daemon_starts_is_read_once_it_lands(
 
 
 def test_a_keyring_that_stays_broken_at_start_is_refused_naming_it(tmp_path: Path) -> None:
-    path = tmp_path / KEYS_KEYRING_FILE
+    path = tmp_path / SIGNING_KEYRING_FILE
     path.write_text('{"v": 1, "keys": [', encoding="utf-8")
     with pytest.raises(InvalidKeyring, match=str(path)):
         KeyringFile(path, signer("alice"))

@@ -44,7 +44,7 @@ def test_rotate_sets_a_damaged_key_aside_and_makes_a_new_one(
 ) -> None:
     data_dir = tmp_path / "data"
     assert keys(data_dir, "init").returncode == 0
-    key = data_dir / defaults.KEYS_KEY_FILE
+    key = data_dir / defaults.SIGNING_KEY_FILE
     damage(key)
     damaged = key.read_bytes()
 
@@ -63,7 +63,9 @@ def test_rotate_sets_a_damaged_key_aside_and_makes_a_new_one(
     rotated = keys(data_dir, "init", "--rotate")
     assert rotated.returncode == 0, rotated.stderr
     assert "unusable private key moved aside" in rotated.stderr
-    (aside,) = data_dir.glob(f"{defaults.KEYS_KEY_FILE}.{defaults.KEYS_UNUSABLE_SUFFIX}-*")
+    (aside,) = data_dir.glob(
+        f"{defaults.SIGNING_KEY_FILE}.{defaults.SIGNING_KEY_UNUSABLE_SUFFIX}-*"
+    )
     assert f"previous key kept as {aside}" in rotated.stdout
     assert aside.read_bytes() == damaged
     assert aside.stat().st_mode & 0o777 == defaults.KEY_FILE_MODE
@@ -73,6 +75,8 @@ def test_rotate_sets_a_damaged_key_aside_and_makes_a_new_one(
     # A second recovery never overwrites the first one's file.
     garbage(key)
     assert keys(data_dir, "init", "--rotate").returncode == 0
-    kept = sorted(data_dir.glob(f"{defaults.KEYS_KEY_FILE}.{defaults.KEYS_UNUSABLE_SUFFIX}-*"))
+    kept = sorted(
+        data_dir.glob(f"{defaults.SIGNING_KEY_FILE}.{defaults.SIGNING_KEY_UNUSABLE_SUFFIX}-*")
+    )
     assert len(kept) == 2 and aside in kept
     assert aside.read_bytes() == damaged

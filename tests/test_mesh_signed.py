@@ -48,7 +48,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from dreamcycle.daemon.clock import SystemClock
-from dreamcycle.daemon.defaults import KEYS_KEY_FILE
+from dreamcycle.daemon.defaults import SIGNING_KEY_FILE
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse
 from dreamcycle.zeitgeist.entries import (
     AttributionEntry,
@@ -136,7 +136,7 @@ def chunk_rows() -> list[dict[str, Any]]:
 
 def signer_of(peer: Peer) -> Signer:
     """The peer's own signing key, read from its data directory (what a thief would take)."""
-    key = load_pem_private_key((peer.data_dir / KEYS_KEY_FILE).read_bytes(), password=None)
+    key = load_pem_private_key((peer.data_dir / SIGNING_KEY_FILE).read_bytes(), password=None)
     assert isinstance(key, Ed25519PrivateKey)
     return Signer(peer.peer_id, key)
 

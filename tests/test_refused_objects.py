@@ -18,7 +18,7 @@ from typing import Final
 import pytest
 
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.defaults import SIGNING_KEYRING_FILE
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.store.database import Database
 from dreamcycle.zeitgeist.directory import DirectoryBackend
@@ -159,7 +159,7 @@ def test_a_segment_of_a_key_trusted_later_is_read_again(peer: Peer, tmp_path: Pa
     run_cycle_blocking(peer)  # nothing changed: nothing is read again
     assert not peer.db.entry_seen(entry.id)
 
-    trust_key(tmp_path / "a" / KEYS_KEYRING_FILE, carol)
+    trust_key(tmp_path / "a" / SIGNING_KEYRING_FILE, carol)
     run_cycle_blocking(peer)
     assert entry_status(peer, entry) == ("applied", None)
     held = peer.db.observation(3)

@@ -28,7 +28,7 @@ import pytest
 
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
-from dreamcycle.daemon.defaults import KEYS_KEYRING_FILE
+from dreamcycle.daemon.defaults import SIGNING_KEYRING_FILE
 from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.runtime import Peer
 from dreamcycle.daemon.signing_keys import init_key
@@ -414,7 +414,7 @@ def test_a_daemon_skips_junk_at_its_segment_key_and_a_reader_reads_on(
     init_key(load_config(environ={}, overrides=b_settings))
     a_signer = peer.zeitgeist.signer
     assert a_signer is not None
-    trust_key(tmp_path / "b" / KEYS_KEYRING_FILE, a_signer)
+    trust_key(tmp_path / "b" / SIGNING_KEYRING_FILE, a_signer)
     b = open_peer(tmp_path, **b_settings)
     try:
         run_cycle_blocking(b)

@@ -280,7 +280,7 @@ def test_own_key_verifies_without_being_listed(tmp_path: Path) -> None:
 
 
 def test_permissive_mode_warns_at_start(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    check_can_run(config_for(tmp_path, **{"keys.mode": "permissive"}))
+    check_can_run(config_for(tmp_path, **{"signing.mode": "permissive"}))
     assert any(r.levelname == "WARNING" and "permissive" in r.getMessage() for r in caplog.records)
 
 

@@ -286,11 +286,11 @@ def check_keys(config: Config) -> Check:
         return Check("keys", FAIL, f"key files unreadable: {exc}", "check the data directory")
     if signer is None:
         # Without a key, strict mode does not start; permissive mode publishes unsigned.
-        status = FAIL if config.keys.strict else WARN
+        status = FAIL if config.signing.strict else WARN
         return Check("keys", status, f"no private key at {config.key_path}", "dreamcycle keys init")
     trusted = sum(1 for key in keyring.keys.values() if not key.revoked)
     return Check(
         "keys",
         OK,
-        f"key {signer.key_id}, {trusted} trusted key(s), mode {config.keys.mode}",
+        f"key {signer.key_id}, {trusted} trusted key(s), mode {config.signing.mode}",
     )

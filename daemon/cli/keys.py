@@ -24,7 +24,7 @@ def register(verbs: Any) -> None:
         "init",
         parents=[config_options()],
         help="create this peer's private key (0600, in the data directory)",
-        description="Create this peer's Ed25519 private key at keys.key_file (mode 0600) and "
+        description="Create this peer's Ed25519 private key at signing.key_file (mode 0600) and "
         "print its public key. An existing key is never overwritten, except with --rotate: "
         "the old key is kept beside the new one (renamed with its key id). Rotate without a "
         "gap: trust the new key on every peer first, then rotate here, then give the old key "
@@ -224,7 +224,7 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     signer = read_signer(config)
     own = "none (dreamcycle keys init)" if signer is None else signer.key_id
-    print(f"this peer: {config.peer.id}, key {own}, mode {config.keys.mode}")
+    print(f"this peer: {config.peer.id}, key {own}, mode {config.signing.mode}")
     rows = [
         {
             "peer": key["peer_id"],

@@ -221,14 +221,14 @@ class ApiConfig:
 
 
 @dataclass
-class KeysConfig:
-    key_file: str = default("keys.key_file")
-    keyring_file: str = default("keys.keyring_file")
-    mode: str = default("keys.mode")
+class SigningConfig:
+    key_file: str = default("signing.key_file")
+    keyring_file: str = default("signing.keyring_file")
+    mode: str = default("signing.mode")
 
     def check(self) -> None:
         if not self.key_file or not self.keyring_file:
-            raise ConfigError("keys.key_file and keys.keyring_file must not be empty")
+            raise ConfigError("signing.key_file and signing.keyring_file must not be empty")
 
     @property
     def strict(self) -> bool:

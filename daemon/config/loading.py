@@ -6,6 +6,7 @@ the table's (settings.py).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -18,8 +19,18 @@ from typing import Any
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.config.checks import ConfigError
 from dreamcycle.daemon.config.sections import Config
-from dreamcycle.daemon.config.settings import BY_NAME, Setting, keys_in, named_by, value_of
+from dreamcycle.daemon.config.settings import (
+    BY_NAME,
+    RENAMED_TABLES,
+    Setting,
+    keys_in,
+    named_by,
+    renamed_variable,
+    value_of,
+)
 from dreamcycle.pulses.pulse import preview
+
+log = logging.getLogger(__name__)
 
 
 def default_peer_id() -> str:
@@ -41,7 +52,8 @@ def load_config(
     if path is None and env.get(defaults.CONFIG_ENV):
         path = Path(env[defaults.CONFIG_ENV])
     if path is not None:
-        _merge(config, _read_toml(path), source=str(path), table="", sources=sources)
+        data = _renamed_tables(_read_toml(path), source=str(path))
+        _merge(config, data, source=str(path), table="", sources=sources)
     _apply_environment(config, env, sources)
     for dotted, value in (overrides or {}).items():
         if value is not None:
@@ -82,6 +94,20 @@ def _with_source(message: str, sources: Mapping[str, str]) -> str:
     return f"{sources[key]}: {message}" if key in sources else message
 
 
+def _renamed_tables(data: dict[str, Any], *, source: str) -> dict[str, Any]:
+    """The file's tables with their earlier names replaced by today's, each with a warning;
+    a file that holds a table under both names is refused, as neither can be chosen."""
+    for old, new in RENAMED_TABLES.items():
+        if old not in data:
+            continue
+        if new in data:
+            raise ConfigError(f"{source}: [{old}] and [{new}] are the same table; keep [{new}]")
+        log.warning("%s: [%s] is now [%s]; it is read as [%s] until renamed",
+                    source, old, new, new)  # fmt: skip
+        data = {new if key == old else key: value for key, value in data.items()}
+    return data
+
+
 def _merge(
     config: Config, data: Mapping[str, Any], *, source: str, table: str, sources: dict[str, str]
 ) -> None:
@@ -105,6 +131,13 @@ def _apply_environment(config: Config, env: Mapping[str, str], sources: dict[str
         if not name.startswith(defaults.ENV_PREFIX) or name == defaults.CONFIG_ENV:
             continue
         setting = named_by(name)
+        renamed = renamed_variable(name) if setting is None else None
+        if renamed is not None and (setting := named_by(renamed)) is not None:
+            if renamed in env:
+                raise ConfigError(f"environment variables {name} and {renamed} both set "
+                                  f"{setting.name}; keep {renamed}")  # fmt: skip
+            log.warning("environment variable %s is now %s; it is read as %s until renamed",
+                        name, renamed, renamed)  # fmt: skip
         if setting is None:
             raise ConfigError(
                 f"environment variable {name} does not name a setting "

@@ -17,10 +17,10 @@ from dreamcycle.daemon.config.host import (
     CycleConfig,
     EmbeddingConfig,
     IndexConfig,
-    KeysConfig,
     LogConfig,
     MetricsConfig,
     PeerConfig,
+    SigningConfig,
     ZeitgeistConfig,
 )
 from dreamcycle.daemon.config.memory import (
@@ -50,7 +50,7 @@ class Config:
     audit: AuditConfig = field(default_factory=AuditConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
-    keys: KeysConfig = field(default_factory=KeysConfig)
+    signing: SigningConfig = field(default_factory=SigningConfig)
     log: LogConfig = field(default_factory=LogConfig)
     clock: ClockConfig = field(default_factory=ClockConfig)
 
@@ -80,11 +80,11 @@ class Config:
 
     @property
     def key_path(self) -> Path:
-        return self.data_dir / os.path.expanduser(self.keys.key_file)
+        return self.data_dir / os.path.expanduser(self.signing.key_file)
 
     @property
     def keyring_path(self) -> Path:
-        return self.data_dir / os.path.expanduser(self.keys.keyring_file)
+        return self.data_dir / os.path.expanduser(self.signing.keyring_file)
 
     @property
     def zeitgeist_dir(self) -> Path:

@@ -269,12 +269,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("api.access_log", d.API_ACCESS_LOG, "a line per request (logger "
             "dreamcycle.api.access)"),
 
-    Setting("keys.key_file", d.KEYS_KEY_FILE, "this peer's Ed25519 private key, mode "
+    Setting("signing.key_file", d.SIGNING_KEY_FILE, "this peer's Ed25519 private key, mode "
             f"{d.KEY_FILE_MODE:04o} ({_IN_DATA_DIR})"),
-    Setting("keys.keyring_file", d.KEYS_KEYRING_FILE, "trusted peers' public keys "
+    Setting("signing.keyring_file", d.SIGNING_KEYRING_FILE, "trusted peers' public keys "
             f"({_IN_DATA_DIR})"),
-    Setting("keys.mode", d.KEYS_MODE, "strict: only entries signed by a trusted key; permissive "
-            "(migration only): unsigned entries too", d.KEYS_MODES),
+    Setting("signing.mode", d.SIGNING_MODE, "strict: only entries signed by a trusted key; permissive "
+            "(migration only): unsigned entries too", d.SIGNING_MODES),
 
     Setting("log.level", d.LOG_LEVEL, "the least severe level logged",
             ("debug", "info", "warning", "error")),
@@ -289,6 +289,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
 )  # fmt: skip
 
 BY_NAME: Final = {setting.name: setting for setting in SETTINGS}
+#: Tables still read under an earlier name, with a warning that names the new one. The
+#: signing settings were `[keys]` until learned retrieval keys (`learning.keys`) made the
+#: word mean two things.
+RENAMED_TABLES: Final = {"keys": "signing"}
 # Lower-cased: the loader has always matched a variable's name after the prefix in any case.
 _BY_VARIABLE: Final = {setting.env.lower(): setting for setting in SETTINGS}
 
@@ -301,6 +305,16 @@ def default(name: str) -> Any:
 def named_by(variable: str) -> Setting | None:
     """The setting an environment variable overrides, or None."""
     return _BY_VARIABLE.get(variable.lower())
+
+
+def renamed_variable(variable: str) -> str | None:
+    """The variable a renamed table's variable now is (DREAMCYCLE_KEYS_MODE ->
+    DREAMCYCLE_SIGNING_MODE), or None when `variable` names no renamed table."""
+    for old, new in RENAMED_TABLES.items():
+        prefix = f"{d.ENV_PREFIX}{old.upper()}_"
+        if variable.upper().startswith(prefix):
+            return f"{d.ENV_PREFIX}{new.upper()}_{variable[len(prefix) :]}"
+    return None
 
 
 def keys_in(table: str) -> list[str]:

@@ -11,13 +11,13 @@ from dreamcycle.zeitgeist import defaults as zeitgeist_defaults
 
 #: This peer's Ed25519 private key and the keyring of trusted public keys; relative paths
 #: are inside the data directory.
-KEYS_KEY_FILE: Final = "peer.key"
-KEYS_KEYRING_FILE: Final = "keyring.json"
+SIGNING_KEY_FILE: Final = "peer.key"
+SIGNING_KEYRING_FILE: Final = "keyring.json"
 #: "strict": only entries signed by a trusted key of their origin peer are applied, and
 #: the daemon does not start without a key. "permissive" (migration only): unsigned
 #: entries and unknown keys are accepted too, and the daemon warns at every start.
-KEYS_MODE: Final = "strict"
-KEYS_MODES: Final = ("strict", "permissive")
+SIGNING_MODE: Final = "strict"
+SIGNING_MODES: Final = ("strict", "permissive")
 #: Mode of the private key file; a key that group or others may read is refused.
 KEY_FILE_MODE: Final = 0o600
 #: A remote chunk is adopted only if its embedding and this peer's embedding of its title
@@ -43,4 +43,4 @@ AWAIT_ATTRIBUTION_KEYS: Final = 10_000
 RETRIED_KEYS_PER_CYCLE: Final = 1_000
 #: Where `keys init --rotate` moves a key file it cannot use (unreadable, or open to other
 #: users): beside it, named `<key file>.unusable-<UTC time>`, never deleted.
-KEYS_UNUSABLE_SUFFIX: Final = "unusable"
+SIGNING_KEY_UNUSABLE_SUFFIX: Final = "unusable"
