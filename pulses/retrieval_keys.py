@@ -4,9 +4,9 @@ One chunk answers different questions, so a single salience per chunk cannot
 say *which* question it is good for. A credited success adds the decision's
 query (its embedding, and its words where they are known) to the chunk as a
 key; recall then matches a query against a chunk's keys as well as against the
-chunk itself. Keys are bounded per chunk, their weight decays with disuse, a
-credited failure weakens the key that matches the failed query, and they go
-with the chunk when it is tombstoned.
+chunk itself. Keys are bounded per chunk (the weakest goes), a credited failure
+weakens the key that matches the failed query, their weight may decay with
+disuse (off by default), and they go with the chunk when it is tombstoned.
 
 Everything here is pure: it takes a chunk's keys and returns the new list.
 """
@@ -27,8 +27,11 @@ from dreamcycle.pulses.vectors import Vector
 MAX_KEYS_PER_CHUNK: Final = 8
 #: A query at least this close to a key reinforces (or weakens) that key instead of adding one.
 SAME_KEY_SIMILARITY: Final = 0.92
-#: A key's weight halves over this many seconds without reinforcement.
-KEY_HALF_LIFE_S: Final = 60 * 86_400.0
+#: A key's weight halves over this many seconds without reinforcement; 0: it does not fade
+#: with time, only when a credited miss weakens it or a stronger key takes its place. Not
+#: fading is the default: a store asked rarely would forget what it learned by the calendar
+#: alone, and a key of a question asked again months later is what finds its answer.
+KEY_HALF_LIFE_S: Final = 0.0
 #: Keys whose effective weight falls below this are dropped.
 MIN_KEY_WEIGHT: Final = 0.05
 #: A key's weight never exceeds this.
@@ -144,6 +147,8 @@ def alive(
     half_life_s: float = KEY_HALF_LIFE_S,
 ) -> npt.NDArray[np.bool_]:
     """Which of many keys are still alive (recall checks every key per query)."""
+    if half_life_s <= 0 or math.isinf(half_life_s):
+        return np.asarray(weights, dtype=np.float64) >= MIN_KEY_WEIGHT
     elapsed_s = np.maximum(0.0, (now_ms - np.asarray(updated_ms, dtype=np.float64)) / 1000.0)
     decayed = weights * np.power(0.5, elapsed_s / half_life_s)
     mask: npt.NDArray[np.bool_] = decayed >= MIN_KEY_WEIGHT

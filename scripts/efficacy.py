@@ -75,6 +75,11 @@ VARIANTS: Final = (
     Variant("full", "the defaults: hybrid, cited credit, learned keys, sweep to the cold tier"),
     Variant("full-nosweep", "defaults without the sweep", {"sweep.enabled": False}),
     Variant(
+        "keys-fade",
+        "defaults with learned keys halving every 60 days without reinforcement",
+        {"learning.key_half_life_s": 60 * 86_400.0},
+    ),
+    Variant(
         "full-literal",
         "defaults with the literal update rule (no visited set)",
         {"pulses.update_rule": "literal"},

@@ -8,7 +8,7 @@ then reports, or does not report, what happened:
 * `uncited`: the same outcomes without citations;
 * `notes`: never an outcome. Each question is a session of its own; when the first recall
   finds nothing it asks again in other words, and when a recall finds the answer the agent
-  saves a short note built from the chunk it used (what an agent writes down);
+  saves a short note built from each chunk it used (what an agent writes down);
 * `session`: never an outcome per decision, never a note: the same sessions, and a result
   reported once per session (+1 when its last recall found the answer, else -1).
 
@@ -161,10 +161,12 @@ def notes(sim: Simulation, day: int, questions: Sequence[Question]) -> None:
         result, found = _until_found(sim, question, session)
         if not found:
             continue
-        used = next(h for h in result.hits if h.content_hash == found[0])
-        note = NewObservation(content=note_from(used.content), session_id=session)
-        sim.agent_notes.add(content_hash(note.content))
-        saved.append(note)
+        # A note per chunk it used, as the cited agent cites each: a note of two chunks'
+        # words keeps too few of either for the daemon to say which it reproduces.
+        for used in (h for h in result.hits if h.content_hash in found):
+            note = NewObservation(content=note_from(used.content), session_id=session)
+            sim.agent_notes.add(content_hash(note.content))
+            saved.append(note)
     if saved:
         ingest(sim.rt, [saved])
 

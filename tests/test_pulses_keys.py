@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pytest
 
+from dreamcycle.pulses import retrieval_keys
 from dreamcycle.pulses.retrieval_keys import (
     KEY_HALF_LIFE_S,
     MAX_KEY_WEIGHT,
@@ -15,14 +17,16 @@ from dreamcycle.pulses.retrieval_keys import (
     SAME_KEY_SIMILARITY,
     LearnedKey,
     alive,
-    effective_weight,
-    key_similarity,
-    learn,
 )
 from dreamcycle.pulses.vectors import Vector
 
 T0 = 1_760_000_000_000
-HALF_LIFE_MS = int(KEY_HALF_LIFE_S * 1000)
+#: Keys fade only when given a half-life (a key does not by default): these tests use one.
+HALF_LIFE_S = 60 * 86_400.0
+learn = functools.partial(retrieval_keys.learn, half_life_s=HALF_LIFE_S)
+effective_weight = functools.partial(retrieval_keys.effective_weight, half_life_s=HALF_LIFE_S)
+key_similarity = functools.partial(retrieval_keys.key_similarity, half_life_s=HALF_LIFE_S)
+HALF_LIFE_MS = int(HALF_LIFE_S * 1000)
 
 
 def unit(*components: float) -> Vector:
@@ -47,7 +51,7 @@ def key(
 def test_constants_are_the_documented_ones() -> None:
     assert MAX_KEYS_PER_CHUNK == 8
     assert SAME_KEY_SIMILARITY == 0.92
-    assert KEY_HALF_LIFE_S == 60 * 86_400.0
+    assert KEY_HALF_LIFE_S == 0.0
     assert (MIN_KEY_WEIGHT, MAX_KEY_WEIGHT) == (0.05, 1.0)
     assert float(np.dot(E0, NEAR)) == pytest.approx(0.95, abs=1e-6)
     assert float(np.dot(E0, FAR)) == pytest.approx(0.8, abs=1e-6)

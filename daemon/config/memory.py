@@ -210,7 +210,11 @@ class LearningConfig:
                 "learning.asked_again_similarity must be in [-1, 1], "
                 f"got {self.asked_again_similarity}"
             )
-        positive("learning.key_half_life_s", self.key_half_life_s)
+        if not (math.isfinite(self.key_half_life_s) and self.key_half_life_s >= 0):
+            raise ConfigError(
+                f"learning.key_half_life_s must be finite and >= 0 (0: keys do not fade), "
+                f"got {self.key_half_life_s}"
+            )
         positive("learning.max_keys_per_chunk", self.max_keys_per_chunk)
 
 

@@ -214,7 +214,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting("learning.miss_factor", d.LEARNING_MISS_FACTOR, "a miss weakens by this share of "
             "what a hit strengthens"),
     Setting("learning.key_half_life_s", d.LEARNING_KEY_HALF_LIFE_S, "a learned key's weight "
-            "halves over this long without reinforcement"),
+            "halves over this long without reinforcement (0: keys do not fade with time)"),
     Setting("learning.max_keys_per_chunk", d.LEARNING_MAX_KEYS_PER_CHUNK, "learned keys kept per "
             "chunk; the weakest goes first"),
     Setting("learning.fusion", d.LEARNING_FUSION, "cited successes teach how far to trust "
