@@ -21,10 +21,12 @@ from dreamcycle.pulses.vectors import Vector, Vectors
 
 #: Name under which the bundled int8 all-MiniLM-L6-v2 is registered with fastembed.
 DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2-int8-offline"
-#: fastembed's own default batch (256) holds far more memory while it embeds; 32 keeps the
-#: embedder's share of resident memory small (scripts/bench_scale.py measures the peak of a
-#: bulk ingest).
-DEFAULT_BATCH_SIZE: Final = 32
+#: Texts embedded in one model call. A batch is padded to its longest text, and attention
+#: takes memory and time by the square of that length: one long paragraph among short ones
+#: makes the whole batch cost as much as long ones. Small batches of texts of about one
+#: length (embed() sorts a call's texts by length) waste the least on padding, in memory
+#: and in time (scripts/bench_scale.py measures a bulk ingest's rate and peak memory).
+DEFAULT_BATCH_SIZE: Final = 8
 #: Width of the default model's embeddings.
 DEFAULT_DIM: Final = 384
 
@@ -167,15 +169,19 @@ class Embedder:
                 )
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        # By length, so that a batch's texts pad to about their own length (DEFAULT_BATCH_SIZE).
+        order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
         with self._lock:
             model = self._loaded_model()
-            rows = list(model.embed(list(texts), batch_size=self._batch_size))
-        vectors = np.asarray(rows, dtype=np.float32)
-        if vectors.shape != (len(texts), self.dim):
+            rows = list(model.embed([texts[i] for i in order], batch_size=self._batch_size))
+        by_length = np.asarray(rows, dtype=np.float32)
+        if by_length.shape != (len(texts), self.dim):
             raise EmbedderError(
-                f"model {self._model_name!r} returned shape {vectors.shape}, "
+                f"model {self._model_name!r} returned shape {by_length.shape}, "
                 f"expected {(len(texts), self.dim)}"
             )
+        vectors = np.empty_like(by_length)
+        vectors[order] = by_length
         return _normalise_rows(vectors)
 
     def embed_one(self, text: str) -> Vector:
