@@ -144,6 +144,13 @@ def test_the_signing_table_under_both_names_is_refused(tmp_path: Path) -> None:
         load_config(None, environ=both)
 
 
+def test_a_key_half_life_of_zero_means_keys_do_not_fade() -> None:
+    assert load_config(None, environ={}).learning.key_half_life_s == 0.0
+    for refused in ("-1", "inf"):
+        with pytest.raises(ConfigError, match=r"learning\.key_half_life_s must be finite"):
+            load_config(None, environ={"DREAMCYCLE_LEARNING_KEY_HALF_LIFE_S": refused})
+
+
 def test_unrelated_environment_is_ignored() -> None:
     config = load_config(None, environ={"PATH": "/usr/bin", "DREAMCYCLEX": "1"})
     assert config == load_config(None, environ={})

@@ -256,3 +256,14 @@ def test_key_similarity_of_no_keys_is_none() -> None:
 
 def test_key_similarity_can_be_negative() -> None:
     assert key_similarity(-E0, [key(E0, 0.5)], T0) == pytest.approx(-1.0)
+
+
+def test_without_a_half_life_keys_live_by_their_stored_weight_alone() -> None:
+    weights = np.array([1.0, 0.5, 0.04])
+    long_ago = T0 - 100 * HALF_LIFE_MS
+    for half_life_s in (KEY_HALF_LIFE_S, math.inf):
+        mask = alive(weights, [long_ago, long_ago, T0], T0, half_life_s)
+        assert mask.tolist() == [True, True, False]
+    old = key(E0, 0.5, updated_ms=long_ago)
+    assert retrieval_keys.effective_weight(old, T0) == 0.5
+    assert retrieval_keys.key_similarity(E0, [old], T0) == pytest.approx(1.0)
