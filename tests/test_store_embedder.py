@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from dreamcycle.store.embedder import (
+    DEFAULT_BATCH_SIZE,
     DEFAULT_DIM,
     DEFAULT_MODEL,
     Embedder,
@@ -234,3 +235,29 @@ def test_a_non_text_item_is_named(embedder: Embedder) -> None:
 def test_bad_settings_are_refused(arguments: dict[str, object], complaint: str) -> None:
     with pytest.raises(InvalidEmbedderInput, match=complaint):
         Embedder(**arguments)  # type: ignore[arg-type]
+
+
+class _LengthModel:
+    """Stands in for the model: each row is its text's length, one-hot; records the calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[list[str], int]] = []
+
+    def embed(self, texts: list[str], batch_size: int) -> Iterator[np.ndarray]:
+        self.calls.append((texts, batch_size))
+        for text in texts:
+            row = np.zeros(DEFAULT_DIM, dtype=np.float32)
+            row[len(text)] = 1.0
+            yield row
+
+
+def test_a_calls_texts_go_to_the_model_by_length_and_come_back_in_order() -> None:
+    embedder = Embedder()
+    model = _LengthModel()
+    embedder._model = model  # the model is loaded on first use; this one is already there
+    texts = ["a" * n for n in (40, 3, 17, 3, 90, 1)]
+    vectors = embedder.embed(texts)
+    ((given, batch_size),) = model.calls
+    assert [len(t) for t in given] == [1, 3, 3, 17, 40, 90]
+    assert batch_size == DEFAULT_BATCH_SIZE
+    assert [int(np.argmax(row)) for row in vectors] == [40, 3, 17, 3, 90, 1]
