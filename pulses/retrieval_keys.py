@@ -48,10 +48,15 @@ class LearnedKey:
     text: str | None = None
 
 
+def _fades(half_life_s: float) -> bool:
+    """Whether keys lose weight with time under this half-life (0 or infinite: never)."""
+    return 0 < half_life_s < math.inf
+
+
 def effective_weight(key: LearnedKey, now_ms: int, half_life_s: float = KEY_HALF_LIFE_S) -> float:
     """The key's weight after decay since it was last reinforced."""
     elapsed_s = max(0.0, (now_ms - key.updated_ms) / 1000.0)
-    if half_life_s <= 0 or math.isinf(half_life_s):
+    if not _fades(half_life_s):
         return key.weight
     return key.weight * math.pow(0.5, elapsed_s / half_life_s)
 
@@ -147,7 +152,7 @@ def alive(
     half_life_s: float = KEY_HALF_LIFE_S,
 ) -> npt.NDArray[np.bool_]:
     """Which of many keys are still alive (recall checks every key per query)."""
-    if half_life_s <= 0 or math.isinf(half_life_s):
+    if not _fades(half_life_s):
         return np.asarray(weights, dtype=np.float64) >= MIN_KEY_WEIGHT
     elapsed_s = np.maximum(0.0, (now_ms - np.asarray(updated_ms, dtype=np.float64)) / 1000.0)
     decayed = weights * np.power(0.5, elapsed_s / half_life_s)

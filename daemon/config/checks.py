@@ -42,6 +42,11 @@ def positive(name: str, value: float) -> None:
         raise ConfigError(f"{name} must be a finite number, got {value}")
 
 
+def finite_non_negative(name: str, value: float) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name} must be finite and >= 0, got {value}")
+
+
 def one_of(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")

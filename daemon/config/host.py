@@ -19,6 +19,7 @@ from dreamcycle.daemon.config.checks import (
     ConfigError,
     check_endpoint_url,
     check_redis_url,
+    finite_non_negative,
     positive,
 )
 from dreamcycle.daemon.config.settings import default
@@ -156,10 +157,7 @@ class IndexConfig:
         positive("index.m", self.m)
         positive("index.ef_construction", self.ef_construction)
         positive("index.ef", self.ef)
-        if not (math.isfinite(self.save_interval_s) and self.save_interval_s >= 0):
-            raise ConfigError(
-                f"index.save_interval_s must be finite and >= 0, got {self.save_interval_s}"
-            )
+        finite_non_negative("index.save_interval_s", self.save_interval_s)
 
 
 @dataclass

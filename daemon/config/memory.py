@@ -7,11 +7,10 @@ defaults from the table (settings.py), and values with choices are checked again
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from dreamcycle.daemon import defaults
-from dreamcycle.daemon.config.checks import ConfigError, positive
+from dreamcycle.daemon.config.checks import ConfigError, finite_non_negative, positive
 from dreamcycle.daemon.config.settings import default
 from dreamcycle.pulses.pulse import InvalidPulse, PulseKind, validate_parameters
 from dreamcycle.pulses.ranking import InvalidRanking, RankingWeights
@@ -67,15 +66,9 @@ class DownscaleConfig:
     def check(self) -> None:
         for kind in CHUNK_KINDS:
             positive(f"downscale.{kind}_half_life_s", self.half_life(kind))
-        if not (math.isfinite(self.min_step_s) and self.min_step_s >= 0):
-            raise ConfigError(
-                f"downscale.min_step_s must be finite and >= 0, got {self.min_step_s}"
-            )
+        finite_non_negative("downscale.min_step_s", self.min_step_s)
         positive("downscale.max_chunks_per_cycle", self.max_chunks_per_cycle)
-        if not (math.isfinite(self.stability_gain) and self.stability_gain >= 0):
-            raise ConfigError(
-                f"downscale.stability_gain must be finite and >= 0, got {self.stability_gain}"
-            )
+        finite_non_negative("downscale.stability_gain", self.stability_gain)
 
     def half_life(self, kind: str) -> float:
         return float(getattr(self, f"{kind}_half_life_s"))
@@ -210,11 +203,7 @@ class LearningConfig:
                 "learning.asked_again_similarity must be in [-1, 1], "
                 f"got {self.asked_again_similarity}"
             )
-        if not (math.isfinite(self.key_half_life_s) and self.key_half_life_s >= 0):
-            raise ConfigError(
-                f"learning.key_half_life_s must be finite and >= 0 (0: keys do not fade), "
-                f"got {self.key_half_life_s}"
-            )
+        finite_non_negative("learning.key_half_life_s", self.key_half_life_s)
         positive("learning.max_keys_per_chunk", self.max_keys_per_chunk)
 
 
