@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.store.observations import COLD_ROWS, EFFICACY_TYPE
+from dreamcycle.store.observations import COLD_ROWS, DELETION_POLICIES, EFFICACY_TYPE
 from dreamcycle.store.queries import TableQueries
 from dreamcycle.store.timefmt import iso_from_ms
 
@@ -44,6 +44,16 @@ _SALIENCE_ROWS: Final = (
     "cold_at IS NOT NULL FROM observations INDEXED BY observations_salience_state "
     "WHERE id > ? ORDER BY id"
 )
+_POLICY_NUMBER: Final = (
+    "CASE deletion_policy "
+    + " ".join(f"WHEN '{policy}' THEN {n}" for n, policy in enumerate(DELETION_POLICIES))
+    + " END"
+)
+_SALIENCE_COLUMNS: Final = (
+    f"SELECT id, salience, pin_floor, deleted_at IS NOT NULL, {_POLICY_NUMBER}, "
+    "cold_at IS NOT NULL FROM observations INDEXED BY observations_salience_state "
+    "WHERE id > ? ORDER BY id LIMIT ?"
+)
 _WRITE_SALIENCE: Final = "UPDATE observations SET salience = ? WHERE id = ?"
 _DECAY_FROM: Final = "coalesce(last_decay_ts, created_at)"
 _DECAYABLE: Final = f"deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'"
@@ -57,12 +67,13 @@ _COLD_ROWIDS: Final = f"SELECT id {COLD_ROWS}"
 
 
 class SalienceQueries(TableQueries):
-    def salience_columns(self, *, after_rowid: int = 0) -> list[tuple[Any, ...]]:
-        """The rows `salience_rows` names, as they come: (rowid, salience, pin floor,
-        tombstoned, deletion policy, cold), in rowid order (far quicker than named rows at
-        a million chunks, where scripts/bench_scale.py measures start-up)."""
-        rows: list[tuple[Any, ...]] = self._all(_SALIENCE_ROWS, (after_rowid,))
-        return rows
+    def salience_columns(self, *, after_rowid: int = 0, limit: int) -> npt.NDArray[np.float64]:
+        """At most `limit` of the rows `salience_rows` names as one matrix of numbers, a
+        row each: (rowid, salience, pin floor, tombstoned, deletion policy as its position
+        in DELETION_POLICIES, cold), in rowid order (far quicker than named rows at a
+        million chunks, where scripts/bench_scale.py measures start-up)."""
+        rows = self._all(_SALIENCE_COLUMNS, (after_rowid, limit))
+        return np.array(rows, dtype=np.float64).reshape(len(rows), 6)
 
     def salience_rows(self, *, after_rowid: int = 0) -> Iterator[SalienceRow]:
         """The salience state of every chunk, in rowid order."""

@@ -15,6 +15,7 @@ import pytest
 from dreamcycle.store import embeddings, salience_rows, tiers
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.lexical import search_lexical
+from dreamcycle.store.observations import DELETION_POLICIES
 from tests.store_helpers import migrations_before, tombstone
 
 NOW_MS = 1_800_000_000_000
@@ -120,11 +121,20 @@ def test_start_up_reads_every_chunks_salience_state_from_an_index(tmp_path: Path
             for row in db.fetch_all("EXPLAIN QUERY PLAN " + salience_rows._SALIENCE_ROWS, (0,))
         )
         assert "USING COVERING INDEX observations_salience_state" in plan
+        plan = " ".join(
+            str(row[3])
+            for row in db.fetch_all(
+                "EXPLAIN QUERY PLAN " + salience_rows._SALIENCE_COLUMNS, (0, 10)
+            )
+        )
+        assert "USING COVERING INDEX observations_salience_state" in plan
         from_table = db.fetch_all(
             "SELECT id, salience, pin_floor, deleted_at IS NOT NULL, deletion_policy, "
             "cold_at IS NOT NULL FROM observations NOT INDEXED WHERE id > 0 ORDER BY id"
         )
-        assert db.salience_columns() == from_table
+        as_numbers = [[*row[:4], DELETION_POLICIES.index(row[4]), row[5]] for row in from_table]
+        assert db.salience_columns(limit=len(TEXTS)).tolist() == as_numbers
+        assert db.salience_columns(after_rowid=added[0].rowid, limit=1).tolist() == as_numbers[1:2]
         assert from_table[0][1] == 0.75 and from_table[1][5] == 1
     finally:
         db.close()
