@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from dreamcycle.store.database import EFFICACY_TYPE, Database
-from dreamcycle.store.timefmt import ms_from_iso
+from dreamcycle.store.timefmt import ms_from_iso, ms_in_sql
 
 #: meta key: the newest journal step deleted (every step up to it is gone).
 PRUNED_SEQ_META_KEY: Final = "journal_pruned_seq"
@@ -47,6 +47,16 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Written:
+    """A checkpoint just written: its step, when, and how many chunks it holds."""
+
+    seq: int
+    at_ms: int
+    journal_at_ms: int
+    chunks: int
+
+
+@dataclass(frozen=True)
 class Pruned:
     through_seq: int
     steps: int
@@ -63,12 +73,15 @@ def last_checkpoint_ms(db: Database) -> int | None:
     return None if row is None or row[0] is None else int(row[0])
 
 
+_DECAY_FROM: Final = "coalesce(last_decay_ts, created_at)"
+
+
 def current_chunks(db: Database) -> list[ChunkState]:
     """Every admitted chunk's replay state as stored now (exact only between phases, when
     every step journaled has been applied and written)."""
     rows = db.fetch_all(
-        "SELECT id, admitted_seq, kind, salience, pin_floor, "
-        "coalesce(last_decay_ts, created_at), deleted_at IS NOT NULL, cold_at IS NOT NULL "
+        f"SELECT id, admitted_seq, kind, salience, pin_floor, {_DECAY_FROM}, "
+        "deleted_at IS NOT NULL, cold_at IS NOT NULL "
         "FROM observations WHERE admitted_seq IS NOT NULL "
         f"AND type != '{EFFICACY_TYPE}' ORDER BY id"
     )
@@ -86,36 +99,56 @@ def current_chunks(db: Database) -> list[ChunkState]:
     ]
 
 
-def write_checkpoint(db: Database, *, now_ms: int) -> Checkpoint | None:
+_CHECKPOINTED: Final = (
+    "FROM observations WHERE admitted_seq IS NOT NULL "
+    f"AND type != '{EFFICACY_TYPE}' AND {ms_in_sql(_DECAY_FROM)} IS {{}} NULL"
+)
+_TIER: Final = (
+    "CASE WHEN deleted_at IS NOT NULL THEN 'tombstoned' "
+    "WHEN cold_at IS NOT NULL THEN 'cold' ELSE 'live' END"
+)
+
+
+def write_checkpoint(db: Database, *, now_ms: int) -> Written | None:
     """Checkpoint the journal's head (inside the caller's IMMEDIATE transaction, so no step
-    is journaled meanwhile). None when the journal is empty or its head is checkpointed."""
+    is journaled meanwhile): every admitted chunk's replay state as stored now, exact
+    between phases, when every step journaled has been applied and written. None when the
+    journal is empty or its head is checkpointed.
+
+    What current_chunks reads, copied inside SQLite, so that a million chunks cost no Python objects; the few dates
+    SQLite cannot read are converted here.
+    """
     head = journal_head(db)
     if head is None or db.fetch_one("SELECT 1 FROM journal_checkpoints WHERE seq = ?", (head,)):
         return None
     newest = int(db.fetch_one("SELECT max(at_ms) FROM journal WHERE seq <= ?", (head,))[0])
-    chunks = current_chunks(db)
     db.conn.execute(
-        "INSERT INTO journal_checkpoints (seq, at_ms, journal_at_ms, chunks) VALUES (?, ?, ?, ?)",
-        (head, now_ms, newest, len(chunks)),
+        "INSERT INTO journal_checkpoints (seq, at_ms, journal_at_ms, chunks) VALUES (?, ?, ?, 0)",
+        (head, now_ms, newest),
+    )
+    insert = (
+        "INSERT INTO checkpoint_chunks (checkpoint_seq, chunk_id, admitted_seq, kind, salience, "
+        "pin_floor, decay_from_ms, tier) "
+    )
+    db.conn.execute(
+        f"{insert} SELECT ?, id, admitted_seq, kind, salience, pin_floor, "
+        f"{ms_in_sql(_DECAY_FROM)}, {_TIER} {_CHECKPOINTED.format('NOT')}",
+        (head,),
+    )
+    unread = db.fetch_all(
+        f"SELECT ?, id, admitted_seq, kind, salience, pin_floor, {_DECAY_FROM}, {_TIER} "
+        f"{_CHECKPOINTED.format('')}",
+        (head,),
     )
     db.conn.executemany(
-        "INSERT INTO checkpoint_chunks (checkpoint_seq, chunk_id, admitted_seq, kind, salience, "
-        "pin_floor, decay_from_ms, tier) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                head,
-                c.chunk_id,
-                c.admitted_seq,
-                c.kind,
-                c.salience,
-                c.pin_floor,
-                c.decay_from_ms,
-                c.tier,
-            )
-            for c in chunks
-        ],
+        f"{insert} VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(*row[:6], ms_from_iso(str(row[6])), row[7]) for row in unread],
     )
-    return Checkpoint(head, now_ms, newest, chunks)
+    count = int(
+        db.fetch_one("SELECT count(*) FROM checkpoint_chunks WHERE checkpoint_seq = ?", (head,))[0]
+    )
+    db.conn.execute("UPDATE journal_checkpoints SET chunks = ? WHERE seq = ?", (count, head))
+    return Written(head, now_ms, newest, count)
 
 
 def prune(db: Database, *, older_than_ms: int) -> Pruned | None:

@@ -18,15 +18,14 @@ import numpy as np
 import numpy.typing as npt
 
 from dreamcycle.store.database import EFFICACY_TYPE, Database
-from dreamcycle.store.timefmt import ms_from_iso
+from dreamcycle.store.timefmt import ms_from_iso, ms_in_sql
 
 #: How a chunk's word numbers are stored: unsigned 32-bit, little-endian, ascending.
 WORD_ID_DTYPE: Final = np.dtype("<u4")
 
 _SWEEP_ROWS: Final = (
     "SELECT o.id, o.kind, o.importance, "
-    "CAST(round(unixepoch(o.created_at, 'subsec') * 1000) AS INTEGER), "
-    "o.cold_at IS NOT NULL, w.word_ids "
+    f"{ms_in_sql('o.created_at')}, o.cold_at IS NOT NULL, w.word_ids "
     "FROM observations AS o INDEXED BY observations_sweep "
     "LEFT JOIN chunk_words AS w ON w.id = o.id "
     "WHERE o.deleted_at IS NULL AND o.admitted_seq IS NOT NULL "

@@ -21,3 +21,10 @@ def ms_from_iso(text: str) -> int:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return round(parsed.timestamp() * 1000)
+
+
+def ms_in_sql(column: str) -> str:
+    """SQL giving a stored timestamp `column` in ms as ms_from_iso does, or NULL where
+    SQLite cannot read it (then ms_from_iso must): read in SQL, a million dates cost no
+    Python objects."""
+    return f"CAST(round(unixepoch({column}, 'subsec') * 1000) AS INTEGER)"

@@ -24,11 +24,13 @@ from dreamcycle.daemon.intake.emit_pulses import PulseRequest, emit_pulse
 from dreamcycle.daemon.intake.emit_revisions import emit_revision
 from dreamcycle.daemon.intake.emit_tombstones import emit_tombstone
 from dreamcycle.daemon.intake.ingest import ingest
+from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.memory.rebuild import rebuild, replay_steps
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.store import checkpoints, tiers
 from dreamcycle.store.database import NewObservation
+from dreamcycle.store.timefmt import ms_from_iso
 from tests.daemon_helpers import documentation_chunks
 
 START_MS = 1_800_000_000_000
@@ -173,3 +175,43 @@ def test_explain_says_from_when_it_holds_history(lived: tuple[Peer, ManualClock]
     assert explained.history_since_ms == oldest
     assert all(step.at_ms >= oldest for step in explained.history)
     assert all(step.step != "chunk" for step in explained.history)  # its admission went
+
+
+def test_a_checkpoint_holds_each_chunks_state_as_stored_whatever_its_dates_format(
+    tmp_path: Path,
+) -> None:
+    rt = Runtime.open(_config(tmp_path), clock=ManualClock(START_MS))
+    try:
+        db = rt.db
+        with db.transaction():
+            added = db.add_observations(
+                [NewObservation(content=f"chunk {i}", kind="fact") for i in range(4)],
+                now_ms=START_MS,
+            )
+            rowids = [a.rowid for a in added]
+            db.conn.execute("UPDATE observations SET admitted_seq = 1")
+            db.write_salience({rowids[1]: 0.25})
+            # Dates as engram wrote them: a basic-format one only Python's parser reads.
+            db.conn.execute(
+                "UPDATE observations SET created_at = '20270115T080000Z' WHERE id = ?",
+                (rowids[2],),
+            )
+            db.conn.execute(
+                "UPDATE observations SET last_decay_ts = '2027-01-15 08:00:00.250' WHERE id = ?",
+                (rowids[3],),
+            )
+            tiers.move_to_cold(db, [rowids[0]], reason="test", now_ms=START_MS)
+            db.journal(JournalKind.SWEEP, "h", {"rowid": rowids[0]}, now_ms=START_MS)
+            written = checkpoints.write_checkpoint(db, now_ms=START_MS + 1)
+        assert written is not None and written.chunks == 4
+        held = checkpoints.checkpoint_at(db, written.seq)
+        assert held is not None
+        assert held.chunks == checkpoints.current_chunks(db)
+        by_id = {chunk.chunk_id: chunk for chunk in held.chunks}
+        assert [by_id[r].tier for r in rowids] == ["cold", "live", "live", "live"]
+        assert by_id[rowids[1]].salience == 0.25
+        assert by_id[rowids[0]].decay_from_ms == START_MS
+        assert by_id[rowids[2]].decay_from_ms == ms_from_iso("2027-01-15T08:00:00Z")
+        assert by_id[rowids[3]].decay_from_ms == ms_from_iso("2027-01-15T08:00:00.250Z")
+    finally:
+        rt.close()

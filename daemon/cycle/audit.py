@@ -26,7 +26,7 @@ def maybe_checkpoint(peer: Peer, now_ms: int) -> dict[str, Any]:
             written = checkpoints.write_checkpoint(db, now_ms=now_ms)
         if written is not None:
             stats["checkpoint_seq"] = written.seq
-            stats["checkpoint_chunks"] = len(written.chunks)
+            stats["checkpoint_chunks"] = written.chunks
     with db.transaction():
         pruned = checkpoints.prune(db, older_than_ms=now_ms - int(audit.retention_s * 1000))
     if pruned is not None:
