@@ -237,11 +237,13 @@ class SalienceCache:
         self._grow_to(label)
         self._set_cold_flag(label, cold)
 
-    def sweep_view(self, labels: Sequence[int]) -> tuple[Floats, Flags, Flags, Flags]:
+    def sweep_view(
+        self, labels: Sequence[int] | npt.NDArray[np.int64]
+    ) -> tuple[Floats, Flags, Flags, Flags]:
         """For the sweep, by label: salience, pinned, protected from pruning, tombstoned."""
-        if labels:
-            self._load_newer(max(labels))
         ids = np.asarray(labels, dtype=np.int64)
+        if len(ids):
+            self._load_newer(int(ids.max()))
         in_range = (ids >= 0) & (ids < len(self._known))
         at = np.where(in_range, ids, 0)
         known = in_range & self._known[at]

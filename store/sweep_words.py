@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -29,21 +29,28 @@ _SWEEP_ROWS: Final = (
     "FROM observations AS o INDEXED BY observations_sweep "
     "LEFT JOIN chunk_words AS w ON w.id = o.id "
     "WHERE o.deleted_at IS NULL AND o.admitted_seq IS NOT NULL "
-    f"AND o.type != '{EFFICACY_TYPE}' ORDER BY o.id"
+    f"AND o.type != '{EFFICACY_TYPE}' AND o.id > ? ORDER BY o.id LIMIT ?"
 )
+#: Rows read per query: bounds the rows held as Python tuples at once (a million chunks'
+#: tuples held together rose the sweep's peak memory by about 0.7 GiB).
+READ_BATCH: Final = 50_000
 
 
 @dataclass(frozen=True)
 class SweepRows:
     """Every admitted chunk that is not tombstoned, live or cold, as columns by label.
-    `word_ids[i]` is None for a chunk whose words are not kept yet."""
+
+    Kept word numbers are one array, chunk after chunk; `word_counts[i]` says how many are
+    chunk i's, -1 for a chunk whose words are not kept yet.
+    """
 
     labels: npt.NDArray[np.int64]
     kinds: list[str]
     importance: npt.NDArray[np.float64]
     created_ms: npt.NDArray[np.int64]
     cold: npt.NDArray[np.bool_]
-    word_ids: list[bytes | None]
+    word_numbers: npt.NDArray[np.uint32]
+    word_counts: npt.NDArray[np.int64]
 
     def keep(self, mask: npt.NDArray[np.bool_]) -> SweepRows:
         return SweepRows(
@@ -52,16 +59,43 @@ class SweepRows:
             importance=self.importance[mask],
             created_ms=self.created_ms[mask],
             cold=self.cold[mask],
-            word_ids=[w for w, kept in zip(self.word_ids, mask.tolist(), strict=True) if kept],
+            word_numbers=self.word_numbers[np.repeat(mask, np.maximum(self.word_counts, 0))],
+            word_counts=self.word_counts[mask],
         )
 
 
 def sweep_rows(db: Database) -> SweepRows:
     """Read through the sweep's index: no text, no embedding."""
-    rows = db.fetch_all(_SWEEP_ROWS)
-    if not rows:
+    parts: list[SweepRows] = []
+    # One string object per kind, not per chunk.
+    kind_names: dict[str, str] = {}
+    after = 0
+    while rows := db.fetch_all(_SWEEP_ROWS, (after, READ_BATCH)):
+        parts.append(_columns(db, rows, kind_names))
+        after = int(rows[-1][0])
+    if not parts:
         empty = np.zeros(0, dtype=np.int64)
-        return SweepRows(empty, [], np.zeros(0), empty, np.zeros(0, dtype=bool), [])
+        return SweepRows(
+            empty,
+            [],
+            np.zeros(0),
+            empty,
+            np.zeros(0, dtype=bool),
+            np.zeros(0, WORD_ID_DTYPE),
+            empty,
+        )
+    return SweepRows(
+        labels=np.concatenate([part.labels for part in parts]),
+        kinds=[kind for part in parts for kind in part.kinds],
+        importance=np.concatenate([part.importance for part in parts]),
+        created_ms=np.concatenate([part.created_ms for part in parts]),
+        cold=np.concatenate([part.cold for part in parts]),
+        word_numbers=np.concatenate([part.word_numbers for part in parts]),
+        word_counts=np.concatenate([part.word_counts for part in parts]),
+    )
+
+
+def _columns(db: Database, rows: list[Any], kind_names: dict[str, str]) -> SweepRows:
     labels, kinds, importance, created_ms, cold, word_ids = zip(*rows, strict=True)
     count = len(rows)
     if None in created_ms:
@@ -70,13 +104,19 @@ def sweep_rows(db: Database) -> SweepRows:
             _created_ms(db, label) if ms is None else ms
             for label, ms in zip(labels, created_ms, strict=True)
         )
+    kept = [words for words in word_ids if words is not None]
     return SweepRows(
         labels=np.fromiter(labels, dtype=np.int64, count=count),
-        kinds=list(kinds),
+        kinds=[kind_names.setdefault(kind, kind) for kind in kinds],
         importance=np.fromiter(importance, dtype=np.float64, count=count),
         created_ms=np.fromiter(created_ms, dtype=np.int64, count=count),
         cold=np.fromiter(cold, dtype=bool, count=count),
-        word_ids=list(word_ids),
+        word_numbers=np.frombuffer(b"".join(kept), dtype=WORD_ID_DTYPE),
+        word_counts=np.fromiter(
+            (-1 if words is None else len(words) // WORD_ID_DTYPE.itemsize for words in word_ids),
+            dtype=np.int64,
+            count=count,
+        ),
     )
 
 
@@ -138,9 +178,21 @@ def _encoded(words_of: Mapping[int, Sequence[str]], number: Mapping[str, int]) -
     }
 
 
-def word_arrays(word_ids: Sequence[bytes]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The chunks' word numbers one after another, and how many each chunk has."""
-    lengths = np.fromiter(map(len, word_ids), dtype=np.int64, count=len(word_ids))
-    lengths //= WORD_ID_DTYPE.itemsize
-    joined = np.frombuffer(b"".join(word_ids), dtype=WORD_ID_DTYPE).astype(np.int64)
-    return joined, lengths
+def word_arrays(
+    rows: SweepRows, missing: Mapping[int, bytes]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Every chunk's word numbers one after another, and how many each chunk has: those kept
+    in `rows`, and `missing[label]` for a chunk whose words are not kept there."""
+    counts = rows.word_counts
+    absent = counts < 0
+    if not absent.any():
+        return rows.word_numbers.astype(np.int64), counts.copy()
+    pieces = np.split(rows.word_numbers, np.cumsum(counts[~absent])[:-1])
+    kept = iter(pieces)
+    ordered = [
+        np.frombuffer(missing[label], dtype=WORD_ID_DTYPE) if gone else next(kept)
+        for label, gone in zip(rows.labels.tolist(), absent.tolist(), strict=True)
+    ]
+    lengths = np.fromiter(map(len, ordered), dtype=np.int64, count=len(ordered))
+    joined = np.concatenate(ordered) if ordered else np.zeros(0, dtype=WORD_ID_DTYPE)
+    return joined.astype(np.int64), lengths

@@ -120,7 +120,8 @@ def test_the_plan_is_the_one_the_candidates_give(peer: Peer) -> None:
 
 def test_the_sweep_reads_no_row_of_text_or_embedding(peer: Peer) -> None:
     plan = " ".join(
-        str(row[-1]) for row in peer.db.fetch_all("EXPLAIN QUERY PLAN " + sweep_words._SWEEP_ROWS)
+        str(row[-1])
+        for row in peer.db.fetch_all("EXPLAIN QUERY PLAN " + sweep_words._SWEEP_ROWS, (0, 10))
     )
     assert "COVERING INDEX observations_sweep" in plan
 
@@ -136,3 +137,22 @@ def test_a_dry_run_weighs_the_same_and_keeps_nothing(
     kept = forgetting.plan(peer.runtime, peer.salience, peer.now_ms())
     assert dry.doomed == kept.doomed
     assert dict(dry.values) == dict(kept.values)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 1000])
+def test_rows_read_in_batches_weigh_as_read_at_once(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    forgetting.plan(peer.runtime, peer.salience, peer.now_ms())
+    labels = list(_texts(peer))
+    # Some chunks keep their words and some do not, interleaved.
+    with peer.db.transaction():
+        peer.db.conn.executemany(
+            "DELETE FROM chunk_words WHERE id = ?", [(r,) for r in labels[1::3]]
+        )
+    monkeypatch.setattr(sweep_words, "READ_BATCH", batch)
+    columns = forgetting.sweep_columns(peer.runtime, peer.salience, peer.now_ms(), keep_words=False)
+    assert columns.labels.tolist() == labels
+    np.testing.assert_allclose(
+        columns.information, information_content(list(_texts(peer).values())), rtol=1e-12
+    )

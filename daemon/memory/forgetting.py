@@ -72,21 +72,19 @@ def sweep_columns(
     `min_population` sweepable chunks no sweep follows: words are neither read nor kept.
     """
     rows = sweep_words.sweep_rows(rt.db)
-    labels = rows.labels.tolist()
-    saliences, pinned, protected, tombstoned = salience.sweep_view(labels)
+    saliences, pinned, protected, tombstoned = salience.sweep_view(rows.labels)
     if tombstoned.any():
         kept_rows = ~tombstoned
         rows = rows.keep(kept_rows)
-        labels = rows.labels.tolist()
         saliences, pinned, protected = (
             saliences[kept_rows],
             pinned[kept_rows],
             protected[kept_rows],
         )
     if np.count_nonzero(~(pinned | protected)) < min_population:
-        information = np.zeros(len(labels), dtype=np.float64)
+        information = np.zeros(len(rows.labels), dtype=np.float64)
     else:
-        information = _information(rt, labels, rows.word_ids, keep_words=keep_words)
+        information = _information(rt, rows, keep_words=keep_words)
     grace_ms = rt.config.sweep.grace_s * 1000
     revived = tiers.revived_since(rt.db, now_ms - int(grace_ms))
     eligible = now_ms - rows.created_ms >= grace_ms
@@ -106,11 +104,11 @@ def sweep_columns(
 
 
 def _information(
-    rt: Runtime, labels: list[int], word_ids: list[bytes | None], *, keep_words: bool
+    rt: Runtime, rows: sweep_words.SweepRows, *, keep_words: bool
 ) -> npt.NDArray[np.float64]:
     """Each chunk's information content, from its kept words or its text (read and
     tokenized WORDS_BATCH chunks at a time)."""
-    missing = [label for label, words in zip(labels, word_ids, strict=True) if words is None]
+    missing: list[int] = rows.labels[rows.word_counts < 0].tolist()
     kept: dict[int, bytes] = {}
     unseen: dict[str, int] = {}  # a dry run's numbers for words not numbered yet
     for start in range(0, len(missing), WORDS_BATCH):
@@ -122,12 +120,7 @@ def _information(
                 kept.update(sweep_words.keep_words(rt.db, words))
         else:
             kept.update(sweep_words.numbered_words(rt.db, words, unseen))
-    numbers, lengths = sweep_words.word_arrays(
-        [
-            words if words is not None else kept[label]
-            for label, words in zip(labels, word_ids, strict=True)
-        ]
-    )
+    numbers, lengths = sweep_words.word_arrays(rows, kept)
     return information_of_words(numbers, lengths)
 
 
