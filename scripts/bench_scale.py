@@ -252,7 +252,8 @@ def measure_store(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     ops = Operations(rt)
     ops.attach(peer)
-    wait_for_vectors(rt, peer.index.live_count)
+    wait_for_vectors(rt)
+    figures["embeddings_held"] = len(recall_state(rt).stored_vectors)
     rng = np.random.default_rng(SEED + 1)
     corpus = Corpus(rng)
     queries = corpus.vectors(rng.integers(0, TOPICS, size=args.calls).astype(np.int64))
@@ -344,13 +345,10 @@ def sample(calls: int, call: Callable[[int], Any]) -> dict[str, float]:
     return percentiles(samples)
 
 
-def wait_for_vectors(rt: Runtime, live: int) -> None:
-    """Until the API's background load holds every live chunk's embedding."""
-    deadline = time.monotonic() + VECTORS_LOAD_TIMEOUT_S
-    while len(recall_state(rt).stored_vectors) < live:
-        if time.monotonic() > deadline:
-            raise BenchmarkError("the stored embeddings were not loaded in time")
-        time.sleep(0.1)
+def wait_for_vectors(rt: Runtime) -> None:
+    """Until the API's background load holds what it may of the stored embeddings."""
+    if not recall_state(rt).stored_vectors.loaded.wait(VECTORS_LOAD_TIMEOUT_S):
+        raise BenchmarkError("the stored embeddings were not loaded in time")
 
 
 def ingest_with_bar(rt: Runtime, texts: list[str]) -> Any:

@@ -113,17 +113,23 @@ def candidate_numbers(
 
 class StoredVectors:
     """Stored embeddings of admitted chunks, each read from the database once, as rows of
-    one matrix.
+    one matrix, up to `held_bytes` of them (None: every one).
 
     Only embeddings of one vector space (an index version: model and dimension) are
     held or returned: one of another model cannot be compared with a query, and after a
     change of model the database holds both kinds. Chunks still pending admission may be
-    embedded again, so theirs are returned but not kept. Safe to share between threads:
-    rows are only added, under a lock, each written before its slot is published, and a
-    grown matrix is a copy published whole, so a reader that found a slot finds its row.
+    embedded again, so theirs are returned but not kept. Once the matrix is full, chunks
+    not held are read on each use: at a million chunks a copy of every embedding beside
+    the index's would double the memory a peer needs (scripts/bench_scale.py). Safe to
+    share between threads: rows are only added, under a lock, each written before its
+    slot is published, and a grown matrix is a copy published whole, so a reader that
+    found a slot finds its row.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, held_bytes: int | None = None) -> None:
+        if held_bytes is not None and held_bytes < 0:
+            raise ValueError(f"held_bytes must be >= 0, got {held_bytes}")
+        self._held_bytes = held_bytes
         # Row of `_matrix` per rowid, -1 for none: looked up for a whole candidate list in
         # one array operation rather than a dict lookup each.
         self._slot_of: npt.NDArray[np.int32] = np.full(0, -1, dtype=np.int32)
@@ -132,26 +138,45 @@ class StoredVectors:
         self._adding = threading.Lock()
         #: The vector space of every row held, set by the first call.
         self._version: str | None = None
+        #: Set once `load_all` has read all it may hold.
+        self.loaded = threading.Event()
 
     def __len__(self) -> int:
         return self._held
 
+    def _room(self, dim: int) -> int:
+        """How many more rows of `dim` floats may be held."""
+        if self._held_bytes is None:
+            return MAX_HELD_ROWID
+        return max(0, self._held_bytes // (dim * 4) - self._held)
+
     def load_all(self, db: Database, index_version: str) -> int:
-        """Read every admitted chunk's embedding of `index_version` (not tombstoned ones:
-        never ranked), in batches; how many are held afterwards."""
+        """Read admitted chunks' embeddings of `index_version` (not tombstoned ones: never
+        ranked), in batches, until full: live chunks before cold ones, the newest first
+        (what recall meets most). How many are held afterwards."""
         self._bind_to(index_version)
-        after = 0
+        for tier in ("cold_at IS NULL", "cold_at IS NOT NULL"):
+            if not self._load_tier(db, index_version, tier):
+                break
+        self.loaded.set()
+        return self._held
+
+    def _load_tier(self, db: Database, index_version: str, tier: str) -> bool:
+        """Read the embeddings of chunks where `tier` holds; whether room is left."""
+        before = MAX_HELD_ROWID
         while True:
             found = db.fetch_all(
-                "SELECT id, embedding FROM observations WHERE id > ? "
+                "SELECT id, embedding FROM observations WHERE id < ? "
                 "AND admitted_seq IS NOT NULL AND embedding IS NOT NULL "
-                "AND index_version = ? AND deleted_at IS NULL ORDER BY id LIMIT ?",
-                (after, index_version, LOAD_BATCH),
+                f"AND index_version = ? AND deleted_at IS NULL AND {tier} "
+                "ORDER BY id DESC LIMIT ?",
+                (before, index_version, LOAD_BATCH),
             )
             if not found:
-                return self._held
-            self._keep([int(r[0]) for r in found], _matrix([bytes(r[1]) for r in found]))
-            after = int(found[-1][0])
+                return True
+            if not self._keep([int(r[0]) for r in found], _matrix([bytes(r[1]) for r in found])):
+                return False
+            before = int(found[-1][0])
 
     def gather(
         self, db: Database, rowids: Sequence[int] | npt.NDArray[np.int64], index_version: str
@@ -224,7 +249,9 @@ class StoredVectors:
         positions[known] = slot_of[ids[known]]
         return positions
 
-    def _keep(self, rowids: list[int], vectors: npt.NDArray[np.float32]) -> None:
+    def _keep(self, rowids: list[int], vectors: npt.NDArray[np.float32]) -> bool:
+        """Hold the rows of `rowids` not held yet, as many as there is room for; whether
+        room is left."""
         with self._adding:
             positions = self._positions(rowids)
             new = [
@@ -232,13 +259,17 @@ class StoredVectors:
                 for i, at in enumerate(positions.tolist())
                 if at < 0 and 0 <= rowids[i] < MAX_HELD_ROWID
             ]
+            room = self._room(vectors.shape[1])
+            new = new[:room]
             if not new:
-                return
+                return room > 0
             start = self._held
             needed = start + len(new)
             matrix = self._matrix
             if needed > len(matrix):
-                grown = np.zeros((max(needed, 2 * len(matrix)), vectors.shape[1]), np.float32)
+                # Doubled, but never past what may be held.
+                rows = max(needed, min(2 * len(matrix), start + room))
+                grown = np.zeros((rows, vectors.shape[1]), np.float32)
                 if start:
                     grown[:start] = matrix[:start]
                 self._matrix = matrix = grown
@@ -255,6 +286,7 @@ class StoredVectors:
             else:
                 slot_of[new_ids] = np.arange(start, needed, dtype=np.int32)
             self._held = needed
+            return room > len(new)
 
 
 def _matrix(blobs: list[bytes]) -> npt.NDArray[np.float32]:

@@ -12,7 +12,10 @@ import apsw
 import numpy as np
 import pytest
 
-from dreamcycle.store import read_paths
+from dreamcycle.daemon.config import Config, ConfigError, load_config
+from dreamcycle.daemon.recall.state import recall_state
+from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.read_paths import StoredVectors
 
@@ -174,3 +177,68 @@ def test_gather_interleaves_held_rows_with_rows_read_and_skips_rows_without_one(
     assert present.tolist() == [True, True, False, True, True]
     kept = [rowid for rowid, found in zip(wanted, present.tolist(), strict=True) if found]
     np.testing.assert_array_equal(matrix, _stored(db, kept))
+
+
+def test_a_bounded_memory_holds_the_newest_live_chunks_and_reads_the_rest(
+    db: Database,
+) -> None:
+    rng = np.random.default_rng(19)
+    admitted = _add(db, 30, rng, admitted=True)
+    cold = admitted[-4:]
+    with db.transaction():
+        tiers.move_to_cold(db, cold, reason="test", now_ms=NOW_MS)
+    room = 10
+    vectors = StoredVectors(held_bytes=room * DIM * 4 + DIM)  # a part-row is no row
+    assert vectors.load_all(db, VERSION) == room
+    live = [rowid for rowid in admitted if rowid not in cold]
+    # Live before cold, the newest first: recall meets the live index's chunks most.
+    assert _held(vectors, admitted) == set(live[-room:])
+    for _ in range(2):
+        matrix, present = vectors.gather(db, admitted[::-1], VERSION)
+        assert present.all()
+        np.testing.assert_array_equal(matrix, _stored(db, admitted[::-1]))
+        assert len(vectors) == room
+    assert vectors._matrix.shape[0] == room
+
+
+def test_a_bounded_memory_keeps_what_it_reads_until_full(db: Database) -> None:
+    rng = np.random.default_rng(23)
+    admitted = _add(db, 12, rng, admitted=True)
+    vectors = StoredVectors(held_bytes=5 * DIM * 4)
+    vectors.gather(db, admitted[:3], VERSION)
+    assert _held(vectors, admitted) == set(admitted[:3])
+    matrix, present = vectors.gather(db, admitted[2:9], VERSION)
+    assert present.all()
+    np.testing.assert_array_equal(matrix, _stored(db, admitted[2:9]))
+    assert _held(vectors, admitted) == set(admitted[:5])
+    assert StoredVectors(held_bytes=0).load_all(db, VERSION) == 0
+    with pytest.raises(ValueError, match="held_bytes"):
+        StoredVectors(held_bytes=-1)
+
+
+def _held(vectors: StoredVectors, rowids: list[int]) -> set[int]:
+    """Which of `rowids` are held in memory."""
+    positions = vectors._positions(rowids)
+    return {rowid for rowid, at in zip(rowids, positions.tolist(), strict=True) if at >= 0}
+
+
+def test_recall_holds_what_the_configuration_lets_it(tmp_path: Path) -> None:
+    def config(mib: int) -> Config:
+        return load_config(
+            None,
+            environ={},
+            overrides={
+                "peer.data_dir": str(tmp_path / "data"),
+                "peer.id": "p1",
+                "metrics.listen": "",
+                "recall.embeddings_held_mib": mib,
+            },
+        )
+
+    rt = Runtime.open(config(3))
+    try:
+        assert recall_state(rt).stored_vectors._held_bytes == 3 << 20
+    finally:
+        rt.close()
+    with pytest.raises(ConfigError, match=r"recall\.embeddings_held_mib"):
+        config(-1)

@@ -117,6 +117,7 @@ class RecallConfig:
     candidates: int = default("recall.candidates")
     exact_filter_scale: float = default("recall.exact_filter_scale")
     cold_graph_from: int = default("recall.cold_graph_from")
+    embeddings_held_mib: int = default("recall.embeddings_held_mib")
     rrf_k: float = default("recall.rrf_k")
     salience_bound: float = default("recall.salience_bound")
     confidence_bound: float = default("recall.confidence_bound")
@@ -142,6 +143,7 @@ class RecallConfig:
             raise ConfigError(
                 f"recall.cold_graph_from must be >= 0 (0: always exact), got {self.cold_graph_from}"
             )
+        finite_non_negative("recall.embeddings_held_mib", self.embeddings_held_mib)
         if not -1.0 <= self.key_min_similarity <= 1.0:
             raise ConfigError(
                 f"recall.key_min_similarity must be in [-1, 1], got {self.key_min_similarity}"

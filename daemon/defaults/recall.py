@@ -36,6 +36,11 @@ RECALL_EXACT_FILTER_SCALE: Final = 500.0
 #: measures it); below this size it costs less than one k-NN query of the live index of a
 #: store of 100k chunks. 0 searches exactly at every size.
 RECALL_COLD_GRAPH_FROM: Final = 8_192
+#: MiB of stored embeddings kept in memory to rank candidates from (the rest are read from
+#: the database per query): every embedding of 174,000 chunks of 384 floats. Beyond that a
+#: copy of all of them beside the index's would double a large peer's memory
+#: (scripts/bench_scale.py measures both at a million chunks).
+RECALL_EMBEDDINGS_HELD_MIB: Final = 256
 #: A cold graph is built again once this many chunks went cold since it was built (they
 #: are searched exactly meanwhile: at most a quarter of `recall.cold_graph_from`'s chunks)...
 COLD_GRAPH_PENDING_MAX: Final = 2_048

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import weakref
 from dataclasses import dataclass, field
+from typing import Final
 
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.recall.cold_search import ColdSearch
@@ -28,6 +29,12 @@ class RecallState:
 
     cold_search: ColdSearch = field(default_factory=ColdSearch)
 
+    @classmethod
+    def of(cls, rt: Runtime) -> RecallState:
+        """A state holding as many stored embeddings as `rt`'s configuration lets it."""
+        held_bytes = rt.config.recall.embeddings_held_mib * BYTES_PER_MIB
+        return cls(ColdSearch(vectors=StoredVectors(held_bytes=held_bytes)))
+
     @property
     def cache(self) -> StampedCache:
         """What recall reads whole, kept while the database has not changed."""
@@ -39,6 +46,8 @@ class RecallState:
         return self.cold_search.vectors
 
 
+BYTES_PER_MIB: Final = 1 << 20
+
 _STATES: weakref.WeakKeyDictionary[Runtime, RecallState] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
@@ -47,7 +56,7 @@ def recall_state(rt: Runtime) -> RecallState:
     """`rt`'s recall state, made on first use."""
     with _LOCK:
         state = _STATES.get(rt)
-    return state if state is not None else share(rt, RecallState())
+    return state if state is not None else share(rt, RecallState.of(rt))
 
 
 def share(rt: Runtime, state: RecallState) -> RecallState:
