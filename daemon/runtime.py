@@ -21,6 +21,7 @@ from dreamcycle.store.database import Database
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
 from dreamcycle.store.salience import SalienceCache
+from dreamcycle.store.sweep_words import KeptSweepRows
 from dreamcycle.zeitgeist.backend import LogBackend
 from dreamcycle.zeitgeist.hlc import HybridLogicalClock
 from dreamcycle.zeitgeist.log import Zeitgeist
@@ -322,6 +323,8 @@ class Peer:
     index_writes: threading.Lock = field(default_factory=threading.Lock, repr=False)
     #: When this process last wrote the index (None: not yet).
     index_saved_ms: int | None = None
+    #: The sweep's rows, kept from one sweep to the next (store/sweep_words.py).
+    sweep_rows: KeptSweepRows = field(default_factory=KeptSweepRows, repr=False)
     #: True while a cycle's phases run (read by the API from its own threads: a running
     #: cycle takes a core that a request could otherwise use).
     cycling: bool = False

@@ -6,9 +6,7 @@ salience with intrinsic worth, to the cold tier; see plan_sweep.
 
 from __future__ import annotations
 
-import itertools
 import math
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -36,7 +34,6 @@ DEFAULT_INFORMATION_SHARE: Final = 0.4
 DEFAULT_IMPORTANCE_SHARE: Final = 0.1
 #: A kind with fewer sweepable chunks than this is left alone (its percentile means little).
 MIN_KIND_POPULATION: Final = 10
-_WORD: Final = re.compile(r"[a-z0-9]+")
 
 
 @dataclass(frozen=True)
@@ -189,42 +186,6 @@ class SweepColumns:
             cold=np.array([c.cold for c in pool], dtype=bool),
             eligible=np.array([c.eligible for c in pool], dtype=bool),
         )
-
-
-def distinct_words(text: str) -> list[str]:
-    """The words information_content weighs, once each, in order."""
-    return sorted(set(_WORD.findall(text.lower())))
-
-
-def information_content(texts: Sequence[str]) -> list[float]:
-    """Summed inverse document frequency of each text's distinct words, over `texts`.
-
-    Greetings and acknowledgements share common words and score low; a chunk that
-    names rare things scores high, whatever its salience.
-    """
-    numbering: dict[str, int] = {}
-    words = [
-        [numbering.setdefault(word, len(numbering)) for word in distinct_words(text)]
-        for text in texts
-    ]
-    word_ids = np.fromiter(itertools.chain.from_iterable(words), dtype=np.int64)
-    lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    information: list[float] = information_of_words(word_ids, lengths).tolist()
-    return information
-
-
-def information_of_words(word_ids: Labels, lengths: Labels) -> Floats:
-    """information_content of texts given as numbered words: `lengths[i]` distinct word
-    numbers of text i, one after another in `word_ids`. A word's weight is
-    log((texts + 1) / (texts holding it + 0.5)), counted once."""
-    texts = len(lengths)
-    if texts == 0:
-        return np.zeros(0, dtype=np.float64)
-    holding = np.bincount(word_ids)
-    weight = np.log((texts + 1) / (holding + 0.5))
-    text_of_word = np.repeat(np.arange(texts), lengths)
-    summed = np.bincount(text_of_word, weights=weight[word_ids], minlength=texts)
-    return summed.astype(np.float64)
 
 
 def percentile_ranks(values: Sequence[float]) -> list[float]:

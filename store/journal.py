@@ -10,7 +10,7 @@ checkpoint (store/checkpoints.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Final, NamedTuple
 
 from dreamcycle.store.queries import TableQueries
@@ -39,6 +39,14 @@ class JournalQueries(TableQueries):
     def journal(self, kind: str, ref: str, body: dict[str, Any], *, now_ms: int) -> int:
         self.conn.execute(_APPEND, (kind, ref, _body_json(body), now_ms))
         return self.conn.last_insert_rowid()
+
+    def journal_each(
+        self, kind: str, steps: Sequence[tuple[str, dict[str, Any]]], *, now_ms: int
+    ) -> None:
+        """Journal one step of `kind` per (ref, body), in their order."""
+        self.conn.executemany(
+            _APPEND, [(kind, ref, _body_json(body), now_ms) for ref, body in steps]
+        )
 
     def amend_journal(self, seq: int, changes: dict[str, Any]) -> None:
         """Add fields to a step's body (a step that ended early says where it stopped)."""

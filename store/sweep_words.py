@@ -2,7 +2,7 @@
 in `sweep_words` and `chunk_words` (migration 0020).
 
 A sweep ranks every chunk by, among other things, the summed rarity of its distinct words
-(pulses/sweep.py: information_content). The words of each chunk are kept as numbers, once,
+(pulses/information.py: information_content). The words of each chunk are kept as numbers, once,
 so that a sweep of a large store reads a few bytes a chunk instead of every text, and counts
 words with numpy instead of tokenizing again. A chunk that has no words kept yet (new since
 the last sweep, or stored before migration 0020) is tokenized once, at the next sweep.
@@ -10,14 +10,15 @@ the last sweep, or stored before migration 0020) is tokenized once, at the next 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.store.database import EFFICACY_TYPE, Database
+from dreamcycle.store.database import EFFICACY_TYPE, METADATA_EPOCH_META_KEY, Database
+from dreamcycle.store.observations import COLD_ROWS
 from dreamcycle.store.timefmt import ms_from_iso, ms_in_sql
 
 #: How a chunk's word numbers are stored: unsigned 32-bit, little-endian, ascending.
@@ -30,6 +31,14 @@ _SWEEP_ROWS: Final = (
     "LEFT JOIN chunk_words AS w ON w.id = o.id "
     "WHERE o.deleted_at IS NULL AND o.admitted_seq IS NOT NULL "
     f"AND o.type != '{EFFICACY_TYPE}' AND o.id > ? ORDER BY o.id LIMIT ?"
+)
+_SWEEP_COUNT: Final = (
+    "SELECT count(*) FROM observations INDEXED BY observations_sweep "
+    f"WHERE deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'"
+)
+_COLD_LABELS: Final = f"SELECT id {COLD_ROWS} ORDER BY id"
+_FIRST_PENDING: Final = (
+    "SELECT min(id) FROM observations INDEXED BY observations_pending WHERE admitted_seq IS NULL"
 )
 #: Rows read per query: bounds the rows held as Python tuples at once (a million chunks'
 #: tuples held together rose the sweep's peak memory by about 0.7 GiB).
@@ -64,26 +73,24 @@ class SweepRows:
         )
 
 
-def sweep_rows(db: Database) -> SweepRows:
-    """Read through the sweep's index: no text, no embedding."""
+def sweep_rows(db: Database, *, after: int = 0) -> SweepRows:
+    """Read through the sweep's index (no text, no embedding): the rows past `after`."""
     parts: list[SweepRows] = []
     # One string object per kind, not per chunk.
     kind_names: dict[str, str] = {}
-    after = 0
     while rows := db.fetch_all(_SWEEP_ROWS, (after, READ_BATCH)):
         parts.append(_columns(db, rows, kind_names))
         after = int(rows[-1][0])
+    return _joined(parts)
+
+
+def _joined(parts: Sequence[SweepRows]) -> SweepRows:
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
-        return SweepRows(
-            empty,
-            [],
-            np.zeros(0),
-            empty,
-            np.zeros(0, dtype=bool),
-            np.zeros(0, WORD_ID_DTYPE),
-            empty,
-        )
+        words = np.zeros(0, WORD_ID_DTYPE)
+        return SweepRows(empty, [], np.zeros(0), empty, np.zeros(0, dtype=bool), words, empty)
+    if len(parts) == 1:
+        return parts[0]
     return SweepRows(
         labels=np.concatenate([part.labels for part in parts]),
         kinds=[kind for part in parts for kind in part.kinds],
@@ -93,6 +100,71 @@ def sweep_rows(db: Database) -> SweepRows:
         word_numbers=np.concatenate([part.word_numbers for part in parts]),
         word_counts=np.concatenate([part.word_counts for part in parts]),
     )
+
+
+class KeptSweepRows:
+    """One peer's sweep rows, kept from one sweep to the next: a sweep of a million chunks
+    then reads the chunks admitted since and the cold tier's labels, not every row again.
+
+    What is kept holds only while nothing it read changed behind it: a chunk's kind,
+    creation and words never change (a text is never rewritten but for efficacy rows,
+    which the sweep skips); a revision of importance moves the metadata epoch, and then
+    every row is read again; a chunk pending admission is read once admitted; a chunk
+    tombstoned since is dropped as `gone` says. Should the number of rows still differ
+    from the store's, every row is read again.
+    """
+
+    def __init__(self) -> None:
+        self._rows: SweepRows | None = None
+        # Every row up to this rowid is kept; rows past it are read again.
+        self._through = 0
+        self._epoch: str | None = None
+
+    def read(
+        self, db: Database, gone: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]]
+    ) -> SweepRows:
+        """The rows `sweep_rows` reads; `gone` says which of some labels are tombstoned."""
+        epoch = db.get_meta(METADATA_EPOCH_META_KEY)
+        kept = self._rows
+        if kept is None or epoch != self._epoch:
+            return self._read_all(db, epoch)
+        if len(kept.labels) and kept.labels[-1] > self._through:
+            kept = kept.keep(kept.labels <= self._through)
+        tombstoned = gone(kept.labels)
+        if tombstoned.any():
+            kept = kept.keep(~tombstoned)
+        rows = _joined([kept, sweep_rows(db, after=self._through)])
+        if len(rows.labels) != _count(db, _SWEEP_COUNT):
+            return self._read_all(db, epoch)
+        cold = np.array([row[0] for row in db.fetch_all(_COLD_LABELS)], dtype=np.int64)
+        rows = replace(rows, cold=np.isin(rows.labels, cold, assume_unique=True))
+        self.remember(db, rows)
+        return rows
+
+    def _read_all(self, db: Database, epoch: str | None) -> SweepRows:
+        rows = sweep_rows(db)
+        self._epoch = epoch
+        self.remember(db, rows)
+        return rows
+
+    def remember(self, db: Database, rows: SweepRows) -> None:
+        """Keep `rows`, as read now (their words perhaps filled in since), for the next
+        sweep."""
+        pending = db.fetch_one(_FIRST_PENDING)
+        through = int(rows.labels[-1]) if len(rows.labels) else 0
+        if pending is not None and pending[0] is not None:
+            through = min(through, int(pending[0]) - 1)
+        self._rows = rows
+        self._through = through
+
+    def forget(self) -> None:
+        """Read every row at the next sweep."""
+        self._rows = None
+
+
+def _count(db: Database, sql: str) -> int:
+    row = db.fetch_one(sql)
+    return int(row[0]) if row is not None else 0
 
 
 def _columns(db: Database, rows: list[Any], kind_names: dict[str, str]) -> SweepRows:
@@ -180,13 +252,13 @@ def _encoded(words_of: Mapping[int, Sequence[str]], number: Mapping[str, int]) -
 
 def word_arrays(
     rows: SweepRows, missing: Mapping[int, bytes]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
     """Every chunk's word numbers one after another, and how many each chunk has: those kept
     in `rows`, and `missing[label]` for a chunk whose words are not kept there."""
     counts = rows.word_counts
     absent = counts < 0
     if not absent.any():
-        return rows.word_numbers.astype(np.int64), counts.copy()
+        return rows.word_numbers, counts
     pieces = np.split(rows.word_numbers, np.cumsum(counts[~absent])[:-1])
     kept = iter(pieces)
     ordered = [
@@ -195,4 +267,4 @@ def word_arrays(
     ]
     lengths = np.fromiter(map(len, ordered), dtype=np.int64, count=len(ordered))
     joined = np.concatenate(ordered) if ordered else np.zeros(0, dtype=WORD_ID_DTYPE)
-    return joined.astype(np.int64), lengths
+    return joined.astype(WORD_ID_DTYPE, copy=False), lengths

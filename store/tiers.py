@@ -10,7 +10,7 @@ freshness stamp, so an index saved before a move is known to be stale.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,27 @@ def move_to_cold(db: Database, rowids: Sequence[int], *, reason: str, now_ms: in
         ).fetchone()
         if row is not None:
             moved.append(int(row[0]))
+    if moved:
+        _bump_epoch(db)
+    return moved
+
+
+def move_each_to_cold(db: Database, reasons: Mapping[int, str], *, now_ms: int) -> list[int]:
+    """Mark live chunks cold, each for its reason (inside the caller's transaction), in
+    rowid order; returns those moved. One statement for all: a sweep moves thousands."""
+    moved = sorted(
+        int(row[0])
+        for row in db.fetch_all_in(
+            "SELECT id FROM observations WHERE id IN ({marks}) "
+            "AND deleted_at IS NULL AND cold_at IS NULL",
+            sorted(reasons),
+        )
+    )
+    at = iso_from_ms(now_ms)
+    db.conn.executemany(
+        "UPDATE observations SET cold_at = ?, cold_reason = ? WHERE id = ?",
+        [(at, reasons[rowid], rowid) for rowid in moved],
+    )
     if moved:
         _bump_epoch(db)
     return moved

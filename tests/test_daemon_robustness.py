@@ -221,9 +221,9 @@ def test_a_crash_inside_a_sweep_never_sweeps_twice(
     def crash(*_args: object, **_kwargs: object) -> list[int]:
         raise Killed
 
-    # The sweep moves chunks to the cold tier: die at the first move.
+    # The sweep moves chunks to the cold tier: die as it moves them.
     with monkeypatch.context() as patch:
-        patch.setattr(store_tiers, "move_to_cold", crash)
+        patch.setattr(store_tiers, "move_each_to_cold", crash)
         with pytest.raises(Killed):
             percentile_sweep.run(peer, CycleState(now_ms=wall_clock_ms()))
     peer.runtime.close()

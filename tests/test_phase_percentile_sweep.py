@@ -172,10 +172,10 @@ def test_a_crash_after_the_sweep_time_is_recorded_skips_that_sweep_rather_than_s
         clock.advance(DAY_MS)
 
         def die(*args: object, **kwargs: object) -> list[int]:
-            raise Killed  # at the first chunk moved
+            raise Killed  # as the chunks are moved
 
         with monkeypatch.context() as patch:
-            patch.setattr(tiers, "move_to_cold", die)
+            patch.setattr(tiers, "move_each_to_cold", die)
             with pytest.raises(Killed):
                 _sweep(peer)
         assert peer.db.get_meta(LAST_SWEEP_META_KEY) == str(clock.now_ms())

@@ -16,12 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dreamcycle.pulses.constants import EPSILON
+from dreamcycle.pulses.information import information_content
 from dreamcycle.pulses.sweep import (
     DEFAULT_MIN_POPULATION,
     InvalidSweep,
     SweepCandidate,
     SweepMix,
-    information_content,
     percentile_ranks,
     plan_sweep,
     spare,

@@ -19,8 +19,10 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.memory import forgetting
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.pulses.sweep import SweepCandidate, information_content, plan_sweep
-from dreamcycle.store import sweep_words
+from dreamcycle.pulses.information import information_content
+from dreamcycle.pulses.sweep import SweepCandidate, plan_sweep
+from dreamcycle.store import sweep_words, tiers
+from dreamcycle.store.database import Database, NewObservation
 from tests.phase_helpers import DAY_MS, SENTENCES, START_MS, fresh_peer, scalar
 
 
@@ -156,3 +158,94 @@ def test_rows_read_in_batches_weigh_as_read_at_once(
     np.testing.assert_allclose(
         columns.information, information_content(list(_texts(peer).values())), rtol=1e-12
     )
+
+
+def _same_rows(kept: sweep_words.SweepRows, read: sweep_words.SweepRows) -> None:
+    assert kept.labels.tolist() == read.labels.tolist()
+    assert kept.kinds == read.kinds
+    assert kept.importance.tolist() == read.importance.tolist()
+    assert kept.created_ms.tolist() == read.created_ms.tolist()
+    assert kept.cold.tolist() == read.cold.tolist()
+    assert kept.word_counts.tolist() == read.word_counts.tolist()
+    assert kept.word_numbers.tolist() == read.word_numbers.tolist()
+
+
+def test_rows_kept_between_sweeps_are_the_rows_the_store_holds(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kept from one sweep to the next, the rows follow every change a sweep must see:
+    chunks admitted (one that waited behind a newer one too), tombstoned through the
+    cycle or behind its back, moved to the cold tier or back, revised. Every row is read
+    again only after a revision or a tombstone the cycle did not see."""
+    db, kept = peer.db, peer.sweep_rows
+    whole = sweep_words.sweep_rows
+    read_after: list[int] = []
+
+    def counted(db: Database, *, after: int = 0) -> sweep_words.SweepRows:
+        read_after.append(after)
+        return whole(db, after=after)
+
+    monkeypatch.setattr(sweep_words, "sweep_rows", counted)
+
+    def gone(labels: np.ndarray) -> np.ndarray:
+        return peer.salience.sweep_view(labels)[3]
+
+    def check(*, all_read: bool) -> None:
+        read_after.clear()
+        forgetting.plan(peer.runtime, peer.salience, peer.now_ms(), kept=kept)
+        _same_rows(kept.read(db, gone), whole(db))
+        assert (0 in read_after) is all_read
+
+    check(all_read=True)
+    labels = list(_texts(peer))
+    with db.transaction():
+        waiting, newer = db.add_observations(
+            [NewObservation(content="a chunk that waits"), NewObservation(content="a newer one")],
+            now_ms=peer.now_ms(),
+        )
+        db.conn.execute("UPDATE observations SET admitted_seq = 1 WHERE id = ?", (newer.rowid,))
+    check(all_read=False)
+    assert waiting.rowid not in kept.read(db, gone).labels.tolist()
+    with db.transaction():
+        db.conn.execute("UPDATE observations SET admitted_seq = 1 WHERE id = ?", (waiting.rowid,))
+        tiers.move_to_cold(db, labels[:3], reason="test", now_ms=peer.now_ms())
+    check(all_read=False)
+    with db.transaction():
+        tiers.revive(db, labels[1])
+    check(all_read=False)
+    with db.transaction():
+        db.revise(labels[4], {"importance": 5}, now_ms=peer.now_ms())
+    check(all_read=True)
+    peer.salience.mark_tombstoned(labels[6])
+    with db.transaction():
+        db.conn.execute(
+            "UPDATE observations SET deleted_at = '2027-01-01T00:00:00.000Z' WHERE id = ?",
+            (labels[6],),
+        )
+    check(all_read=False)
+    with db.transaction():
+        # Tombstoned behind the salience cache's back: the count tells.
+        db.conn.execute(
+            "UPDATE observations SET deleted_at = '2027-01-01T00:00:00.000Z' WHERE id = ?",
+            (labels[5],),
+        )
+    check(all_read=True)
+    assert labels[5] not in kept.read(db, gone).labels.tolist()
+
+
+def test_a_sweep_through_kept_rows_reads_only_what_changed(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = forgetting.plan(peer.runtime, peer.salience, peer.now_ms(), kept=peer.sweep_rows)
+    read_after: list[int] = []
+    whole = sweep_words.sweep_rows
+
+    def counted(db: Database, *, after: int = 0) -> sweep_words.SweepRows:
+        read_after.append(after)
+        return whole(db, after=after)
+
+    monkeypatch.setattr(sweep_words, "sweep_rows", counted)
+    again = forgetting.plan(peer.runtime, peer.salience, peer.now_ms(), kept=peer.sweep_rows)
+    assert read_after == [max(_texts(peer))]
+    assert again.doomed == first.doomed
+    assert dict(again.values) == dict(first.values)

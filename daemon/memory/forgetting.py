@@ -14,7 +14,7 @@ it becomes a permanent tombstone.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
@@ -23,14 +23,8 @@ import numpy.typing as npt
 from dreamcycle.daemon.journal_kinds import JournalKind
 from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.pulses.sweep import (
-    SweepColumns,
-    SweepPlan,
-    distinct_words,
-    information_of_words,
-    plan_sweep_columns,
-    spare,
-)
+from dreamcycle.pulses.information import distinct_words, information_of_words
+from dreamcycle.pulses.sweep import SweepColumns, SweepPlan, plan_sweep_columns, spare
 from dreamcycle.store import sweep_words, tiers
 from dreamcycle.store.salience import SalienceCache
 
@@ -62,6 +56,7 @@ def sweep_columns(
     *,
     keep_words: bool = True,
     min_population: int = 0,
+    kept: sweep_words.KeptSweepRows | None = None,
 ) -> SweepColumns:
     """Every admitted chunk not tombstoned, live or cold, as the sweep ranks it.
 
@@ -70,8 +65,13 @@ def sweep_columns(
     whose words are not kept yet are tokenized here, and their words kept unless
     `keep_words` is false (a dry run changes nothing; store/sweep_words.py). Below
     `min_population` sweepable chunks no sweep follows: words are neither read nor kept.
+    With `kept`, the rows are read through it (only what changed since the last sweep)
+    and kept there for the next one.
     """
-    rows = sweep_words.sweep_rows(rt.db)
+    if kept is None:
+        rows = sweep_words.sweep_rows(rt.db)
+    else:
+        rows = kept.read(rt.db, lambda labels: salience.sweep_view(labels)[3])
     saliences, pinned, protected, tombstoned = salience.sweep_view(rows.labels)
     if tombstoned.any():
         kept_rows = ~tombstoned
@@ -84,7 +84,9 @@ def sweep_columns(
     if np.count_nonzero(~(pinned | protected)) < min_population:
         information = np.zeros(len(rows.labels), dtype=np.float64)
     else:
-        information = _information(rt, rows, keep_words=keep_words)
+        information, rows = _information(rt, rows, keep_words=keep_words)
+        if kept is not None and keep_words:
+            kept.remember(rt.db, rows)
     grace_ms = rt.config.sweep.grace_s * 1000
     revived = tiers.revived_since(rt.db, now_ms - int(grace_ms))
     eligible = now_ms - rows.created_ms >= grace_ms
@@ -105,9 +107,9 @@ def sweep_columns(
 
 def _information(
     rt: Runtime, rows: sweep_words.SweepRows, *, keep_words: bool
-) -> npt.NDArray[np.float64]:
+) -> tuple[npt.NDArray[np.float64], sweep_words.SweepRows]:
     """Each chunk's information content, from its kept words or its text (read and
-    tokenized WORDS_BATCH chunks at a time)."""
+    tokenized WORDS_BATCH chunks at a time); and `rows` with every chunk's words."""
     missing: list[int] = rows.labels[rows.word_counts < 0].tolist()
     kept: dict[int, bytes] = {}
     unseen: dict[str, int] = {}  # a dry run's numbers for words not numbered yet
@@ -121,16 +123,28 @@ def _information(
         else:
             kept.update(sweep_words.numbered_words(rt.db, words, unseen))
     numbers, lengths = sweep_words.word_arrays(rows, kept)
-    return information_of_words(numbers, lengths)
+    if kept:
+        rows = replace(rows, word_numbers=numbers, word_counts=lengths)
+    return information_of_words(numbers, lengths), rows
 
 
 def plan(
-    rt: Runtime, salience: SalienceCache, now_ms: int, *, keep_words: bool = True
+    rt: Runtime,
+    salience: SalienceCache,
+    now_ms: int,
+    *,
+    keep_words: bool = True,
+    kept: sweep_words.KeptSweepRows | None = None,
 ) -> SweepPlan:
     cfg = rt.config.sweep
     return plan_sweep_columns(
         sweep_columns(
-            rt, salience, now_ms, keep_words=keep_words, min_population=cfg.min_population
+            rt,
+            salience,
+            now_ms,
+            keep_words=keep_words,
+            min_population=cfg.min_population,
+            kept=kept,
         ),
         percentile=cfg.percentile,
         min_population=cfg.min_population,
@@ -171,7 +185,9 @@ def prune_gate(peer: Peer, doomed: Iterable[int], now_ms: int) -> GateReport:
 def sweep(peer: Peer, now_ms: int, *, dry_run: bool = False) -> dict[str, object]:
     """Plan, gate and apply one sweep; returns its stats."""
     cfg = peer.config.sweep
-    planned = plan(peer.runtime, peer.salience, now_ms, keep_words=not dry_run)
+    planned = plan(
+        peer.runtime, peer.salience, now_ms, keep_words=not dry_run, kept=peer.sweep_rows
+    )
     stats: dict[str, object] = {
         "population": planned.population,
         "threshold": planned.threshold,
@@ -200,25 +216,29 @@ def sweep(peer: Peer, now_ms: int, *, dry_run: bool = False) -> dict[str, object
 def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
     """Journal and apply the plan's moves; the index drops them after the commit."""
     db, cache = peer.db, peer.salience
-    moved: list[int] = []
     with db.transaction():
         doomed = tiers.kinds_and_hashes(db, planned.doomed)
-        for label in sorted(doomed):
-            kind, content_hash = doomed[label]
-            value = planned.values.get(label)
-            threshold = planned.thresholds.get(kind)
-            reason = (
-                f"{SWEEP_REASON}: value {value:.3f} < {kind} threshold {threshold:.3f}"
-                if value is not None and threshold is not None
-                else SWEEP_REASON
-            )
-            if tiers.move_to_cold(db, [label], reason=reason, now_ms=now_ms):
-                db.journal(JournalKind.SWEEP, content_hash, {"rowid": label}, now_ms=now_ms)
-                cache.set_cold(label, True)
-                moved.append(label)
+        moved = tiers.move_each_to_cold(
+            db, {label: _why_cold(planned, label, kind) for label, (kind, _) in doomed.items()},
+            now_ms=now_ms,
+        )  # fmt: skip
+        db.journal_each(
+            JournalKind.SWEEP, [(doomed[label][1], {"rowid": label}) for label in moved],
+            now_ms=now_ms,
+        )  # fmt: skip
+        for label in moved:
+            cache.set_cold(label, True)
     if moved:
         peer.index.mark_deleted(np.array(moved, dtype=np.int64))
     return moved
+
+
+def _why_cold(planned: SweepPlan, label: int, kind: str) -> str:
+    value = planned.values.get(label)
+    threshold = planned.thresholds.get(kind)
+    if value is None or threshold is None:
+        return SWEEP_REASON
+    return f"{SWEEP_REASON}: value {value:.3f} < {kind} threshold {threshold:.3f}"
 
 
 def revive(peer: Peer, labels: Iterable[int], now_ms: int) -> list[int]:
