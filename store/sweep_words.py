@@ -251,20 +251,20 @@ def _encoded(words_of: Mapping[int, Sequence[str]], number: Mapping[str, int]) -
 
 
 def word_arrays(
-    rows: SweepRows, missing: Mapping[int, bytes]
+    rows: SweepRows, missing_numbers: npt.NDArray[np.uint32], missing_counts: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:
     """Every chunk's word numbers one after another, and how many each chunk has: those kept
-    in `rows`, and `missing[label]` for a chunk whose words are not kept there."""
+    in `rows`, and for the chunks whose words are not kept there, in their order, those of
+    `missing_numbers`, `missing_counts[i]` of them for the i-th."""
     counts = rows.word_counts
     absent = counts < 0
     if not absent.any():
         return rows.word_numbers, counts
-    pieces = np.split(rows.word_numbers, np.cumsum(counts[~absent])[:-1])
-    kept = iter(pieces)
-    ordered = [
-        np.frombuffer(missing[label], dtype=WORD_ID_DTYPE) if gone else next(kept)
-        for label, gone in zip(rows.labels.tolist(), absent.tolist(), strict=True)
-    ]
-    lengths = np.fromiter(map(len, ordered), dtype=np.int64, count=len(ordered))
-    joined = np.concatenate(ordered) if ordered else np.zeros(0, dtype=WORD_ID_DTYPE)
-    return joined.astype(WORD_ID_DTYPE, copy=False), lengths
+    lengths = counts.copy()
+    lengths[absent] = missing_counts
+    # Both sequences keep their order: each fills its own positions of the whole.
+    from_missing = np.repeat(absent, lengths)
+    joined = np.empty(len(from_missing), dtype=WORD_ID_DTYPE)
+    joined[~from_missing] = rows.word_numbers
+    joined[from_missing] = missing_numbers
+    return joined, lengths

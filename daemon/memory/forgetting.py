@@ -111,7 +111,8 @@ def _information(
     """Each chunk's information content, from its kept words or its text (read and
     tokenized WORDS_BATCH chunks at a time); and `rows` with every chunk's words."""
     missing: list[int] = rows.labels[rows.word_counts < 0].tolist()
-    kept: dict[int, bytes] = {}
+    numbers_read: list[npt.NDArray[np.uint32]] = []
+    counts_read: list[npt.NDArray[np.int64]] = []
     unseen: dict[str, int] = {}  # a dry run's numbers for words not numbered yet
     for start in range(0, len(missing), WORDS_BATCH):
         part = missing[start : start + WORDS_BATCH]
@@ -119,11 +120,26 @@ def _information(
         words = {label: distinct_words(texts[label]) for label in part}
         if keep_words:
             with rt.db.transaction():
-                kept.update(sweep_words.keep_words(rt.db, words))
+                numbered = sweep_words.keep_words(rt.db, words)
         else:
-            kept.update(sweep_words.numbered_words(rt.db, words, unseen))
-    numbers, lengths = sweep_words.word_arrays(rows, kept)
-    if kept:
+            numbered = sweep_words.numbered_words(rt.db, words, unseen)
+        # As arrays at once, not a bytes object per chunk: the first sweep of a large store
+        # meets every chunk here.
+        ordered = [numbered[label] for label in part]
+        numbers_read.append(np.frombuffer(b"".join(ordered), dtype=sweep_words.WORD_ID_DTYPE))
+        counts_read.append(
+            np.fromiter(
+                (len(blob) // sweep_words.WORD_ID_DTYPE.itemsize for blob in ordered),
+                dtype=np.int64,
+                count=len(ordered),
+            )
+        )
+    numbers, lengths = sweep_words.word_arrays(
+        rows,
+        np.concatenate(numbers_read) if numbers_read else np.zeros(0, sweep_words.WORD_ID_DTYPE),
+        np.concatenate(counts_read) if counts_read else np.zeros(0, np.int64),
+    )
+    if missing:
         rows = replace(rows, word_numbers=numbers, word_counts=lengths)
     return information_of_words(numbers, lengths), rows
 
