@@ -20,7 +20,11 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["BUILD_BATCH", "ColdGraph", "build_cold_graph"]
+__all__ = ["BUILD_BATCH", "ColdGraph", "VectorsOf", "build_cold_graph", "build_cold_graph_reading"]
+
+#: The stored vectors of some labels, as StoredVectors.gather gives them: (the vectors of
+#: those that have one, in order; which of the labels have one).
+VectorsOf = Callable[[npt.NDArray[np.int64]], tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]]
 
 #: Elements added per step of a build: between steps, `stop` may end it early.
 BUILD_BATCH: Final = 2_048
@@ -81,17 +85,53 @@ def build_cold_graph(
         # again as the tier's embeddings, for the whole build) only when they do not.
         order = np.argsort(labels, kind="stable")
         labels, vectors = labels[order], vectors[order]
-    engine = hnswlib.Index(space=_SPACE, dim=int(vectors.shape[1]) if len(vectors) else 1)
-    engine.init_index(
-        max_elements=max(len(labels), 1),
-        ef_construction=ef_construction,
-        M=m,
-        random_seed=_LEVEL_SEED,
+    engine = _engine(
+        int(vectors.shape[1]) if len(vectors) else 1, len(labels), m, ef_construction, ef
     )
-    engine.set_ef(ef)
     for start in range(0, len(labels), BUILD_BATCH):
         if stop():
             return None
         end = start + BUILD_BATCH
         engine.add_items(vectors[start:end], labels[start:end], num_threads=_ADD_THREADS)
     return ColdGraph(engine, frozenset(labels.tolist()))
+
+
+def build_cold_graph_reading(
+    labels: npt.NDArray[np.int64],
+    vectors_of: VectorsOf,
+    *,
+    m: int,
+    ef_construction: int,
+    ef: int,
+    stop: Callable[[], bool] = lambda: False,
+) -> ColdGraph | None:
+    """The graph build_cold_graph gives of `labels` and their vectors, reading BUILD_BATCH
+    vectors at a time through `vectors_of`: the tier's vectors are never all held beside
+    the graph's own copy of them (at a million chunks, 0.9 GiB more for a cold tier of
+    60 %). Labels `vectors_of` finds no vector for are left out."""
+    ordered = np.sort(np.asarray(labels, dtype=np.int64))
+    engine: hnswlib.Index | None = None
+    added: list[npt.NDArray[np.int64]] = []
+    for start in range(0, len(ordered), BUILD_BATCH):
+        if stop():
+            return None
+        part = ordered[start : start + BUILD_BATCH]
+        vectors, present = vectors_of(part)
+        if not len(vectors):
+            continue
+        if engine is None:
+            engine = _engine(int(vectors.shape[1]), len(ordered), m, ef_construction, ef)
+        engine.add_items(vectors, part[present], num_threads=_ADD_THREADS)
+        added.append(part[present])
+    if engine is None:
+        engine = _engine(1, 1, m, ef_construction, ef)
+    return ColdGraph(engine, frozenset(np.concatenate(added).tolist() if added else ()))
+
+
+def _engine(dim: int, elements: int, m: int, ef_construction: int, ef: int) -> hnswlib.Index:
+    engine = hnswlib.Index(space=_SPACE, dim=dim)
+    engine.init_index(
+        max_elements=max(elements, 1), ef_construction=ef_construction, M=m, random_seed=_LEVEL_SEED
+    )
+    engine.set_ef(ef)
+    return engine

@@ -29,8 +29,8 @@ from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.daemon.scheduling import cycle_thread
 from dreamcycle.daemon.service.loop import Service
 from dreamcycle.pulses.ranking import best_labels
-from dreamcycle.store import read_paths, tiers
-from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
+from dreamcycle.store import cold_graph, read_paths, tiers
+from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph, build_cold_graph_reading
 from dreamcycle.store.database import Database, NewObservation
 from tests.daemon_helpers import needs_reversible_idle, run_service_while, wait_until
 
@@ -231,7 +231,7 @@ def test_a_failed_build_leaves_the_tier_searched_exactly(
     def failing(*args: object, **kwargs: object) -> None:
         raise MemoryError("no room for the graph")
 
-    monkeypatch.setattr(cold_search, "build_cold_graph", failing)
+    monkeypatch.setattr(cold_search, "build_cold_graph_reading", failing)
     search = ColdSearch(graph_from=1)
     with caplog.at_level(logging.ERROR, logger=cold_search.__name__):
         for query in _queries(rt, 3):
@@ -332,6 +332,43 @@ def test_a_build_copies_the_vectors_only_when_their_labels_are_out_of_order() ->
     assert peak_while_built(labels[::-1].copy()) >= vectors.nbytes
 
 
+def test_a_build_that_reads_its_vectors_by_batches_gives_the_same_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cold_graph, "BUILD_BATCH", 64)
+    rng = np.random.default_rng(5)
+    vectors = _unit(rng, 400, 32)
+    labels = np.arange(400, dtype=np.int64) * 2 + 7
+    # One label in ten has no vector (its chunk went since): left out of the graph.
+    missing = set(labels[::10].tolist())
+    asked: list[int] = []
+
+    def vectors_of(part: npt.NDArray[np.int64]) -> tuple[np.ndarray, np.ndarray]:
+        asked.append(len(part))
+        present = np.array([label not in missing for label in part.tolist()], dtype=np.bool_)
+        return vectors[(part - 7) // 2][present], present
+
+    kept = np.array([label not in missing for label in labels.tolist()], dtype=np.bool_)
+    whole = build_cold_graph(labels[kept], vectors[kept], m=16, ef_construction=100, ef=64)
+    read = build_cold_graph_reading(
+        rng.permutation(labels), vectors_of, m=16, ef_construction=100, ef=64
+    )
+    assert whole is not None and read is not None
+    assert read.labels == whole.labels == frozenset(labels[kept].tolist())
+    assert max(asked) == 64 and sum(asked) == len(labels)
+    for query in _unit(rng, 20, 32):
+        found, cosines = read.nearest(query, 10, frozenset())
+        same, same_cosines = whole.nearest(query, 10, frozenset())
+        assert found.tolist() == same.tolist()
+        assert cosines.tolist() == same_cosines.tolist()
+    assert (
+        build_cold_graph_reading(
+            labels, vectors_of, m=16, ef_construction=100, ef=64, stop=lambda: True
+        )
+        is None
+    )
+
+
 def test_how_long_a_build_has_run_is_known_while_it_runs_only(
     rt: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -341,14 +378,14 @@ def test_how_long_a_build_has_run_is_known_while_it_runs_only(
         graph_from=1, background=handed_over.append, open_db=lambda: Database(path, prepare=False)
     )
     inside, release = threading.Event(), threading.Event()
-    real_build = build_cold_graph
+    real_build = build_cold_graph_reading
 
     def held(*args: Any, **kwargs: Any) -> ColdGraph | None:
         inside.set()
         release.wait(WAIT_S)
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(cold_search, "build_cold_graph", held)
+    monkeypatch.setattr(cold_search, "build_cold_graph_reading", held)
     search.start_build(rt)
     search.start_build(rt)  # one at a time
     assert len(handed_over) == 1
@@ -373,7 +410,7 @@ def _policy_watching_build(
     each waits for the event returned (or, `until_raised`, for normal priority) first."""
     inside, release = threading.Event(), threading.Event()
     policies: list[int] = []
-    real_build = build_cold_graph
+    real_build = build_cold_graph_reading
 
     def watched(*args: Any, **kwargs: Any) -> ColdGraph | None:
         policies.append(os.sched_getscheduler(0))
@@ -387,7 +424,7 @@ def _policy_watching_build(
         policies.append(os.sched_getscheduler(0))
         return real_build(*args, **kwargs)
 
-    monkeypatch.setattr(cold_search, "build_cold_graph", watched)
+    monkeypatch.setattr(cold_search, "build_cold_graph_reading", watched)
     return inside, release, policies
 
 
@@ -495,13 +532,13 @@ def test_the_running_service_raises_the_apis_build_once_it_starves(
 def _threads_building(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The native id of each thread a build runs on (the build as patched so far)."""
     threads: list[int] = []
-    build: Callable[..., ColdGraph | None] = vars(cold_search)["build_cold_graph"]
+    build: Callable[..., ColdGraph | None] = vars(cold_search)["build_cold_graph_reading"]
 
     def noted(*args: Any, **kwargs: Any) -> ColdGraph | None:
         threads.append(threading.get_native_id())
         return build(*args, **kwargs)
 
-    monkeypatch.setattr(cold_search, "build_cold_graph", noted)
+    monkeypatch.setattr(cold_search, "build_cold_graph_reading", noted)
     return threads
 
 

@@ -38,7 +38,7 @@ from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store import read_paths, tiers
-from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph
+from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph_reading
 from dreamcycle.store.database import Database, tier_stamp
 from dreamcycle.store.read_paths import StoredVectors
 
@@ -313,10 +313,11 @@ class ColdSearch:
         try:
             with db.snapshot():
                 cold = np.array(sorted(read_paths.tier_sets(db).cold), dtype=np.int64)
-                matrix, present = vectors.gather(db, cold, version)
-            graph = build_cold_graph(
-                cold[present],
-                matrix,
+            # A chunk that leaves the tier while the build reads is skipped by searches
+            # (a graph's skip list), as one that leaves it after the build.
+            graph = build_cold_graph_reading(
+                cold,
+                lambda part: vectors.gather(db, part, version),
                 m=self._shape.m,
                 ef_construction=self._shape.ef_construction,
                 ef=self._shape.ef,
