@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from dreamcycle.pulses.vectors import Labels, Vectors
+from dreamcycle.pulses.vectors import Flags, Labels, Vectors
 from dreamcycle.store.index_file import VectorIndexError
 from dreamcycle.store.index_input import (
     Distances,
@@ -330,6 +330,18 @@ class HnswIndex:
                 return np.zeros((0, self._dim), dtype=np.float32)
             found = self._engine.get_items(label_array, return_type="numpy")
         return np.ascontiguousarray(found, dtype=np.float32)
+
+    def live_vectors(self, labels: Labels) -> tuple[Vectors, Flags]:
+        """(the stored vectors of those of `labels` that are live, in their order; which
+        of `labels` are live): `vectors` for labels that may have left the index."""
+        label_array = as_labels(labels, "labels")
+        with self._lock.reading():
+            live = self._labels.live_among(label_array)
+            present = np.isin(label_array, live)
+            if len(live) == 0:
+                return np.zeros((0, self._dim), dtype=np.float32), present
+            found = self._engine.get_items(label_array[present], return_type="numpy")
+        return np.ascontiguousarray(found, dtype=np.float32), present
 
     def save(self, stamp: str) -> str:
         """Write the index, then its sealed meta, each atomically; `stamp` names the database

@@ -16,7 +16,7 @@ import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import apsw
 import numpy as np
@@ -111,6 +111,17 @@ def candidate_numbers(
     return numbers[:, 0], numbers[:, 1], numbers[:, 2]
 
 
+class LiveVectors(Protocol):
+    """Where vectors not held may come from: the live index (store/index_graph.py)."""
+
+    @property
+    def index_version(self) -> str: ...
+
+    def live_vectors(
+        self, labels: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]: ...
+
+
 class StoredVectors:
     """Stored embeddings of admitted chunks, each read from the database once, as rows of
     one matrix, up to `held_bytes` of them (None: every one).
@@ -143,6 +154,13 @@ class StoredVectors:
 
     def __len__(self) -> int:
         return self._held
+
+    def _full(self) -> bool:
+        """Whether no more rows may be held."""
+        if self._held_bytes is None:
+            return False
+        dim = int(self._matrix.shape[1])
+        return self._held_bytes == 0 or (dim > 0 and self._room(dim) == 0)
 
     def _room(self, dim: int) -> int:
         """How many more rows of `dim` floats may be held."""
@@ -179,10 +197,21 @@ class StoredVectors:
             before = int(found[-1][0])
 
     def gather(
-        self, db: Database, rowids: Sequence[int] | npt.NDArray[np.int64], index_version: str
+        self,
+        db: Database,
+        rowids: Sequence[int] | npt.NDArray[np.int64],
+        index_version: str,
+        *,
+        index: LiveVectors | None = None,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
         """(the stored embeddings of `index_version` of those of `rowids` that have one, in
-        their order; which of `rowids` have one)."""
+        their order; which of `rowids` have one).
+
+        Those not held are read from the database and held while there is room. Once
+        there is none, they are read from `index` where it holds them live (the same unit
+        vectors, each rounded once by the index's normalization: within 1e-7 of the
+        database's), the rest from the database.
+        """
         self._bind_to(index_version)
         # The slots before the matrix: a slot is published only after its row is written.
         positions = self._positions(rowids)
@@ -190,6 +219,50 @@ class StoredVectors:
         held = positions >= 0
         if held.all():
             return matrix[positions], held
+        if index is not None and index.index_version == index_version and self._full():
+            return self._gather_through(db, rowids, index_version, index, positions, matrix)
+        return self._gather_unheld(db, rowids, index_version, positions, matrix)
+
+    def _gather_through(
+        self,
+        db: Database,
+        rowids: Sequence[int] | npt.NDArray[np.int64],
+        index_version: str,
+        index: LiveVectors,
+        positions: npt.NDArray[np.int32],
+        matrix: npt.NDArray[np.float32],
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        ids = np.asarray(rowids, dtype=np.int64)
+        held = positions >= 0
+        unheld_at = np.flatnonzero(~held)
+        from_index, in_index = index.live_vectors(ids[unheld_at])
+        rest = unheld_at[~in_index]
+        no_slots = np.full(len(rest), -1, dtype=np.int32)
+        read, found = self._gather_unheld(db, ids[rest], index_version, no_slots, matrix)
+        present = held.copy()
+        present[unheld_at[in_index]] = True
+        present[rest[found]] = True
+        widths = [part.shape[1] for part in (matrix, from_index, read) if part.ndim == 2]
+        if not present.any() or not max(widths, default=0):
+            return np.zeros((0, 0), dtype=np.float32), present
+        rows = np.empty((len(ids), max(widths)), dtype=np.float32)
+        if held.any():
+            rows[held] = matrix[positions[held]]
+        if len(from_index):
+            rows[unheld_at[in_index]] = from_index
+        if len(read):
+            rows[rest[found]] = read
+        return rows[present], present
+
+    def _gather_unheld(
+        self,
+        db: Database,
+        rowids: Sequence[int] | npt.NDArray[np.int64],
+        index_version: str,
+        positions: npt.NDArray[np.int32],
+        matrix: npt.NDArray[np.float32],
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
+        held = positions >= 0
         ids = np.asarray(rowids, dtype=np.int64)
         # Python ints for SQLite, which binds no numpy integer.
         missing: list[int] = ids[~held].tolist()

@@ -33,6 +33,7 @@ from dreamcycle.store import tiers
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.filtered_search import nearest_in_filter
+from dreamcycle.store.read_paths import StoredVectors
 from tests.daemon_helpers import documentation_chunks
 from tests.recall_reference import exact_top, reference_rank_query
 
@@ -484,3 +485,26 @@ def test_the_filter_size_chooses_the_path_and_both_rank_alike(
         _same(fast, reference_rank_query(rt, text, vector, TOP_K, index=index, allowed=allowed))
     # The reference follows the same rule: two filtered index searches per query, or none.
     assert len(filtered_searches) == len(_queries(store)) * (2 if scale == 0.0 else 0)
+
+
+def test_with_no_embedding_held_recall_ranks_through_the_index_as_the_reference(
+    store: Store,
+) -> None:
+    """Beyond `recall.embeddings_held_mib`, a live candidate's vector comes from the index:
+    the same unit vector, rounded once by the index's normalization."""
+    rt = store.rt
+    search = recall_state(rt).cold_search
+    held = search.vectors
+    search.vectors = StoredVectors(held_bytes=0)
+    try:
+        for text, vector in _queries(store):
+            fast = rank_query(rt, text, vector, TOP_K, index=store.peer.index)
+            reference = reference_rank_query(rt, text, vector, TOP_K, index=store.peer.index)
+            assert [h.rowid for h in fast] == [h.rowid for h in reference]
+            assert [h.similarity for h in fast] == pytest.approx(
+                [h.similarity for h in reference], abs=1e-6
+            )
+            assert [h.score for h in fast] == pytest.approx([h.score for h in reference], rel=1e-6)
+        assert len(search.vectors) == 0
+    finally:
+        search.vectors = held

@@ -242,3 +242,47 @@ def test_recall_holds_what_the_configuration_lets_it(tmp_path: Path) -> None:
         rt.close()
     with pytest.raises(ConfigError, match=r"recall\.embeddings_held_mib"):
         config(-1)
+
+
+class _Index:
+    """A live index holding some labels' vectors, as store/index_graph.py answers."""
+
+    def __init__(self, vectors: dict[int, np.ndarray], version: str = VERSION) -> None:
+        self._vectors = vectors
+        self.index_version = version
+        self.asked: list[list[int]] = []
+
+    def live_vectors(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.asked.append(labels.tolist())
+        present = np.array([label in self._vectors for label in labels.tolist()], dtype=bool)
+        found = [self._vectors[label] for label in labels.tolist() if label in self._vectors]
+        return (np.stack(found) if found else np.zeros((0, DIM), np.float32)), present
+
+
+def test_once_full_chunks_not_held_come_from_the_live_index_and_the_rest_from_the_database(
+    db: Database,
+) -> None:
+    rng = np.random.default_rng(29)
+    admitted = _add(db, 12, rng, admitted=True)
+    stored = dict(zip(admitted, _stored(db, admitted), strict=True))
+    # The index's copies differ from the stored rows, to tell where each row came from.
+    index = _Index({rowid: stored[rowid] + 1 for rowid in admitted[4:8]})
+    vectors = StoredVectors(held_bytes=2 * DIM * 4)
+    vectors.gather(db, admitted[:2], VERSION)
+    wanted = [admitted[9], admitted[5], admitted[0], 10_000_000, admitted[1], admitted[7]]
+    matrix, present = vectors.gather(db, wanted, VERSION, index=index)
+    assert present.tolist() == [True, True, True, False, True, True]
+    expected = [stored[admitted[9]], stored[admitted[5]] + 1, stored[admitted[0]]]
+    expected += [stored[admitted[1]], stored[admitted[7]] + 1]
+    np.testing.assert_array_equal(matrix, np.stack(expected))
+    assert index.asked == [[admitted[9], admitted[5], 10_000_000, admitted[7]]]
+    # While there is room, what is read comes from the database and is held.
+    roomy, asked = StoredVectors(held_bytes=100 * DIM * 4), _Index(index._vectors)
+    matrix, _ = roomy.gather(db, admitted[4:6], VERSION, index=asked)
+    np.testing.assert_array_equal(matrix, np.stack([stored[r] for r in admitted[4:6]]))
+    assert asked.asked == [] and len(roomy) == 2
+    # Another model's index is not asked.
+    other = _Index({admitted[9]: stored[admitted[9]] + 1}, version="other/8")
+    matrix, _ = vectors.gather(db, [admitted[9]], VERSION, index=other)
+    np.testing.assert_array_equal(matrix, stored[admitted[9]][None, :])
+    assert other.asked == []

@@ -94,7 +94,9 @@ def candidate_pool(
     # The cold tier is searched (on a helper thread, in the API) while this one searches
     # the live tier.
     cold_candidates = recall_state(rt).cold_search.begin(rt, stamp, tiers.cold, vector, pool)
-    labels = set(_vector_candidates(rt, vector, pool, index, stamp, allowed))
+    # Without one of its own (a one-shot command), the daemon's saved index, loaded once.
+    index = index if index is not None else rt.saved_index(stamp)
+    labels = set(_vector_candidates(rt, vector, pool, index, allowed))
     key_scores = key_scores_of(rt, vector, stamp, keys)
     labels.update(_best(key_scores, pool))
     found = words if words is not None else search_words(rt, query)
@@ -113,7 +115,7 @@ def candidate_pool(
         return None
     weights = _weights(rt)
     candidates = sorted(labels)
-    cosines = _cosines(rt, candidates, vector)
+    cosines = _cosines(rt, candidates, vector, index)
     # With every bound at zero salience, confidence and size change no score: they are
     # then read for the hits alone.
     lengths = None
@@ -201,14 +203,17 @@ def _tier_sets(rt: Runtime, stamp: str) -> read_paths.TierSets:
     return cached
 
 
-def _cosines(rt: Runtime, rowids: list[int], vector: Vector) -> npt.NDArray[np.float64]:
-    """The exact cosine of `vector` to each chunk's stored embedding; -1 without one.
+def _cosines(
+    rt: Runtime, rowids: list[int], vector: Vector, index: HnswIndex | None
+) -> npt.NDArray[np.float64]:
+    """The exact cosine of `vector` to each chunk's stored embedding; -1 without one. Those
+    recall does not hold in memory come from `index` where it holds them live.
 
     np.vecdot runs the dot kernel of np.dot once per row, so each cosine is the one a
     loop of np.dot gives to the last bit; a matrix product would sum in another order.
     """
     matrix, present = recall_state(rt).stored_vectors.gather(
-        rt.db, rowids, rt.embedder.index_version
+        rt.db, rowids, rt.embedder.index_version, index=index
     )
     cosines = np.full(len(rowids), -1.0, dtype=np.float64)
     if len(matrix):
@@ -233,10 +238,8 @@ def _vector_candidates(
     vector: Vector,
     n: int,
     index: HnswIndex | None,
-    stamp: str,
     allowed: frozenset[int] | None = None,
 ) -> list[int]:
-    index = index if index is not None else rt.saved_index(stamp)
     if index is None:
         live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
         if allowed is not None:
