@@ -152,11 +152,16 @@ class SalienceCache:
 
     # ---- SalienceState -----------------------------------------------------------
 
+    # Each loads first, then reads the column: a load may replace the column's array, and
+    # `self._salience[self._loaded(label)]` would index the one read before it.
+
     def salience(self, label: int) -> float:
-        return float(self._salience[self._loaded(label)])
+        at = self._loaded(label)
+        return float(self._salience[at])
 
     def pin_floor(self, label: int) -> float:
-        return float(self._floor[self._loaded(label)])
+        at = self._loaded(label)
+        return float(self._floor[at])
 
     def is_tombstoned(self, label: int) -> bool:
         self._load_newer(label)
@@ -268,7 +273,8 @@ class SalienceCache:
         return live
 
     def deletion_policy(self, label: int) -> str:
-        return DELETION_POLICIES[int(self._policy[self._loaded(label)])]
+        at = self._loaded(label)
+        return DELETION_POLICIES[int(self._policy[at])]
 
     def flush(self) -> int:
         """Write changed values (inside the caller's transaction); returns how many."""

@@ -143,3 +143,20 @@ def test_a_failed_step_leaves_the_cache_as_it_was(tmp_path: Path) -> None:
         assert np.isfinite(list(written.values())).all()
     finally:
         db.close()
+
+
+def test_a_chunk_beyond_the_loaded_columns_grows_them_as_it_is_read(tmp_path: Path) -> None:
+    db = Database(tmp_path / "empty.db")
+    try:
+        # Nothing loaded: columns of no rows, each grown by the first read that meets the chunk.
+        caches = [SalienceCache(db) for _ in range(3)]
+        with db.transaction():
+            (added,) = db.add_observations(
+                [NewObservation(content="first", deletion_policy="never")], now_ms=NOW_MS
+            )
+            db.write_salience({added.rowid: 0.5})
+        assert caches[0].salience(added.rowid) == 0.5
+        assert caches[1].pin_floor(added.rowid) == 0.0
+        assert caches[2].deletion_policy(added.rowid) == "never"
+    finally:
+        db.close()
