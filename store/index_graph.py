@@ -19,10 +19,11 @@ from typing import Any, Final
 import numpy as np
 
 from dreamcycle.pulses.vectors import Flags, Labels, Vectors
-from dreamcycle.store.index_file import VectorIndexError
 from dreamcycle.store.index_input import (
     Distances,
+    IndexQueryFailed,
     InvalidIndexInput,
+    LabelNotLive,
     as_labels,
     as_vectors,
     check_positive,
@@ -51,14 +52,6 @@ _QUERY_THREADS: Final = -1
 #: Range of cosine distance (1 - cosine similarity).
 _MIN_DISTANCE: Final = np.float32(0.0)
 _MAX_DISTANCE: Final = np.float32(2.0)
-
-
-class LabelNotLive(VectorIndexError, LookupError):
-    """A label asked for is absent from the index or tombstoned."""
-
-
-class IndexQueryFailed(VectorIndexError):
-    """hnswlib could not answer a k-NN query even with an exhaustive search breadth."""
 
 
 class HnswIndex:
@@ -326,22 +319,21 @@ class HnswIndex:
             if absent:
                 reason = "tombstoned" if self._labels.all_tombstoned(absent) else "not live"
                 raise LabelNotLive(f"labels {reason} in {self._path}: {preview(absent)}")
-            if len(label_array) == 0:
-                return np.zeros((0, self._dim), dtype=np.float32)
-            found = self._engine.get_items(label_array, return_type="numpy")
-        return np.ascontiguousarray(found, dtype=np.float32)
+            return self._items(label_array)
 
     def live_vectors(self, labels: Labels) -> tuple[Vectors, Flags]:
-        """(the stored vectors of those of `labels` that are live, in their order; which
-        of `labels` are live): `vectors` for labels that may have left the index."""
+        """(`vectors` of those of `labels` that are live, in their order; which are)."""
         label_array = as_labels(labels, "labels")
         with self._lock.reading():
-            live = self._labels.live_among(label_array)
-            present = np.isin(label_array, live)
-            if len(live) == 0:
-                return np.zeros((0, self._dim), dtype=np.float32), present
-            found = self._engine.get_items(label_array[present], return_type="numpy")
-        return np.ascontiguousarray(found, dtype=np.float32), present
+            live = np.isin(label_array, self._labels.live_among(label_array))
+            return self._items(label_array[live]), live
+
+    def _items(self, labels: Labels) -> Vectors:
+        """The engine's vectors of live `labels` (under the caller's read lock)."""
+        if len(labels) == 0:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        found = self._engine.get_items(labels, return_type="numpy")
+        return np.ascontiguousarray(found, dtype=np.float32)
 
     def save(self, stamp: str) -> str:
         """Write the index, then its sealed meta, each atomically; `stamp` names the database

@@ -22,6 +22,14 @@ class InvalidIndexInput(VectorIndexError, ValueError):
     """Labels, vectors or settings handed to the index are malformed."""
 
 
+class LabelNotLive(VectorIndexError, LookupError):
+    """A label asked for is absent from the index or tombstoned."""
+
+
+class IndexQueryFailed(VectorIndexError):
+    """hnswlib could not answer a k-NN query even with an exhaustive search breadth."""
+
+
 def preview(labels: Iterable[int]) -> str:
     """The lowest few of `labels`, and how many more there are, for an error message."""
     ordered = sorted(labels)

@@ -24,8 +24,8 @@ from dreamcycle.store.index_file import (
     meta_path,
     write_engine,
 )
-from dreamcycle.store.index_graph import DEFAULT_EF, GROWTH_FACTOR, INITIAL_CAPACITY, LabelNotLive
-from dreamcycle.store.index_input import InvalidIndexInput
+from dreamcycle.store.index_graph import DEFAULT_EF, GROWTH_FACTOR, INITIAL_CAPACITY
+from dreamcycle.store.index_input import InvalidIndexInput, LabelNotLive
 from dreamcycle.store.index_labels import MAX_MASKED_LABEL
 from dreamcycle.store.readers_writer_lock import ReadersWriterLock
 
