@@ -20,6 +20,8 @@ import hnswlib
 import numpy as np
 import numpy.typing as npt
 
+from dreamcycle.pulses.vectors import Flags
+
 __all__ = ["BUILD_BATCH", "ColdGraph", "VectorsOf", "build_cold_graph", "build_cold_graph_reading"]
 
 #: The stored vectors of some labels, as StoredVectors.gather gives them: (the vectors of
@@ -85,15 +87,16 @@ def build_cold_graph(
         # again as the tier's embeddings, for the whole build) only when they do not.
         order = np.argsort(labels, kind="stable")
         labels, vectors = labels[order], vectors[order]
-    engine = _engine(
-        int(vectors.shape[1]) if len(vectors) else 1, len(labels), m, ef_construction, ef
+    every = np.ones(BUILD_BATCH, dtype=np.bool_)
+
+    def rows_of(part: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float32], Flags]:
+        # A run of the sorted labels: its rows are a slice, read without a copy.
+        start = int(np.searchsorted(labels, part[0]))
+        return vectors[start : start + len(part)], every[: len(part)]
+
+    return build_cold_graph_reading(
+        labels, rows_of, m=m, ef_construction=ef_construction, ef=ef, stop=stop
     )
-    for start in range(0, len(labels), BUILD_BATCH):
-        if stop():
-            return None
-        end = start + BUILD_BATCH
-        engine.add_items(vectors[start:end], labels[start:end], num_threads=_ADD_THREADS)
-    return ColdGraph(engine, frozenset(labels.tolist()))
 
 
 def build_cold_graph_reading(
