@@ -44,19 +44,9 @@ def kinds_and_hashes(db: Database, rowids: Sequence[int]) -> dict[int, tuple[str
 
 
 def move_to_cold(db: Database, rowids: Sequence[int], *, reason: str, now_ms: int) -> list[int]:
-    """Mark live chunks cold (inside the caller's transaction); returns those moved."""
-    moved: list[int] = []
-    for rowid in rowids:
-        row = db.conn.execute(
-            "UPDATE observations SET cold_at = ?, cold_reason = ? "
-            "WHERE id = ? AND deleted_at IS NULL AND cold_at IS NULL RETURNING id",
-            (iso_from_ms(now_ms), reason, rowid),
-        ).fetchone()
-        if row is not None:
-            moved.append(int(row[0]))
-    if moved:
-        _bump_epoch(db)
-    return moved
+    """Mark live chunks cold (inside the caller's transaction); returns those moved, in
+    rowid order."""
+    return move_each_to_cold(db, dict.fromkeys(rowids, reason), now_ms=now_ms)
 
 
 def move_each_to_cold(db: Database, reasons: Mapping[int, str], *, now_ms: int) -> list[int]:
