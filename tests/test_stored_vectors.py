@@ -12,12 +12,13 @@ import apsw
 import numpy as np
 import pytest
 
-from dreamcycle.daemon.config import Config, ConfigError, load_config
+from dreamcycle.daemon.config import Config, ConfigError
 from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.read_paths import StoredVectors
+from tests.phase_helpers import phase_config
 
 NOW_MS = 1_800_000_000_000
 DIM = 8
@@ -224,16 +225,7 @@ def _held(vectors: StoredVectors, rowids: list[int]) -> set[int]:
 
 def test_recall_holds_what_the_configuration_lets_it(tmp_path: Path) -> None:
     def config(mib: int) -> Config:
-        return load_config(
-            None,
-            environ={},
-            overrides={
-                "peer.data_dir": str(tmp_path / "data"),
-                "peer.id": "p1",
-                "metrics.listen": "",
-                "recall.embeddings_held_mib": mib,
-            },
-        )
+        return phase_config(tmp_path, **{"recall.embeddings_held_mib": mib})
 
     rt = Runtime.open(config(3))
     try:
