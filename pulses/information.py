@@ -49,8 +49,9 @@ def information_of_words(word_ids: npt.ArrayLike, lengths: Labels) -> Floats:
     log((texts + 1) / (texts holding it + 0.5)), counted once.
 
     Counted WORDS_PER_STEP numbers at a time, a text's words always together: the
-    temporary arrays of a million chunks' words at once took about 0.5 GiB, and each
-    text's sum adds its words in the same order either way.
+    temporary arrays of a large store's words at once raised the sweep's peak memory
+    (scripts/bench_scale.py), and each text's sum adds its words in the same order
+    either way.
     """
     texts = len(lengths)
     if texts == 0:

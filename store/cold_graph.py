@@ -110,8 +110,8 @@ def build_cold_graph_reading(
 ) -> ColdGraph | None:
     """The graph build_cold_graph gives of `labels` and their vectors, reading BUILD_BATCH
     vectors at a time through `vectors_of`: the tier's vectors are never all held beside
-    the graph's own copy of them (at a million chunks, 0.9 GiB more for a cold tier of
-    60 %). Labels `vectors_of` finds no vector for are left out."""
+    the graph's own copy of them, which would double the build's memory. Labels
+    `vectors_of` finds no vector for are left out."""
     ordered = np.sort(np.asarray(labels, dtype=np.int64))
     engine: hnswlib.Index | None = None
     added: list[npt.NDArray[np.int64]] = []

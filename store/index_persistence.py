@@ -165,8 +165,8 @@ def save_engine(
     sidecar = meta_path(path)
     sidecar_temporary = temporary_path(sidecar)
     try:
-        # Field by field, not asdict: that deep-copies the list of deleted labels, 1.8 s for
-        # the 600,000 of a million-chunk store's cold tier.
+        # Field by field, not asdict: that deep-copies the list of deleted labels, one
+        # per cold chunk, which at a large store's cold tier took most of a save.
         fields_of_meta = {field.name: getattr(meta, field.name) for field in fields(meta)}
         sidecar_temporary.write_text(json.dumps(fields_of_meta, sort_keys=True), encoding="utf-8")
     except OSError as error:

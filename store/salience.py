@@ -4,9 +4,9 @@ The daemon is the only writer of the salience column, so one cache loaded at
 start-up and topped up with new rows stays exact; `flush` writes what changed
 inside the caller's transaction, `reload` throws away what a rollback undid.
 
-Each column is a numpy array indexed by rowid rather than a dict: at a million chunks
-dicts of boxed floats held about 0.35 GiB, these arrays about 20 MB
-(scripts/bench_scale.py measures peak memory).
+Each column is a numpy array indexed by rowid rather than a dict: dicts of boxed floats
+took many times the memory and load time at a large store (scripts/bench_scale.py
+measures start-up and peak memory).
 """
 
 from __future__ import annotations

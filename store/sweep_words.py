@@ -40,8 +40,8 @@ _COLD_LABELS: Final = f"SELECT id {COLD_ROWS} ORDER BY id"
 _FIRST_PENDING: Final = (
     "SELECT min(id) FROM observations INDEXED BY observations_pending WHERE admitted_seq IS NULL"
 )
-#: Rows read per query: bounds the rows held as Python tuples at once (a million chunks'
-#: tuples held together rose the sweep's peak memory by about 0.7 GiB).
+#: Rows read per query: bounds the rows held as Python tuples at once (a large store's
+#: tuples held together raised the peak memory scripts/bench_scale.py measures).
 READ_BATCH: Final = 50_000
 
 

@@ -237,8 +237,9 @@ def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
     moved: list[int] = []
     doomed = sorted(planned.doomed)
     with db.transaction():
-        # MOVE_BATCH at a time: a first sweep of a million chunks moves 600,000, whose
-        # hashes, reasons and journal steps all at once took about 0.5 GiB.
+        # MOVE_BATCH at a time: a first sweep of a large store moves most of it, and its
+        # hashes, reasons and journal steps all at once raised the peak memory
+        # scripts/bench_scale.py measures.
         for start in range(0, len(doomed), MOVE_BATCH):
             batch = tiers.kinds_and_hashes(db, doomed[start : start + MOVE_BATCH])
             now_cold = tiers.move_each_to_cold(
