@@ -295,6 +295,11 @@ def _parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def optional_path(text: str) -> Path | None:
+    """An option's path, or None for '' (Path('') would be the working directory)."""
+    return Path(text) if text else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.efficacy",
@@ -326,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--embed-cache",
-        type=Path,
+        type=optional_path,
         default=DEFAULT_EMBED_CACHE,
         help="file keeping embeddings between runs ('' for none)",
     )
@@ -354,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         jobs=args.jobs,
         epochs=args.epochs,
         cold_graph=args.cold_graph,
-        embed_cache=args.embed_cache if str(args.embed_cache) else None,
+        embed_cache=args.embed_cache,
         progress=print,
     )
     results["params"].update(
