@@ -164,7 +164,7 @@ class CorpusSpec:
         return load_corpus(self.data, self.fmt, seed=seed, size=self.size)
 
 
-def _embedder(cache_file: Path | None) -> CachedEmbedder:
+def cached_embedder(cache_file: Path | None) -> CachedEmbedder:
     probe = config_for(Path(tempfile.mkdtemp(prefix="dc-efficacy-")), VARIANTS[0])
     embedding = probe.embedding
     model = Embedder(embedding.model, batch_size=embedding.batch_size)
@@ -195,7 +195,7 @@ def run(
     embed_cache: Path | None = None,
 ) -> dict[str, Any]:
     """Every configuration on one corpus (one split); the `results` of scripts.efficacy_report."""
-    embedder = _embedder(embed_cache)
+    embedder = cached_embedder(embed_cache)
     started = time.perf_counter()
     embedder.warm(_corpus_texts(corpus))
     embed_s = time.perf_counter() - started
@@ -229,7 +229,7 @@ def _one_job(
 ) -> dict[str, Any]:
     """One configuration on one split, in a worker process of its own."""
     corpus = spec.load(seed)
-    embedder = _embedder(embed_cache)
+    embedder = cached_embedder(embed_cache)
     root = Path(tempfile.mkdtemp(prefix="dc-efficacy-"))
     try:
         started = time.perf_counter()
@@ -254,7 +254,7 @@ def run_seeds(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Every configuration on every split; per-seed results and their aggregate."""
-    embedder = _embedder(embed_cache)
+    embedder = cached_embedder(embed_cache)
     started = time.perf_counter()
     corpora = {seed: spec.load(seed) for seed in seeds}
     for corpus in corpora.values():
@@ -285,7 +285,7 @@ def run_seeds(
     }
 
 
-def _parse_seeds(text: str) -> list[int]:
+def parse_seeds(text: str) -> list[int]:
     try:
         seeds = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--size", default="small", help="generated corpus: small, large or N")
     parser.add_argument(
         "--seeds",
-        type=_parse_seeds,
+        type=parse_seeds,
         default=list(DEFAULT_SEEDS),
         help="comma-separated split seeds (the generated corpus is generated from each too)",
     )

@@ -67,13 +67,13 @@ def observation(turn: Any) -> NewObservation:
     )
 
 
-def _found(sim: Simulation, question: Question, result: RecallResult) -> list[str]:
+def found_evidence(sim: Simulation, question: Question, result: RecallResult) -> list[str]:
     """The evidence chunks among the results, by content hash, in rank order."""
     wanted = {sim.hash_of_chunk[c] for c in question.evidence if c in sim.hash_of_chunk}
     return [h.content_hash for h in result.hits if h.content_hash in wanted]
 
 
-def _ask(sim: Simulation, text: str, session: str | None = None) -> RecallResult:
+def ask(sim: Simulation, text: str, session: str | None = None) -> RecallResult:
     return recall(sim.rt, text, top_k=TRAIN_TOP_K, index=sim.peer.index, session_id=session)
 
 
@@ -144,12 +144,12 @@ def _until_found(
     sim: Simulation, question: Question, session: str
 ) -> tuple[RecallResult, list[str]]:
     """Ask; when nothing it finds answers, ask once more in other words."""
-    result = _ask(sim, question.text, session)
-    found = _found(sim, question, result)
+    result = ask(sim, question.text, session)
+    found = found_evidence(sim, question, result)
     if not found:
         sim.agent_counts["asked_again"] += 1
-        result = _ask(sim, rephrased(question), session)
-        found = _found(sim, question, result)
+        result = ask(sim, rephrased(question), session)
+        found = found_evidence(sim, question, result)
     sim.agent_counts["success" if found else "failure"] += 1
     return result, found
 
@@ -180,10 +180,10 @@ def session_results(sim: Simulation, day: int, questions: Sequence[Question]) ->
 
 def cited(sim: Simulation, day: int, questions: Sequence[Question], *, cite: bool = True) -> None:
     for question in questions:
-        result = _ask(sim, question.text)
+        result = ask(sim, question.text)
         if result.decision_hash is None:
             continue
-        found = _found(sim, question, result)
+        found = found_evidence(sim, question, result)
         success = bool(found)
         sim.agent_counts["success" if success else "failure"] += 1
         citations = (found if success else [result.hits[0].content_hash]) if cite else []

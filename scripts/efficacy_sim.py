@@ -144,8 +144,13 @@ def simulate(
     *,
     epochs: int = DEFAULT_EPOCHS,
     cold_graph: bool = False,
+    agent: Agent | None = None,
 ) -> dict[str, Any]:
-    """Run one configuration on `corpus` in a data directory under `root`; its results."""
+    """Run one configuration on `corpus` in a data directory under `root`; its results.
+
+    `agent` replaces the variant's simulated agent (a measurement that watches each
+    question as it is asked).
+    """
     clock = ManualClock(START_MS)
     data_dir = root / variant.name
     config = config_for(data_dir, variant)
@@ -167,9 +172,8 @@ def simulate(
     sim = Simulation(
         corpus, variant.name, rt, peer, clock, {h: c for c, h in hashes.items()}, hashes
     )
-    agent = AGENTS[variant.agent]
     try:
-        _run_days(sim, agent, epochs, train=variant.train)
+        _run_days(sim, agent or AGENTS[variant.agent], epochs, train=variant.train)
         return _measure(sim, variant)
     finally:
         peer.close()

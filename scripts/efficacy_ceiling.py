@@ -1,0 +1,175 @@
+"""How much can a session-level result teach a question asked again, at the most?
+
+In `session` mode the simulated agent reports no outcome per recall: it asks, asks again
+in other words when nothing it got answers, and an orchestrator reports once whether the
+session succeeded. Such a result can only tell the daemon which of the chunks shown were
+useful or not; it names no chunk that was never shown. This script measures, on the
+unlearned `hybrid` store, the best that any learning from those signals could do for a
+training question when it comes back:
+
+- a question answered at the first ask keeps its first answer (its recall@5 then);
+- a question answered by the rephrasing counts as fully found (the best case);
+- a question neither ask answered is ranked again with every chunk either ask showed
+  removed, since all of those are known not to help; what that ranking finds is the
+  most demoting them can give.
+
+The `ceiling` column is that bound on recall@5 of repeated questions, beside the
+`hybrid` figure it starts from; docs/efficacy.md compares it with the session mode's
+target.
+
+    python -m scripts.efficacy_ceiling
+    python -m scripts.efficacy_ceiling --data locomo10.json --format locomo --seeds 7,8,9
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from dreamcycle.daemon.recall.retrieve import rank_query
+from scripts.bench_common import Column, describe_machine, format_table, write_json
+from scripts.efficacy import (
+    DEFAULT_EMBED_CACHE,
+    DEFAULT_SEEDS,
+    VARIANTS_BY_NAME,
+    CorpusSpec,
+    cached_embedder,
+    optional_path,
+    parse_seeds,
+)
+from scripts.efficacy_agent import Simulation, ask, found_evidence, rephrased
+from scripts.efficacy_corpus import FORMATS, Question
+from scripts.efficacy_embeddings import CachedEmbedder
+from scripts.efficacy_sim import Variant, simulate
+
+RECALL_AT: Final = 5
+BASE_CONFIG: Final = "hybrid"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What one training question met when it was asked."""
+
+    first_found: bool
+    again_found: bool
+    base_recall: float
+    ceiling_recall: float
+
+
+def _recall(hashes: Sequence[str], wanted: set[str]) -> float:
+    return len(set(hashes[:RECALL_AT]) & wanted) / len(wanted)
+
+
+def _watch(sim: Simulation, question: Question) -> Asked | None:
+    wanted = {sim.hash_of_chunk[c] for c in question.evidence if c in sim.hash_of_chunk}
+    if not wanted:
+        return None
+    first = ask(sim, question.text)
+    base = _recall([h.content_hash for h in first.hits], wanted)
+    if found_evidence(sim, question, first):
+        return Asked(True, False, base, base)
+    again = ask(sim, rephrased(question))
+    if found_evidence(sim, question, again):
+        return Asked(False, True, base, 1.0)
+    shown = frozenset(h.rowid for h in [*first.hits, *again.hits])
+    vector = sim.rt.embedder.embed_one(question.text)
+    rest = rank_query(sim.rt, question.text, vector, RECALL_AT, index=sim.peer.index, exclude=shown)
+    return Asked(False, False, base, _recall([h.content_hash for h in rest], wanted))
+
+
+def measure(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> list[Asked]:
+    """Every training question of one split, as the unlearned store answers it."""
+    corpus = spec.load(seed)
+    base = VARIANTS_BY_NAME[BASE_CONFIG]
+    watched: list[Asked] = []
+
+    def agent(sim: Simulation, day: int, questions: Sequence[Question]) -> None:
+        for question in questions:
+            asked = _watch(sim, question)
+            if asked is not None:
+                watched.append(asked)
+
+    variant = Variant(BASE_CONFIG, base.description, base.overrides, train=True)
+    with tempfile.TemporaryDirectory(prefix="dc-ceiling-") as root:
+        simulate(corpus, variant, embedder, Path(root), agent=agent)
+    return watched
+
+
+def summarize(seed: int, watched: Sequence[Asked]) -> dict[str, Any]:
+    count = len(watched)
+    return {
+        "seed": seed,
+        "questions": count,
+        "first_found": 100 * sum(a.first_found for a in watched) / count,
+        "again_found": 100 * sum(a.again_found for a in watched) / count,
+        "hybrid": 100 * statistics.fmean(a.base_recall for a in watched),
+        "ceiling": 100 * statistics.fmean(a.ceiling_recall for a in watched),
+    }
+
+
+COLUMNS: Final = (
+    Column("seed"),
+    Column("questions"),
+    Column("first_found", "found at first ask %", ".1f"),
+    Column("again_found", "found asking again %", ".1f"),
+    Column("hybrid", f"hybrid R@{RECALL_AT}", ".2f"),
+    Column("ceiling", f"ceiling R@{RECALL_AT}", ".2f"),
+    Column("gain", "ceiling - hybrid", ".2f"),
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.efficacy_ceiling",
+        description="Bound what session-level results can teach repeated questions "
+        "(see the module docstring).",
+    )
+    parser.add_argument("--data", type=Path, help="corpus file (LoCoMo or LongMemEval JSON)")
+    parser.add_argument("--format", choices=FORMATS, default="generated")
+    parser.add_argument("--size", default="small", help="generated corpus: small, large or N")
+    parser.add_argument("--seeds", type=parse_seeds, default=list(DEFAULT_SEEDS))
+    parser.add_argument(
+        "--embed-cache",
+        type=optional_path,
+        default=DEFAULT_EMBED_CACHE,
+        help="file keeping embeddings between runs ('' for none)",
+    )
+    parser.add_argument("--json", type=Path, default=Path("bench-results/efficacy-ceiling.json"))
+    args = parser.parse_args(argv)
+    size: str | int = int(args.size) if args.size.isdigit() else args.size
+    spec = CorpusSpec(args.data, args.format, size)
+    embedder = cached_embedder(args.embed_cache)
+    rows = []
+    for seed in args.seeds:
+        watched = measure(spec, seed, embedder)
+        if not watched:
+            parser.error(f"seed {seed}: the split has no training question with evidence")
+        row = summarize(seed, watched)
+        row["gain"] = row["ceiling"] - row["hybrid"]
+        rows.append(row)
+    print(format_table(rows, COLUMNS))
+    write_json(
+        args.json,
+        {
+            "machine": describe_machine(["hnswlib", "fastembed"]),
+            "params": {
+                "format": args.format,
+                "size": str(args.size),
+                "data": str(args.data or ""),
+                "recall_at": RECALL_AT,
+            },
+            "seeds": rows,
+        },
+    )
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
