@@ -1,6 +1,7 @@
-"""How much can a session-level result teach a question asked again, at the most?
+"""Two ceilings of the efficacy benchmark's targets, measured on the store itself.
 
-In `session` mode the simulated agent reports no outcome per recall: it asks, asks again
+`--bound session` (the default): how much can a session-level result teach a question
+asked again, at the most? In `session` mode the simulated agent reports no outcome per recall: it asks, asks again
 in other words when nothing it got answers, and an orchestrator reports once whether the
 session succeeded. Such a result can only tell the daemon which of the chunks shown were
 useful or not; it names no chunk that was never shown. This script measures, on the
@@ -14,11 +15,19 @@ training question when it comes back:
   most demoting them can give.
 
 The `ceiling` column is that bound on recall@5 of repeated questions, beside the
-`hybrid` figure it starts from; docs/efficacy.md compares it with the session mode's
-target.
+`hybrid` figure it starts from.
+
+`--bound sweep`: how much can forgetting sharpen new questions, at the most? The sweep
+decides what goes to the cold tier without knowing the questions to come. Once `full`
+has run every day, its held-out questions are ranked again with every cold chunk that
+answers none of them left out (an oracle: a sweep that buried only what no new question
+needs, and entirely), beside `full` as it ranks and `full-nosweep`.
+
+docs/efficacy.md compares both with the targets they bound.
 
     python -m scripts.efficacy_ceiling
     python -m scripts.efficacy_ceiling --data locomo10.json --format locomo --seeds 7,8,9
+    python -m scripts.efficacy_ceiling --bound sweep --seeds 7,8,9
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from dreamcycle.daemon.recall.retrieve import rank_query
-from scripts.bench_common import Column, describe_machine, format_table, write_json
+from scripts.bench_common import BenchmarkError, Column, describe_machine, format_table, write_json
 from scripts.efficacy import (
     DEFAULT_EMBED_CACHE,
     DEFAULT_SEEDS,
@@ -46,10 +55,14 @@ from scripts.efficacy import (
 from scripts.efficacy_agent import Simulation, ask, found_evidence, rephrased
 from scripts.efficacy_corpus import FORMATS, Question
 from scripts.efficacy_embeddings import CachedEmbedder
-from scripts.efficacy_sim import Variant, simulate
+from scripts.efficacy_report import retrieval_metrics
+from scripts.efficacy_sim import Variant, ranking, simulate
 
 RECALL_AT: Final = 5
 BASE_CONFIG: Final = "hybrid"
+SWEPT_CONFIG: Final = "full"
+UNSWEPT_CONFIG: Final = "full-nosweep"
+SHARPNESS: Final = ("precision@5", "mrr@10")
 
 
 @dataclass(frozen=True)
@@ -83,7 +96,7 @@ def _watch(sim: Simulation, question: Question) -> Asked | None:
     return Asked(False, False, base, _recall([h.content_hash for h in rest], wanted))
 
 
-def measure(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> list[Asked]:
+def measure_session(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> list[Asked]:
     """Every training question of one split, as the unlearned store answers it."""
     corpus = spec.load(seed)
     base = VARIANTS_BY_NAME[BASE_CONFIG]
@@ -103,7 +116,7 @@ def measure(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> list[Asked
 
 def summarize(seed: int, watched: Sequence[Asked]) -> dict[str, Any]:
     count = len(watched)
-    return {
+    row = {
         "seed": seed,
         "questions": count,
         "first_found": 100 * sum(a.first_found for a in watched) / count,
@@ -111,9 +124,68 @@ def summarize(seed: int, watched: Sequence[Asked]) -> dict[str, Any]:
         "hybrid": 100 * statistics.fmean(a.base_recall for a in watched),
         "ceiling": 100 * statistics.fmean(a.ceiling_recall for a in watched),
     }
+    row["gain"] = row["ceiling"] - row["hybrid"]
+    return row
 
 
-COLUMNS: Final = (
+def _sharpness(metrics: dict[str, float] | None) -> dict[str, float]:
+    if metrics is None:
+        raise BenchmarkError("the split has no held-out question")
+    return {name: metrics[name] for name in SHARPNESS}
+
+
+def _oracle(sim: Simulation) -> dict[str, Any]:
+    """Held-out questions ranked with every cold chunk but their evidence left out."""
+    db = sim.rt.db
+    cold = {
+        int(row[0])
+        for row in db.fetch_all(
+            "SELECT id FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
+        )
+    }
+    test = sim.corpus.test()
+    answers = {sim.hash_of_chunk[c] for q in test for c in q.evidence if c in sim.hash_of_chunk}
+    answering = {
+        int(row[0])
+        for answer in answers
+        for row in db.fetch_all("SELECT id FROM observations WHERE content_hash = ?", (answer,))
+    }
+    buried = frozenset(cold - answering)
+    rankings = [ranking(sim, q, q.text, exclude=buried) for q in test]
+    return {"cold": len(cold), "oracle": _sharpness(retrieval_metrics(rankings))}
+
+
+def measure_sweep(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> dict[str, Any]:
+    """`full` as it ranks new questions, the oracle over its cold tier, and `full-nosweep`."""
+    corpus = spec.load(seed)
+    with tempfile.TemporaryDirectory(prefix="dc-ceiling-") as root:
+        swept = simulate(
+            corpus, VARIANTS_BY_NAME[SWEPT_CONFIG], embedder, Path(root), after=_oracle
+        )
+        unswept = simulate(corpus, VARIANTS_BY_NAME[UNSWEPT_CONFIG], embedder, Path(root))
+    row: dict[str, Any] = {"seed": seed, "swept": swept["after"]["cold"]}
+    for label, metrics in (
+        ("full", _sharpness(swept["metrics"]["heldout"])),
+        ("nosweep", _sharpness(unswept["metrics"]["heldout"])),
+        ("oracle", swept["after"]["oracle"]),
+    ):
+        row.update({f"{label} {name}": value for name, value in metrics.items()})
+    for name in SHARPNESS:
+        row[f"gain {name}"] = row[f"oracle {name}"] - row[f"nosweep {name}"]
+    return row
+
+
+SWEEP_COLUMNS: Final = (
+    Column("seed"),
+    Column("swept", "cold chunks"),
+    *(
+        Column(f"{label} {name}", number_format=".2f")
+        for label in ("full", "nosweep", "oracle", "gain")
+        for name in SHARPNESS
+    ),
+)
+
+SESSION_COLUMNS: Final = (
     Column("seed"),
     Column("questions"),
     Column("first_found", "found at first ask %", ".1f"),
@@ -127,9 +199,10 @@ COLUMNS: Final = (
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.efficacy_ceiling",
-        description="Bound what session-level results can teach repeated questions "
-        "(see the module docstring).",
+        description="Bound what session-level results can teach repeated questions, or "
+        "what a sweep can sharpen (see the module docstring).",
     )
+    parser.add_argument("--bound", choices=("session", "sweep"), default="session")
     parser.add_argument("--data", type=Path, help="corpus file (LoCoMo or LongMemEval JSON)")
     parser.add_argument("--format", choices=FORMATS, default="generated")
     parser.add_argument("--size", default="small", help="generated corpus: small, large or N")
@@ -140,25 +213,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=DEFAULT_EMBED_CACHE,
         help="file keeping embeddings between runs ('' for none)",
     )
-    parser.add_argument("--json", type=Path, default=Path("bench-results/efficacy-ceiling.json"))
+    parser.add_argument(
+        "--json", type=Path, help="default: bench-results/efficacy-ceiling-BOUND.json"
+    )
     args = parser.parse_args(argv)
     size: str | int = int(args.size) if args.size.isdigit() else args.size
     spec = CorpusSpec(args.data, args.format, size)
     embedder = cached_embedder(args.embed_cache)
     rows = []
     for seed in args.seeds:
-        watched = measure(spec, seed, embedder)
+        if args.bound == "sweep":
+            rows.append(measure_sweep(spec, seed, embedder))
+            continue
+        watched = measure_session(spec, seed, embedder)
         if not watched:
             parser.error(f"seed {seed}: the split has no training question with evidence")
-        row = summarize(seed, watched)
-        row["gain"] = row["ceiling"] - row["hybrid"]
-        rows.append(row)
-    print(format_table(rows, COLUMNS))
+        rows.append(summarize(seed, watched))
+    print(format_table(rows, SWEEP_COLUMNS if args.bound == "sweep" else SESSION_COLUMNS))
+    out = args.json or Path(f"bench-results/efficacy-ceiling-{args.bound}.json")
     write_json(
-        args.json,
+        out,
         {
             "machine": describe_machine(["hnswlib", "fastembed"]),
             "params": {
+                "bound": args.bound,
                 "format": args.format,
                 "size": str(args.size),
                 "data": str(args.data or ""),
@@ -167,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seeds": rows,
         },
     )
-    print(f"wrote {args.json}")
+    print(f"wrote {out}")
     return 0
 
 

@@ -14,7 +14,7 @@ default, which is a day's worth of its 30 s cycles but would hold one cycle a da
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -86,10 +86,21 @@ def config_for(data_dir: Path, variant: Variant) -> Config:
     return load_config(None, environ={}, overrides=overrides)
 
 
-def _ranking(sim: Simulation, question: Question, text: str) -> Ranking:
+def ranking(
+    sim: Simulation, question: Question, text: str, exclude: frozenset[int] = frozenset()
+) -> Ranking:
+    """What recall answers `text` with, as the measurements count it (`exclude`: rowids
+    left out)."""
     started = time.perf_counter()
     vector = sim.rt.embedder.embed_one(text)
-    hits = rank_query(sim.rt, text, vector, EVAL_TOP_K + len(sim.agent_notes), index=sim.peer.index)
+    hits = rank_query(
+        sim.rt,
+        text,
+        vector,
+        EVAL_TOP_K + len(sim.agent_notes),
+        index=sim.peer.index,
+        exclude=exclude,
+    )
     sim.latencies_ms.append((time.perf_counter() - started) * 1000)
     # The agent's own notes are not the corpus's chunks: measured without them, so a
     # configuration is judged by how it ranks the memory it was given.
@@ -125,7 +136,7 @@ def _curve_point(sim: Simulation, day: int, asked: Sequence[Question]) -> None:
     again = list(asked)[:CURVE_SAMPLE]
     point: dict[str, Any] = {"day": day, "swept_fraction": _swept_fraction(sim)}
     for key, questions in (("heldout_recall@5", test), ("repeated_recall@5", again)):
-        measured = retrieval_metrics([_ranking(sim, q, q.text) for q in questions])
+        measured = retrieval_metrics([ranking(sim, q, q.text) for q in questions])
         if measured is not None:
             point[key] = measured["recall@5"]
     sim.curve.append(point)
@@ -145,11 +156,13 @@ def simulate(
     epochs: int = DEFAULT_EPOCHS,
     cold_graph: bool = False,
     agent: Agent | None = None,
+    after: Callable[[Simulation], Any] | None = None,
 ) -> dict[str, Any]:
     """Run one configuration on `corpus` in a data directory under `root`; its results.
 
     `agent` replaces the variant's simulated agent (a measurement that watches each
-    question as it is asked).
+    question as it is asked); `after` measures the store once every day has run (its
+    answer is the results' "after").
     """
     clock = ManualClock(START_MS)
     data_dir = root / variant.name
@@ -174,7 +187,10 @@ def simulate(
     )
     try:
         _run_days(sim, agent or AGENTS[variant.agent], epochs, train=variant.train)
-        return _measure(sim, variant)
+        results = _measure(sim, variant)
+        if after is not None:
+            results["after"] = after(sim)
+        return results
     finally:
         peer.close()
         rt.close()
@@ -229,9 +245,9 @@ def _measure(sim: Simulation, variant: Variant) -> dict[str, Any]:
     sim.latencies_ms.clear()
     test = corpus.test()
     train = corpus.train()
-    heldout = [_ranking(sim, q, q.text) for q in test]
-    repeated = [_ranking(sim, q, q.text) for q in train]
-    paraphrased = [_ranking(sim, q, p) for q in train for p in q.paraphrases]
+    heldout = [ranking(sim, q, q.text) for q in test]
+    repeated = [ranking(sim, q, q.text) for q in train]
+    paraphrased = [ranking(sim, q, p) for q in train for p in q.paraphrases]
     metrics: dict[str, Any] = {
         "heldout": retrieval_metrics(heldout),
         "repeated": retrieval_metrics(repeated),
@@ -287,18 +303,18 @@ def _evidence_lost(
     # Both: a learned weight replaces the configured one whatever it is.
     recall_config.cold_factor, learning.cold_weight = 1.0, False
     try:
-        unswept = [_ranking(sim, q, q.text) for q in test]
+        unswept = [ranking(sim, q, q.text) for q in test]
     finally:
         recall_config.cold_factor, learning.cold_weight = configured, learned
     swept = lost = total = 0
-    for question, ranking, baseline in zip(test, heldout, unswept, strict=True):
+    for question, as_ranked, baseline in zip(test, heldout, unswept, strict=True):
         for chunk in question.evidence:
             obs = db.observation_by_hash(sim.hash_of_chunk[chunk])
             total += 1
             if obs is None or obs.cold_at is None:
                 continue
             swept += 1
-            found = chunk in ranking.returned[:EVAL_TOP_K]
+            found = chunk in as_ranked.returned[:EVAL_TOP_K]
             lost += chunk in baseline.returned[:EVAL_TOP_K] and not found
     return {
         "heldout_evidence_swept": swept / max(1, total),
