@@ -21,7 +21,10 @@ The `ceiling` column is that bound on recall@5 of repeated questions, beside the
 decides what goes to the cold tier without knowing the questions to come. Once `full`
 has run every day, its held-out questions are ranked again with every cold chunk that
 answers none of them left out (an oracle: a sweep that buried only what no new question
-needs, and entirely), beside `full` as it ranks and `full-nosweep`.
+needs, and entirely), beside `full` as it ranks and `full-nosweep`. It also counts the
+chunks that crowd new questions' answers out (ranked above the first answer in the top
+5), how many of them are cold, and how often they and the answers had been among earlier
+recalls' top results without answering (what the daemon could tell them apart by).
 
 docs/efficacy.md compares both with the targets they bound.
 
@@ -33,10 +36,12 @@ docs/efficacy.md compares both with the targets they bound.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -134,8 +139,34 @@ def _sharpness(metrics: dict[str, float] | None) -> dict[str, float]:
     return {name: metrics[name] for name in SHARPNESS}
 
 
+def _rowids(sim: Simulation, chunks: Iterable[str]) -> dict[str, int]:
+    """The store's rowid of each corpus chunk present."""
+    found: dict[str, int] = {}
+    for chunk in chunks:
+        row = sim.rt.db.fetch_one(
+            "SELECT id FROM observations WHERE content_hash = ?", (sim.hash_of_chunk[chunk],)
+        )
+        if row is not None:
+            found[chunk] = int(row[0])
+    return found
+
+
+def _shown_unanswering(sim: Simulation) -> Counter[str]:
+    """How often each chunk was among a recall's top results, less the training questions it
+    answers: what the daemon could know of a chunk that crowds answers out."""
+    shown: Counter[str] = Counter()
+    for (hashes,) in sim.rt.db.fetch_all("SELECT chunk_hashes_json FROM attributions"):
+        shown.update(json.loads(hashes)[:RECALL_AT])
+    for question in sim.corpus.train():
+        for chunk in question.evidence:
+            if chunk in sim.hash_of_chunk and shown[sim.hash_of_chunk[chunk]] > 0:
+                shown[sim.hash_of_chunk[chunk]] -= 1
+    return shown
+
+
 def _oracle(sim: Simulation) -> dict[str, Any]:
-    """Held-out questions ranked with every cold chunk but their evidence left out."""
+    """Held-out questions ranked with every cold chunk but their evidence left out, and the
+    chunks that crowd their answers out (ranked above the first answer, in the top 5)."""
     db = sim.rt.db
     cold = {
         int(row[0])
@@ -144,15 +175,33 @@ def _oracle(sim: Simulation) -> dict[str, Any]:
         )
     }
     test = sim.corpus.test()
-    answers = {sim.hash_of_chunk[c] for q in test for c in q.evidence if c in sim.hash_of_chunk}
-    answering = {
-        int(row[0])
-        for answer in answers
-        for row in db.fetch_all("SELECT id FROM observations WHERE content_hash = ?", (answer,))
-    }
-    buried = frozenset(cold - answering)
+    answers = {c for q in test for c in q.evidence if c in sim.hash_of_chunk}
+    rowid_of = _rowids(sim, set(sim.hash_of_chunk))
+    buried = frozenset(cold - {rowid_of[c] for c in answers if c in rowid_of})
     rankings = [ranking(sim, q, q.text, exclude=buried) for q in test]
-    return {"cold": len(cold), "oracle": _sharpness(retrieval_metrics(rankings))}
+    crowding: set[str] = set()
+    for question in test:
+        for chunk in ranking(sim, question, question.text).returned[:RECALL_AT]:
+            if chunk in question.evidence:
+                break
+            crowding.add(chunk)
+    crowding -= answers
+    shown = _shown_unanswering(sim)
+
+    def shown_mean(chunks: set[str]) -> float:
+        hashes = [sim.hash_of_chunk[c] for c in chunks if c in sim.hash_of_chunk]
+        return statistics.fmean(shown[h] for h in hashes) if hashes else 0.0
+
+    return {
+        "cold": len(cold),
+        "oracle": _sharpness(retrieval_metrics(rankings)),
+        "crowding": len(crowding),
+        "crowding_cold": 100
+        * sum(rowid_of.get(c) in cold for c in crowding)
+        / max(1, len(crowding)),
+        "crowding_shown": shown_mean(crowding),
+        "answers_shown": shown_mean(answers),
+    }
 
 
 def measure_sweep(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> dict[str, Any]:
@@ -163,7 +212,9 @@ def measure_sweep(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> dict
             corpus, VARIANTS_BY_NAME[SWEPT_CONFIG], embedder, Path(root), after=_oracle
         )
         unswept = simulate(corpus, VARIANTS_BY_NAME[UNSWEPT_CONFIG], embedder, Path(root))
-    row: dict[str, Any] = {"seed": seed, "swept": swept["after"]["cold"]}
+    after = swept["after"]
+    row: dict[str, Any] = {"seed": seed, "swept": after["cold"]}
+    row.update({key: after[key] for key in CROWDING})
     for label, metrics in (
         ("full", _sharpness(swept["metrics"]["heldout"])),
         ("nosweep", _sharpness(unswept["metrics"]["heldout"])),
@@ -175,6 +226,9 @@ def measure_sweep(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> dict
     return row
 
 
+#: What `_oracle` says of the chunks that crowd new questions' answers out.
+CROWDING: Final = ("crowding", "crowding_cold", "crowding_shown", "answers_shown")
+
 SWEEP_COLUMNS: Final = (
     Column("seed"),
     Column("swept", "cold chunks"),
@@ -183,6 +237,10 @@ SWEEP_COLUMNS: Final = (
         for label in ("full", "nosweep", "oracle", "gain")
         for name in SHARPNESS
     ),
+    Column("crowding", "crowding chunks"),
+    Column("crowding_cold", "of them cold %", ".1f"),
+    Column("crowding_shown", "shown unanswering: crowding", ".2f"),
+    Column("answers_shown", "new answers", ".2f"),
 )
 
 SESSION_COLUMNS: Final = (
