@@ -287,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not watched:
             parser.error(f"seed {seed}: the split has no training question with evidence")
         rows.append(summarize(seed, watched))
+    embedder.save()
     print(format_table(rows, SWEEP_COLUMNS if args.bound == "sweep" else SESSION_COLUMNS))
     out = args.json or Path(f"bench-results/efficacy-ceiling-{args.bound}.json")
     write_json(

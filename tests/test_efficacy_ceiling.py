@@ -18,15 +18,24 @@ import pytest
 from scripts import efficacy_ceiling
 from scripts.efficacy import CorpusSpec, cached_embedder
 from scripts.efficacy_corpus import load_corpus
+from scripts.efficacy_embeddings import CachedEmbedder
 
 pytestmark = pytest.mark.slow
 
 SEED = 7
 
 
-def test_every_training_question_is_watched_and_the_bound_is_ordered(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def embeddings(tmp_path_factory: pytest.TempPathFactory) -> CachedEmbedder:
+    """One cache for the module: each test embeds only what the last one did not."""
+    return cached_embedder(tmp_path_factory.mktemp("embeddings") / "cache.npz")
+
+
+def test_every_training_question_is_watched_and_the_bound_is_ordered(
+    tmp_path: Path, embeddings: CachedEmbedder
+) -> None:
     spec = CorpusSpec(None, "generated", "small")
-    watched = efficacy_ceiling.measure_session(spec, SEED, cached_embedder(None))
+    watched = efficacy_ceiling.measure_session(spec, SEED, embeddings)
     training = load_corpus(None, "generated", seed=SEED).train()
     assert len(watched) == len([q for q in training if q.evidence])
     for asked in watched:
@@ -38,20 +47,18 @@ def test_every_training_question_is_watched_and_the_bound_is_ordered(tmp_path: P
             assert asked.ceiling_recall == 1.0
         else:
             assert asked.base_recall == 0.0  # nothing shown answered
+    embeddings.save()
     out = tmp_path / "ceiling.json"
-    assert (
-        efficacy_ceiling.main(["--seeds", str(SEED), "--json", str(out), "--embed-cache", ""]) == 0
-    )
+    argv = ["--seeds", str(SEED), "--json", str(out), "--embed-cache", str(embeddings.cache_file)]
+    assert efficacy_ceiling.main(argv) == 0
     row = json.loads(out.read_text())["seeds"][0]
-    assert row["questions"] == len(watched)
-    assert row["hybrid"] <= row["ceiling"] <= 100.0
-    assert row["first_found"] + row["again_found"] <= 100.0
+    assert row == efficacy_ceiling.summarize(SEED, watched)
 
 
-def test_the_sweep_oracle_ranks_new_questions_at_least_as_well_as_the_sweep() -> None:
-    row = efficacy_ceiling.measure_sweep(
-        CorpusSpec(None, "generated", "small"), SEED, cached_embedder(None)
-    )
+def test_the_sweep_oracle_ranks_new_questions_at_least_as_well_as_the_sweep(
+    embeddings: CachedEmbedder,
+) -> None:
+    row = efficacy_ceiling.measure_sweep(CorpusSpec(None, "generated", "small"), SEED, embeddings)
     assert row["swept"] > 0
     for name in efficacy_ceiling.SHARPNESS:
         # Leaving out chunks that answer nothing can only move answers up.
