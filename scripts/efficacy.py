@@ -133,6 +133,12 @@ VARIANTS: Final = (
         agent="session",
     ),
     Variant(
+        "session-nosweep",
+        "`session` without the sweep: what the sweep alone does where nothing is learned",
+        {"sweep.enabled": False},
+        agent="session",
+    ),
+    Variant(
         "no-prior",
         "defaults without the prior over candidates' sizes",
         {"learning.intrinsic_prior": False},
