@@ -1,9 +1,9 @@
 """Two ceilings of the efficacy benchmark's targets, measured on the store itself.
 
 `--bound session` (the default): how much can a session-level result teach a question
-asked again, at the most? In `session` mode the simulated agent reports no outcome per recall: it asks, asks again
-in other words when nothing it got answers, and an orchestrator reports once whether the
-session succeeded. Such a result can only tell the daemon which of the chunks shown were
+asked again, at the most? In `session` mode the simulated agent reports no outcome per
+recall: it asks, asks again in other words when nothing it got answers, and an
+orchestrator reports once whether the session succeeded. Such a result can only tell the daemon which of the chunks shown were
 useful or not; it names no chunk that was never shown. This script measures, on the
 unlearned `hybrid` store, the best that any learning from those signals could do for a
 training question when it comes back:
@@ -41,12 +41,13 @@ import statistics
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 from dreamcycle.daemon.recall.retrieve import rank_query
+from dreamcycle.store.observations import COLD_ROWS
 from scripts.bench_common import BenchmarkError, Column, describe_machine, format_table, write_json
 from scripts.efficacy import (
     DEFAULT_EMBED_CACHE,
@@ -61,7 +62,7 @@ from scripts.efficacy_agent import Simulation, ask, found_evidence, rephrased
 from scripts.efficacy_corpus import FORMATS, Question
 from scripts.efficacy_embeddings import CachedEmbedder
 from scripts.efficacy_report import retrieval_metrics
-from scripts.efficacy_sim import Variant, ranking, simulate
+from scripts.efficacy_sim import ranking, simulate
 
 RECALL_AT: Final = 5
 BASE_CONFIG: Final = "hybrid"
@@ -104,7 +105,6 @@ def _watch(sim: Simulation, question: Question) -> Asked | None:
 def measure_session(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> list[Asked]:
     """Every training question of one split, as the unlearned store answers it."""
     corpus = spec.load(seed)
-    base = VARIANTS_BY_NAME[BASE_CONFIG]
     watched: list[Asked] = []
 
     def agent(sim: Simulation, day: int, questions: Sequence[Question]) -> None:
@@ -113,7 +113,7 @@ def measure_session(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> li
             if asked is not None:
                 watched.append(asked)
 
-    variant = Variant(BASE_CONFIG, base.description, base.overrides, train=True)
+    variant = replace(VARIANTS_BY_NAME[BASE_CONFIG], train=True)
     with tempfile.TemporaryDirectory(prefix="dc-ceiling-") as root:
         simulate(corpus, variant, embedder, Path(root), agent=agent)
     return watched
@@ -139,16 +139,14 @@ def _sharpness(metrics: dict[str, float] | None) -> dict[str, float]:
     return {name: metrics[name] for name in SHARPNESS}
 
 
-def _rowids(sim: Simulation, chunks: Iterable[str]) -> dict[str, int]:
-    """The store's rowid of each corpus chunk present."""
-    found: dict[str, int] = {}
-    for chunk in chunks:
-        row = sim.rt.db.fetch_one(
-            "SELECT id FROM observations WHERE content_hash = ?", (sim.hash_of_chunk[chunk],)
-        )
-        if row is not None:
-            found[chunk] = int(row[0])
-    return found
+def _rowids(sim: Simulation) -> dict[str, int]:
+    """The store's rowid of each corpus chunk present, in one read."""
+    rowid_of_hash = dict(sim.rt.db.fetch_all("SELECT content_hash, id FROM observations"))
+    return {
+        chunk: int(rowid_of_hash[digest])
+        for chunk, digest in sim.hash_of_chunk.items()
+        if digest in rowid_of_hash
+    }
 
 
 def _shown_unanswering(sim: Simulation) -> Counter[str]:
@@ -168,15 +166,10 @@ def _oracle(sim: Simulation) -> dict[str, Any]:
     """Held-out questions ranked with every cold chunk but their evidence left out, and the
     chunks that crowd their answers out (ranked above the first answer, in the top 5)."""
     db = sim.rt.db
-    cold = {
-        int(row[0])
-        for row in db.fetch_all(
-            "SELECT id FROM observations WHERE cold_at IS NOT NULL AND deleted_at IS NULL"
-        )
-    }
+    cold = {int(row[0]) for row in db.fetch_all(f"SELECT id {COLD_ROWS}")}
     test = sim.corpus.test()
     answers = {c for q in test for c in q.evidence if c in sim.hash_of_chunk}
-    rowid_of = _rowids(sim, set(sim.hash_of_chunk))
+    rowid_of = _rowids(sim)
     buried = frozenset(cold - {rowid_of[c] for c in answers if c in rowid_of})
     rankings = [ranking(sim, q, q.text, exclude=buried) for q in test]
     crowding: set[str] = set()
@@ -218,7 +211,7 @@ def measure_sweep(spec: CorpusSpec, seed: int, embedder: CachedEmbedder) -> dict
     for label, metrics in (
         ("full", _sharpness(swept["metrics"]["heldout"])),
         ("nosweep", _sharpness(unswept["metrics"]["heldout"])),
-        ("oracle", swept["after"]["oracle"]),
+        ("oracle", after["oracle"]),
     ):
         row.update({f"{label} {name}": value for name, value in metrics.items()})
     for name in SHARPNESS:
