@@ -15,10 +15,12 @@ Adding an operation is one entry here and one `Operations` method.
 
 from __future__ import annotations
 
+import functools
 import string
 from dataclasses import dataclass
 from typing import Any, Final, Generic, Literal, TypeVar
 
+import pydantic
 from pydantic import BaseModel
 
 from dreamcycle.daemon.api import edit_models, model_fields, recall_models, report_models
@@ -45,6 +47,9 @@ QUEUES: Final = Effects(read_only=False)
 RETRACTS: Final = Effects(read_only=False, destructive=True)
 REPLACES: Final = Effects(read_only=False, destructive=True, idempotent=False)
 
+#: The name of an operation's MCP tool where it names none: this, then its name.
+GENERATED_TOOL_PREFIX: Final = "mem_"
+
 #: A refusal of the operation itself: the chunk or decision named is not known here, or
 #: the request contradicts what is stored.
 NOT_FOUND: Final = 404
@@ -69,7 +74,9 @@ class Operation(Generic[Req, Resp]):
     effects: Effects
     #: Statuses it answers besides a bad body (422), the guard's and 503 while loading.
     refusals: tuple[int, ...] = ()
-    #: The MCP tools that reach it (some reach another operation first, or fill fields in).
+    #: The MCP tools that reach it, each a `MemoryTools` method (some reach another
+    #: operation first, or take engram's names); none: a tool `mem_<name>` is made whose
+    #: arguments are the request's fields (daemon/api/mcp_tools.py).
     tools: tuple[str, ...] = ()
     #: The command that runs it, as typed after the program's name.
     command: str = ""
@@ -88,6 +95,33 @@ class Operation(Generic[Req, Resp]):
         if self.method != "POST" or self.request is None:
             return False
         return bool(set(self.request.model_fields) - self.path_fields)
+
+    @functools.cached_property
+    def body(self) -> type[BaseModel] | None:
+        """The model of a request's JSON body: the request's own or, where the path carries
+        some fields, the base of the request that has the others (`PinBody` of
+        `PinRequest(PinBody, RefRequest)`), else a model made of those fields."""
+        if not self.takes_body:
+            return None
+        assert self.request is not None
+        if not self.path_fields:
+            return self.request
+        rest = [name for name in self.request.model_fields if name not in self.path_fields]
+        for base in self.request.__mro__[1:]:
+            if issubclass(base, BaseModel) and list(base.model_fields) == rest:
+                return base
+        fields: Any = {
+            name: (self.request.model_fields[name].annotation, self.request.model_fields[name])
+            for name in rest
+        }
+        return pydantic.create_model(
+            f"{self.request.__name__}Body", __base__=model_fields.Strict, **fields
+        )
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """The MCP tools that reach it: those named, else the one made from its request."""
+        return self.tools or (f"{GENERATED_TOOL_PREFIX}{self.name}",)
 
 
 #: The rule of a recall's time filters, which JSON Schema cannot compare.
@@ -203,7 +237,7 @@ OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
 
 def operation_of_tool(tool: str) -> Operation[Any, Any]:
     """The operation MCP tool `tool` reaches (what its annotations say it does)."""
-    return next(op for op in OPERATIONS if tool in op.tools)
+    return next(op for op in OPERATIONS if tool in op.tool_names)
 
 
 def by_name(name: str) -> Operation[Any, Any]:

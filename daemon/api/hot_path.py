@@ -31,7 +31,7 @@ import pydantic_core
 import trio
 from pydantic import BaseModel
 
-from dreamcycle.daemon.api import edit_models, recall_models
+from dreamcycle.daemon.api import contract
 from dreamcycle.daemon.api.errors import PROBLEM_JSON, Refusal, problem
 from dreamcycle.daemon.api.operations import Operations
 
@@ -52,15 +52,22 @@ class HotRoute:
     at_once: Callable[[Operations, Any], bool] | None = None
 
 
+def _hot(
+    op: contract.Operation[Any, Any], at_once: Callable[[Operations, Any], bool] | None = None
+) -> tuple[str, HotRoute]:
+    assert op.body is op.request is not None, f"{op.name}: its request is not its whole body"
+    return op.path, HotRoute(op.request, getattr(Operations, op.name), at_once)
+
+
 #: The per-turn operations, by path: what agents call around every step they take.
-HOT_ROUTES: Final[Mapping[str, HotRoute]] = {
-    "/v1/recall": HotRoute(
-        recall_models.RecallRequest, Operations.recall, Operations.recall_at_once
-    ),
-    "/v1/context": HotRoute(recall_models.ContextRequest, Operations.context),
-    "/v1/memories": HotRoute(edit_models.SaveRequest, Operations.save),
-    "/v1/outcomes": HotRoute(edit_models.OutcomeRequest, Operations.outcome),
-}
+HOT_ROUTES: Final[Mapping[str, HotRoute]] = dict(
+    (
+        _hot(contract.RECALL, Operations.recall_at_once),
+        _hot(contract.CONTEXT),
+        _hot(contract.SAVE),
+        _hot(contract.OUTCOME),
+    )
+)
 
 
 def hot_path(

@@ -8,8 +8,9 @@ the index is loaded and, in the daemon, while its database, backend and cycles a
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Final, TypeVar, cast
 
 import trio
 from fastapi import FastAPI, Query
@@ -17,7 +18,7 @@ from fastapi import Path as PathParameter
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 
-from dreamcycle.daemon.api import contract, edit_models, model_fields, recall_models, report_models
+from dreamcycle.daemon.api import contract
 from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.http_problems import BODY, GUARDED, error_responses, problem_response
 from dreamcycle.daemon.api.json_route import json_answer
@@ -25,9 +26,6 @@ from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.observe.health import Health
 
 Handler = TypeVar("Handler", bound=Callable[..., Awaitable[Response]])
-
-#: A chunk named in the path: its hash, or a prefix only it has.
-Ref = Annotated[str, PathParameter(pattern=model_fields.HASH_OR_UNIQUE_PREFIX)]
 
 
 def operation_routes(app: FastAPI, ops: Operations, limiter: trio.CapacityLimiter) -> None:
@@ -60,84 +58,73 @@ def operation_routes(app: FastAPI, ops: Operations, limiter: trio.CapacityLimite
             description=spec.rules or None,
         )
 
-    @operation(contract.RECALL)
-    async def recall(request: recall_models.RecallRequest) -> Response:
-        return await run(lambda: ops.recall(request))
+    for spec in contract.OPERATIONS:
+        operation(spec)(_endpoint(spec, ops, run))
 
-    @operation(contract.SAVE)
-    async def save(request: edit_models.SaveRequest) -> Response:
-        return await run(lambda: ops.save(request))
 
-    @operation(contract.OUTCOME)
-    async def outcome(request: edit_models.OutcomeRequest) -> Response:
-        return await run(lambda: ops.outcome(request))
-
-    @operation(contract.PULSE)
-    async def pulse(request: edit_models.PulseRequest) -> Response:
-        return await run(lambda: ops.pulse(request))
-
-    @operation(contract.TOMBSTONE)
-    async def tombstone(request: edit_models.TombstoneRequest) -> Response:
-        return await run(lambda: ops.tombstone(request))
-
-    @operation(contract.STATUS)
-    async def status() -> Response:
-        return await run(ops.status)
-
-    @operation(contract.MEMORY)
-    async def memory(ref: Ref) -> Response:
-        return await run(lambda: ops.memory(report_models.MemoryRequest(ref=ref)))
-
-    @operation(contract.FORGOTTEN)
-    async def forgotten(request: Annotated[report_models.ForgottenRequest, Query()]) -> Response:
-        return await run(lambda: ops.forgotten(request))
-
-    @operation(contract.SUPERSEDE)
-    async def supersede(request: edit_models.SupersedeRequest) -> Response:
-        return await run(lambda: ops.supersede(request))
-
-    @operation(contract.CONTEXT)
-    async def context(request: recall_models.ContextRequest) -> Response:
-        return await run(lambda: ops.context(request))
-
-    @operation(contract.EXPLAIN)
-    async def explain(ref: Ref) -> Response:
-        return await run(lambda: ops.explain(model_fields.RefRequest(ref=ref)))
-
-    @operation(contract.PIN)
-    async def pin(ref: Ref, body: edit_models.PinBody | None = None) -> Response:
-        floor = {} if body is None else body.model_dump()
-        return await run(lambda: ops.pin(edit_models.PinRequest(ref=ref, **floor)))
-
-    @operation(contract.UNPIN)
-    async def unpin(ref: Ref) -> Response:
-        return await run(lambda: ops.unpin(model_fields.RefRequest(ref=ref)))
-
-    @operation(contract.REINFORCE)
-    async def reinforce(ref: Ref, body: edit_models.FeedbackBody) -> Response:
-        return await run(
-            lambda: ops.reinforce(edit_models.FeedbackRequest(ref=ref, **body.model_dump()))
+def _endpoint(
+    spec: contract.Operation[Any, Any],
+    ops: Operations,
+    run: Callable[[Callable[[], BaseModel]], Awaitable[Response]],
+) -> Callable[..., Awaitable[Response]]:
+    """The route function of operation `spec`: its signature, made from the request model,
+    is what FastAPI reads and validates (the path's fields as path parameters, a GET's
+    others as its query, a POST's as its JSON body, optional when none is required); the
+    request model is made from them again in the worker thread, where any rule across the
+    path and the body is refused as every refusal is."""
+    parameters = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_in_path(spec, name))
+        for name in sorted(spec.path_fields)
+    ]
+    body = spec.body
+    if spec.request is not None and spec.method == "GET":
+        if spec.path_fields:
+            if set(spec.request.model_fields) != spec.path_fields:
+                raise TypeError(f"{spec.name}: a GET's path and query cannot be mixed")
+        else:
+            query = Annotated[spec.request, Query()]  # type: ignore[name-defined]
+            parameters.append(
+                inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=query)
+            )
+    elif body is not None:
+        optional = spec.path_fields and not any(f.is_required() for f in body.model_fields.values())
+        parameters.append(
+            inspect.Parameter(
+                "body",
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=body | None if optional else body,
+                default=None if optional else inspect.Parameter.empty,
+            )
         )
 
-    @operation(contract.PENALIZE)
-    async def penalize(ref: Ref, body: edit_models.FeedbackBody) -> Response:
-        return await run(
-            lambda: ops.penalize(edit_models.FeedbackRequest(ref=ref, **body.model_dump()))
-        )
+    async def endpoint(**given: Any) -> Response:
+        def answer() -> BaseModel:
+            call = getattr(ops, spec.name)
+            if spec.request is None:
+                return cast(BaseModel, call())
+            fields = {name: given[name] for name in spec.path_fields}
+            sent = given.get("body", given.get("request"))
+            if sent is not None:
+                fields.update(sent.model_dump(exclude_unset=True))
+            return cast(BaseModel, call(spec.request(**fields)))
 
-    @operation(contract.REVIVE)
-    async def revive(ref: Ref) -> Response:
-        return await run(lambda: ops.revive(model_fields.RefRequest(ref=ref)))
+        return await run(answer)
 
-    @operation(contract.UPDATE)
-    async def update(ref: Ref, body: edit_models.UpdateBody) -> Response:
-        return await run(
-            lambda: ops.update(edit_models.UpdateRequest(ref=ref, **body.model_dump()))
-        )
+    endpoint.__name__ = spec.name
+    endpoint.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    return endpoint
 
-    @operation(contract.TIMELINE)
-    async def timeline(request: Annotated[report_models.TimelineRequest, Query()]) -> Response:
-        return await run(lambda: ops.timeline(request))
+
+def _in_path(spec: contract.Operation[Any, Any], name: str) -> Any:
+    """Request field `name`, as the path parameter it is, with the bounds it states."""
+    assert spec.request is not None
+    stated = spec.request.model_json_schema()["properties"][name]
+    bounds = {ours: stated[theirs] for ours, theirs in _PATH_BOUNDS.items() if theirs in stated}
+    return Annotated[str, PathParameter(**bounds)]
+
+
+#: The bounds of a path's text field, as FastAPI's `Path` and JSON Schema name them.
+_PATH_BOUNDS: Final = {"pattern": "pattern", "min_length": "minLength", "max_length": "maxLength"}
 
 
 def probe_routes(app: FastAPI, ops: Operations, health: Health | None) -> None:
