@@ -81,8 +81,8 @@ def test_every_operation_is_served_over_http_as_declared(openapi: dict[str, Any]
 
 
 def test_every_tool_reaches_an_operation_and_says_what_it_does() -> None:
-    declared = [tool for op in contract.OPERATIONS for tool in op.tools]
-    assert sorted(declared) == sorted(mcp_tools.TOOLS)
+    declared = [tool for op in contract.OPERATIONS for tool in op.tool_names]
+    assert sorted(declared) == sorted(mcp_tools.tool_names())
     assert len(set(declared)) == len(declared)
     server = mcp_server.build_server(cast(mcp_tool_base.Transport, None))
     for tool in server._tool_manager.list_tools():

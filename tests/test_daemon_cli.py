@@ -118,7 +118,7 @@ def test_every_command_and_subcommand_has_help() -> None:
             "install-unit",
             "keys",
             # The memory operations without a module of their own (daemon/api/contract.py).
-            *(op.command for op in operation_verbs.SERVED),
+            *(op.command for op in operation_verbs.served()),
         ]
     )
     assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]

@@ -35,7 +35,7 @@ from dreamcycle.daemon.api.client_requests import request_model
 from dreamcycle.daemon.api.hot_path import hot_path
 from dreamcycle.daemon.api.http import create_app
 from dreamcycle.daemon.api.mcp_server import InProcess, build_server
-from dreamcycle.daemon.api.mcp_tools import EFFECTS, TOOLS
+from dreamcycle.daemon.api.mcp_tools import tool_names
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cli.common import EXIT_USAGE, run_guarded
 from dreamcycle.daemon.runtime import Runtime
@@ -383,7 +383,7 @@ def test_the_server_reports_the_package_version_and_each_tools_effects(
     info, tools = trio.run(listed)
     assert info.name == "dreamcycle"
     assert info.version == importlib.metadata.version("dreamcycle") != ""
-    assert [tool.name for tool in tools] == list(TOOLS) == list(EFFECTS)
+    assert [tool.name for tool in tools] == list(tool_names())
     for tool in tools:
         hints = tool.annotations
         assert hints is not None, tool.name
@@ -396,7 +396,7 @@ def test_the_server_reports_the_package_version_and_each_tools_effects(
     destructive = {
         tool.name for tool in tools if tool.annotations and tool.annotations.destructive_hint
     }
-    assert destructive == {"mem_delete", "mem_update"}
+    assert destructive == {"mem_delete", "mem_update", "mem_supersede"}
 
     def state() -> tuple[Any, ...]:
         return tuple(

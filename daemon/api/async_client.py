@@ -39,10 +39,12 @@ from dreamcycle.daemon.api.client_wire import (
     decode,
     prepare,
     resolve_endpoint,
+    with_every_operation,
 )
 from dreamcycle.daemon.config import Config
 
 
+@with_every_operation
 class AsyncMemoryClient:
     """The same operations awaited, under trio or asyncio:
     `async with AsyncMemoryClient() as memory: await memory.recall("...")`."""

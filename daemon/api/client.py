@@ -60,6 +60,7 @@ from dreamcycle.daemon.api.client_wire import (
     decode,
     prepare,
     resolve_endpoint,
+    with_every_operation,
 )
 from dreamcycle.daemon.config import Config
 
@@ -120,6 +121,7 @@ def _connection_pool(endpoint: Endpoint, timeout_s: float) -> urllib3.HTTPConnec
     return pool
 
 
+@with_every_operation
 class MemoryClient:
     """Blocking client: `with MemoryClient() as memory: memory.recall("...")`."""
 

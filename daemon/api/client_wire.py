@@ -8,7 +8,9 @@ lists every operation once: the clients, and the MCP tools through them, know no
 
 from __future__ import annotations
 
+import inspect
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -18,6 +20,7 @@ from pydantic import BaseModel
 
 from dreamcycle.daemon.api import contract
 from dreamcycle.daemon.api.client_errors import Unavailable, error_for, reason_of
+from dreamcycle.daemon.api.client_requests import request_model
 from dreamcycle.daemon.config import Config, load_config
 
 Req = TypeVar("Req", bound=BaseModel | None)
@@ -94,6 +97,42 @@ def resolve_endpoint(
             socket_path=None if socket_path is None else Path(socket_path), url=url, token=token
         )
     return Endpoint.from_config(config or load_config())
+
+
+Client = TypeVar("Client", bound=type)
+
+
+def with_every_operation(client: Client) -> Client:
+    """`client`, with a method for each operation it has none of its own for (named as the
+    operation, taking the request's fields as keyword arguments, checked before anything
+    is sent), so that an operation added to the table is a method of both clients.
+    Whether the method is a coroutine follows the client's `send`."""
+    asynchronous = inspect.iscoroutinefunction(client.send)  # type: ignore[attr-defined]
+    for op in contract.OPERATIONS:
+        if not hasattr(client, op.name):
+            method = _async_method(op) if asynchronous else _method(op)
+            method.__name__ = op.name
+            method.__doc__ = f"{op.summary[:1].upper()}{op.summary[1:]}."
+            setattr(client, op.name, method)
+    return client
+
+
+def _request(route: Route[Any, Any], fields: dict[str, Any]) -> Any:
+    return None if route.request is None else request_model(route.request, **fields)
+
+
+def _method(route: Route[Any, Any]) -> Callable[..., Any]:
+    def method(self: Any, **fields: Any) -> Any:
+        return self.send(route, _request(route, fields))
+
+    return method
+
+
+def _async_method(route: Route[Any, Any]) -> Callable[..., Any]:
+    async def method(self: Any, **fields: Any) -> Any:
+        return await self.send(route, _request(route, fields))
+
+    return method
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from dreamcycle.daemon.api import contract, refusals
 from dreamcycle.daemon.api.client_errors import ApiError, error_for
 from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.mcp_tool_base import Req, Resp, Transport
-from dreamcycle.daemon.api.mcp_tools import EFFECTS, TOOLS, MemoryTools
+from dreamcycle.daemon.api.mcp_tools import MemoryTools, tool_annotations, tool_function, tool_names
 from dreamcycle.daemon.api.operations import Operations
 
 log = logging.getLogger("dreamcycle.mcp")
@@ -174,11 +174,11 @@ def _with_stated_rules(schema: dict[str, Any], op: contract.Operation[Any, Any])
 def build_server(transport: Transport) -> MCPServer[Any]:
     tools = MemoryTools(transport)
     served: list[Tool] = []
-    for name in TOOLS:
-        method = getattr(tools, name)
-        description = inspect.cleandoc(method.__doc__)
+    for name in tool_names():
+        method = tool_function(tools, name)
+        description = inspect.cleandoc(method.__doc__ or "")
         tool = _RefusingTool.from_function(
-            _reporting(method), name, description=description, annotations=EFFECTS[name]
+            _reporting(method), name, description=description, annotations=tool_annotations(name)
         )
         served.append(_strict(tool))
     return MCPServer(

@@ -64,6 +64,10 @@ class ToolsBase:
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
 
+    @property
+    def transport(self) -> Transport:
+        return self._transport
+
     async def _memory(self, ref: str) -> report_models.Memory:
         return await self._transport.send(
             contract.MEMORY, request_model(report_models.MemoryRequest, ref=ref)

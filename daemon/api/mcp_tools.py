@@ -5,19 +5,24 @@ Tool names are the ones agents' prompts already call for engram (`mem_save`,
 `mem_search`, ...), mapped onto this daemon's operations, plus `mem_outcome`,
 `mem_forgotten`, `mem_explain`, `mem_pin`, `mem_unpin`, `mem_reinforce`,
 `mem_penalize`, `mem_timeline` and `mem_revive`. The tools that read are
-mcp_read_tools.py's, those that change memory mcp_edit_tools.py's; each tool says what it
-does to memory in its annotations (`EFFECTS`), as daemon/api/contract.py declares it.
+mcp_read_tools.py's, those that change memory mcp_edit_tools.py's; an operation that names
+no tool is served by one made from its request model (`tool_function`). Each tool says
+what it does to memory in its annotations, as daemon/api/contract.py declares it.
 The server that serves them is mcp_server.py's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Final, cast
 
 from mcp_types import ToolAnnotations
+from pydantic import BaseModel, Field
+from pydantic.fields import FieldInfo
 
 from dreamcycle.daemon.api import contract
+from dreamcycle.daemon.api.client_requests import request_model
 from dreamcycle.daemon.api.mcp_edit_tools import EditTools
 from dreamcycle.daemon.api.mcp_read_tools import ReadTools
 
@@ -26,32 +31,29 @@ class MemoryTools(ReadTools, EditTools):
     """One method per tool, named as the tool; its docstring is the tool's description."""
 
 
-#: Every tool served, in the order listed to clients: each is the MemoryTools method of
-#: that name.
-TOOLS: Final = (
+#: The tools listed first, in this order (what an agent calls on most turns); the others
+#: follow in the order daemon/api/contract.py declares their operations.
+LISTED_FIRST: Final = (
     "mem_save",
     "mem_search",
     "mem_context",
     "mem_get_observation",
     "mem_stats",
     "mem_outcome",
-    "mem_forgotten",
-    "mem_update",
-    "mem_delete",
-    "mem_session_summary",
-    "mem_explain",
-    "mem_pin",
-    "mem_unpin",
-    "mem_reinforce",
-    "mem_penalize",
-    "mem_timeline",
-    "mem_revive",
 )
 
 
-def _annotations(tool: str) -> ToolAnnotations:
+def tool_names() -> tuple[str, ...]:
+    """Every tool served, in the order listed to clients."""
+    declared = [tool for op in contract.OPERATIONS for tool in op.tool_names]
+    return (*LISTED_FIRST, *(tool for tool in declared if tool not in LISTED_FIRST))
+
+
+def tool_annotations(tool: str) -> ToolAnnotations:
     """What tool `tool` does to memory, as the operation it reaches declares it
-    (daemon/api/contract.py), for clients deciding whether to ask before a call."""
+    (daemon/api/contract.py), for clients deciding whether to ask before a call:
+    mem_search and mem_context record the decision they inform, for mem_outcome to credit
+    (a write); mem_delete and mem_update retract a memory."""
     effects = contract.operation_of_tool(tool).effects
     return ToolAnnotations(
         read_only_hint=effects.read_only,
@@ -60,6 +62,41 @@ def _annotations(tool: str) -> ToolAnnotations:
     )
 
 
-#: Each tool's annotations (mem_search and mem_context record the decision they inform,
-#: for mem_outcome to credit: a write; mem_delete and mem_update retract a memory).
-EFFECTS: Final[Mapping[str, ToolAnnotations]] = {tool: _annotations(tool) for tool in TOOLS}
+def tool_function(tools: MemoryTools, tool: str) -> Callable[..., Awaitable[BaseModel]]:
+    """What tool `tool` calls: its `MemoryTools` method, or for an operation that names no
+    tool, one made from the operation's request model (each field an argument, with its
+    description, bounds and default), described by the operation's summary and rules."""
+    method = getattr(tools, tool, None)
+    if method is not None:
+        return cast(Callable[..., Awaitable[BaseModel]], method)
+    op = contract.operation_of_tool(tool)
+    fields = {} if op.request is None else op.request.model_fields
+    parameters = [
+        inspect.Parameter(
+            name,
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[(info.annotation, *info.metadata, _described(info))],
+            default=inspect.Parameter.empty
+            if info.is_required()
+            else info.get_default(call_default_factory=True),
+        )
+        for name, info in fields.items()
+    ]
+
+    async def call(**arguments: Any) -> BaseModel:
+        request = None if op.request is None else request_model(op.request, **arguments)
+        return cast(BaseModel, await tools.transport.send(op, request))
+
+    call.__name__ = tool
+    call.__doc__ = f"{op.summary[:1].upper()}{op.summary[1:]}." + (
+        f" Refused: {op.rules}." if op.rules else ""
+    )
+    call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        parameters, return_annotation=op.response
+    )
+    return call
+
+
+def _described(info: FieldInfo) -> FieldInfo:
+    described: FieldInfo = Field(description=info.description)
+    return described

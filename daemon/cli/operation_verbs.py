@@ -1,7 +1,7 @@
-"""The memory operations that have no command of their own (`show`, `explain`, `pin`,
-`unpin`, `reinforce`, `penalize`, `revive`, `update`, `timeline`, `context`, `save`,
-`supersede`): one command each, made from the operation's entry in
-daemon/api/contract.py.
+"""The memory operations that have no command module of their own (`show`, `explain`,
+`pin`, `unpin`, `reinforce`, `penalize`, `revive`, `update`, `timeline`, `context`,
+`save`, `supersede`, and any operation added to daemon/api/contract.py): one command
+each, made from the operation's entry there.
 
 A command's arguments are its request model's fields: those the path carries (the chunk
 `REF`) and those a request cannot do without (`CONTENT`, `TASK`, a `REASON`) are positional,
@@ -14,7 +14,7 @@ its API is reported rather than written beside). Either way it prints the same a
 `--json` the operation's JSON, otherwise one line per field.
 
 One module for all of them: they differ only by their entry in the table, and a module
-per command would repeat this one twelve times.
+per command would repeat this one for each.
 """
 
 from __future__ import annotations
@@ -45,12 +45,20 @@ if TYPE_CHECKING:
 
     from dreamcycle.daemon.config import Config
 
-#: The operations served by these commands, each under its `command` name.
-SERVED: Final = (
-    contract.SAVE, contract.MEMORY, contract.SUPERSEDE, contract.CONTEXT, contract.EXPLAIN,
-    contract.PIN, contract.UNPIN, contract.REINFORCE, contract.PENALIZE, contract.REVIVE,
-    contract.UPDATE, contract.TIMELINE,
-)  # fmt: skip
+#: The commands with a module of their own: `recall`, `status` and `forgotten` print more
+#: than their answer, and `pulse-emit`'s verbs are another program's.
+OWN_MODULE: Final = frozenset({"recall", "status", "forgotten"})
+
+
+def served() -> tuple[contract.Operation[Any, Any], ...]:
+    """The operations served by these commands, each under its `command` name."""
+    return tuple(
+        op
+        for op in contract.OPERATIONS
+        if op.command not in OWN_MODULE and not op.command.startswith("pulse-emit ")
+    )
+
+
 #: Request fields holding another request's fields, flattened into the command's options.
 NESTED: Final = frozenset({"filters", "memory"})
 
@@ -65,7 +73,7 @@ class Argument:
 
 
 def register(verbs: Any) -> None:
-    for op in SERVED:
+    for op in served():
         _register(verbs, op)
 
 
@@ -85,8 +93,9 @@ def _register(verbs: Any, op: contract.Operation[Any, Any]) -> None:
 
 
 def _arguments(parser: argparse.ArgumentParser, op: contract.Operation[Any, Any]) -> list[Argument]:
-    assert op.request is not None
     arguments: list[Argument] = []
+    if op.request is None:
+        return arguments
     taken: set[str] = set()
     for name, info in op.request.model_fields.items():
         nested_model = _model_of(info)
@@ -179,7 +188,8 @@ def _request(
 ) -> Any:
     from dreamcycle.daemon.api.client_requests import request_model
 
-    assert op.request is not None
+    if op.request is None:
+        return None
     top: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {}
     for argument in arguments:
