@@ -101,8 +101,9 @@ def _normalise_rows(vectors: Vectors) -> Vectors:
     return np.ascontiguousarray(vectors / safe, dtype=np.float32)
 
 
-#: Embedded once as the model loads, which starts the threads that later calls reuse.
-_WARM_UP_TEXT: Final = "warm up"
+#: Embedded once as the model loads, which starts the threads that later calls reuse: a
+#: batch of more than one, since the tokenizer starts its parallel pool only for a batch.
+_WARM_UP_TEXTS: Final = ("warm up", "and again")
 
 
 class Embedder:
@@ -214,7 +215,7 @@ class Embedder:
         try:
             model = TextEmbedding(model_name=self._model_name, threads=self._threads, **options)
             # The tokenizer's and onnxruntime's thread pools start on the first call.
-            list(model.embed([_WARM_UP_TEXT]))
+            list(model.embed(list(_WARM_UP_TEXTS)))
         # fastembed and onnxruntime raise a variety of types (ValueError, OSError,
         # onnxruntime's own); all mean the same thing to the caller.
         except Exception as error:

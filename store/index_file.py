@@ -183,6 +183,19 @@ def read_meta(path: Path) -> IndexMeta:
     return meta
 
 
+#: Bytes enough for blake3 to hash on its thread pool (smaller inputs it hashes alone).
+_POOL_START_BYTES: Final = 1 << 16
+
+
+def start_checksum_threads() -> None:
+    """Start the thread pool checksums are hashed on, now, in the calling thread: blake3
+    starts it with the first large input and keeps its threads, at the priority of the
+    thread that started them. The daemon calls this at start, so that the cycle's thread,
+    saving the index under SCHED_IDLE, does not start them (and every later checksum,
+    at start-up too, run) at that priority."""
+    blake3.blake3(bytes(_POOL_START_BYTES), max_threads=blake3.blake3.AUTO).digest()
+
+
 def _checksum(file: int) -> str:
     """blake3 of the whole file open as descriptor `file`, read a buffer at a time: a
     mapped file's pages count as the process's resident memory while it is hashed, which

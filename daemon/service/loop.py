@@ -54,6 +54,7 @@ from dreamcycle.daemon.observe.storage_health import StorageFault, storage_fault
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.scheduling.cycle_thread import CycleThread
 from dreamcycle.daemon.service import systemd
+from dreamcycle.store.index_file import start_checksum_threads
 
 log = logging.getLogger("dreamcycle.service")
 T = TypeVar("T")
@@ -88,6 +89,8 @@ class Service:
         # The model's threads keep the priority they start with, and serve every later
         # cycle: they must not start under SCHED_IDLE.
         rt.embedder.load_within(self._cycle_thread.at_normal_priority)
+        # So do those the index's checksum is hashed on, which the cycle's save would start.
+        start_checksum_threads()
         self.api: Operations | None = Operations(rt) if rt.config.api.enabled else None
 
     async def run(self) -> int:
