@@ -53,6 +53,18 @@ ECHO: contract.Operation[EchoRequest, Echo] = contract.Operation(
 )  # fmt: skip
 
 
+class CountRequest(model_fields.Strict):
+    words: str = Field(min_length=1, max_length=20)
+    times: model_fields.Integer = Field(default=1, ge=1, le=3)
+
+
+#: A second one, read by a GET's query.
+COUNT: contract.Operation[CountRequest, Echo] = contract.Operation(
+    "count", "GET", "/v1/counts", CountRequest, Echo, "count the words", contract.READS,
+    command="count",
+)  # fmt: skip
+
+
 class EchoOperations:
     """What the HTTP routes and the MCP tools call: `Operations`' own, plus `echo`."""
 
@@ -68,10 +80,13 @@ class EchoOperations:
         self.requests.append(request)
         return Echo(ref=request.ref, said=" ".join([request.words] * request.times))
 
+    def count(self, request: CountRequest) -> Echo:
+        return Echo(ref="", said=str(len(request.words.split()) * request.times))
+
 
 @pytest.fixture
 def added(monkeypatch: pytest.MonkeyPatch) -> Iterator[EchoOperations]:
-    monkeypatch.setattr(contract, "OPERATIONS", (*contract.OPERATIONS, ECHO))
+    monkeypatch.setattr(contract, "OPERATIONS", (*contract.OPERATIONS, ECHO, COUNT))
     yield EchoOperations()
 
 
@@ -88,10 +103,16 @@ def test_the_http_api_serves_and_describes_it(added: EchoOperations) -> None:
                 await client.post(f"/v1/memories/{REF}/echo", json={"words": "hi", "loud": 1}),
                 await client.post("/v1/memories/nothex/echo", json={"words": "hi"}),
                 await client.post("/v1/memories/00000000/echo", json={"words": "hi"}),
+                await client.get("/v1/counts", params={"words": "a b c", "times": 2}),
+                await client.get("/v1/counts", params={"words": "a", "times": 9}),
             ]
             return app.openapi(), sent
 
-    document, (ok, too_many, unknown, bad_ref, unknown_ref) = trio.run(run)
+    document, (ok, too_many, unknown, bad_ref, unknown_ref, counted, over) = trio.run(run)
+    assert counted.status_code == 200 and counted.json()["said"] == "6"
+    assert over.status_code == 422 and "times" in over.text
+    query = {p["name"]: p for p in document["paths"][COUNT.path]["get"]["parameters"]}
+    assert query["words"]["in"] == "query" and query["times"]["schema"]["maximum"] == 3
     assert ok.status_code == 200 and ok.json() == {"ref": REF, "said": "hi hi"}
     assert added.requests == [EchoRequest(ref=REF, words="hi", times=2)]
     assert too_many.status_code == unknown.status_code == bad_ref.status_code == 422
@@ -121,6 +142,7 @@ def test_an_mcp_tool_serves_it_with_the_same_limits(added: EchoOperations) -> No
                 {"ref": "00000000", "words": "yo"},
             ]
             results = [await client.call_tool("mem_echo", arguments) for arguments in calls]
+            results.append(await client.call_tool("mem_count", {"words": "a b", "times": 3}))
         said = [
             (
                 bool(result.is_error),
@@ -130,7 +152,9 @@ def test_an_mcp_tool_serves_it_with_the_same_limits(added: EchoOperations) -> No
         ]
         return next(tool for tool in listed if tool.name == "mem_echo"), said
 
-    tool, ((failed, text), (boolean, _), (too_long, _), (missing, reason)) = trio.run(run)
+    tool, said = trio.run(run)
+    (failed, text), (boolean, _), (too_long, _), (missing, reason), (_, counted) = said
+    assert json.loads(counted)["said"] == "6"
     assert not failed and json.loads(text) == {"ref": REF, "said": "yo yo yo"}
     assert boolean and too_long and missing and "no chunk" in reason
     assert tool.description.startswith("Say the words back.") and ECHO.rules in tool.description
@@ -148,7 +172,7 @@ def test_both_clients_have_a_method_for_it(added: EchoOperations, client: type) 
 
     def record(self: Any, route: contract.Operation[Any, Any], request: Any) -> Echo:
         sent.append((route, request))
-        return Echo(ref=request.ref, said=request.words)
+        return Echo(ref=getattr(request, "ref", ""), said=request.words)
 
     async def record_async(self: Any, route: contract.Operation[Any, Any], request: Any) -> Echo:
         return record(self, route, request)
@@ -159,19 +183,21 @@ def test_both_clients_have_a_method_for_it(added: EchoOperations, client: type) 
     )
     memory = completed(url="http://127.0.0.1:9")
 
-    def called(**fields: Any) -> Any:
-        answer = memory.echo(**fields)
+    def called(operation: str, **fields: Any) -> Any:
+        answer = getattr(memory, operation)(**fields)
         return trio.run(lambda: answer) if asynchronous else answer
 
-    assert called(ref=REF, words="hello") == Echo(ref=REF, said="hello")
-    assert sent == [(ECHO, EchoRequest(ref=REF, words="hello"))]
+    assert called("echo", ref=REF, words="hello") == Echo(ref=REF, said="hello")
+    assert called("count", words="a b") == Echo(ref="", said="a b")
+    assert sent == [(ECHO, EchoRequest(ref=REF, words="hello")), (COUNT, CountRequest(words="a b"))]
+    sent.clear()
     with pytest.raises(BadRequest, match="times"):
-        called(ref=REF, words="hello", times=7)
-    assert len(sent) == 1  # refused before anything was sent
+        called("echo", ref=REF, words="hello", times=7)
+    assert sent == []  # refused before anything was sent
 
 
 def test_a_command_runs_it(added: EchoOperations) -> None:
-    assert ECHO in operation_verbs.served()
+    assert ECHO in operation_verbs.served() and COUNT in operation_verbs.served()
     parser = build_parser()
     subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     echo = subcommands.choices["echo"]

@@ -383,7 +383,12 @@ def test_the_server_reports_the_package_version_and_each_tools_effects(
     info, tools = trio.run(listed)
     assert info.name == "dreamcycle"
     assert info.version == importlib.metadata.version("dreamcycle") != ""
-    assert [tool.name for tool in tools] == list(tool_names())
+    assert [tool.name for tool in tools] == list(tool_names()) == [
+        "mem_save", "mem_search", "mem_context", "mem_get_observation", "mem_stats",
+        "mem_outcome", "mem_session_summary", "mem_pulse", "mem_delete", "mem_forgotten",
+        "mem_supersede", "mem_explain", "mem_pin", "mem_unpin", "mem_reinforce",
+        "mem_penalize", "mem_revive", "mem_update", "mem_timeline",
+    ]  # fmt: skip
     for tool in tools:
         hints = tool.annotations
         assert hints is not None, tool.name

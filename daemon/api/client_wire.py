@@ -118,7 +118,11 @@ def with_every_operation(client: Client) -> Client:
 
 
 def _request(route: Route[Any, Any], fields: dict[str, Any]) -> Any:
-    return None if route.request is None else request_model(route.request, **fields)
+    if route.request is None:
+        if fields:
+            raise TypeError(f"{route.name}() takes no arguments, got {sorted(fields)}")
+        return None
+    return request_model(route.request, **fields)
 
 
 def _method(route: Route[Any, Any]) -> Callable[..., Any]:

@@ -235,6 +235,19 @@ OPERATIONS: Final[tuple[Operation[Any, Any], ...]] = (
 )  # fmt: skip
 
 
+#: The MCP tools listed first, in this order (what an agent calls on most turns); the
+#: others follow in the order OPERATIONS declares their operations.
+LISTED_FIRST: Final = (
+    "mem_save", "mem_search", "mem_context", "mem_get_observation", "mem_stats", "mem_outcome",
+)  # fmt: skip
+
+
+def tool_names() -> tuple[str, ...]:
+    """Every MCP tool served, in the order listed to clients."""
+    declared = [tool for op in OPERATIONS for tool in op.tool_names]
+    return (*LISTED_FIRST, *(tool for tool in declared if tool not in LISTED_FIRST))
+
+
 def operation_of_tool(tool: str) -> Operation[Any, Any]:
     """The operation MCP tool `tool` reaches (what its annotations say it does)."""
     return next(op for op in OPERATIONS if tool in op.tool_names)

@@ -69,9 +69,14 @@ def _endpoint(
 ) -> Callable[..., Awaitable[Response]]:
     """The route function of operation `spec`: its signature, made from the request model,
     is what FastAPI reads and validates (the path's fields as path parameters, a GET's
-    others as its query, a POST's as its JSON body, optional when none is required); the
-    request model is made from them again in the worker thread, where any rule across the
-    path and the body is refused as every refusal is."""
+    others as its query, a POST's as its JSON body). Beside path fields, a body none of
+    whose fields is required may be left out (a pin's floor has a default; an update that
+    changes nothing is refused by the operation). Where the path carries fields, the
+    request is made from them and the body in the worker thread, so that a rule across the
+    two is refused as every refusal is."""
+    sent_as = "query" if spec.method == "GET" else "body"
+    if sent_as in spec.path_fields:
+        raise TypeError(f"{spec.name}: a path field may not be named {sent_as!r}")
     parameters = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_in_path(spec, name))
         for name in sorted(spec.path_fields)
@@ -84,13 +89,13 @@ def _endpoint(
         else:
             query = Annotated[spec.request, Query()]  # type: ignore[name-defined]
             parameters.append(
-                inspect.Parameter("request", inspect.Parameter.KEYWORD_ONLY, annotation=query)
+                inspect.Parameter(sent_as, inspect.Parameter.KEYWORD_ONLY, annotation=query)
             )
     elif body is not None:
         optional = spec.path_fields and not any(f.is_required() for f in body.model_fields.values())
         parameters.append(
             inspect.Parameter(
-                "body",
+                sent_as,
                 inspect.Parameter.KEYWORD_ONLY,
                 annotation=body | None if optional else body,
                 default=None if optional else inspect.Parameter.empty,
@@ -100,10 +105,12 @@ def _endpoint(
     async def endpoint(**given: Any) -> Response:
         def answer() -> BaseModel:
             call = getattr(ops, spec.name)
+            sent = given.get(sent_as)
             if spec.request is None:
                 return cast(BaseModel, call())
+            if not spec.path_fields and sent is not None:
+                return cast(BaseModel, call(sent))  # validated whole by FastAPI
             fields = {name: given[name] for name in spec.path_fields}
-            sent = given.get("body", given.get("request"))
             if sent is not None:
                 fields.update(sent.model_dump(exclude_unset=True))
             return cast(BaseModel, call(spec.request(**fields)))
@@ -116,15 +123,21 @@ def _endpoint(
 
 
 def _in_path(spec: contract.Operation[Any, Any], name: str) -> Any:
-    """Request field `name`, as the path parameter it is, with the bounds it states."""
+    """Request field `name`, as the path parameter it is, with its description and the
+    bounds it states (a path carries text only)."""
     assert spec.request is not None
+    if spec.request.model_fields[name].annotation is not str:
+        raise TypeError(f"{spec.name}: path field {name!r} must be a str")
     stated = spec.request.model_json_schema()["properties"][name]
     bounds = {ours: stated[theirs] for ours, theirs in _PATH_BOUNDS.items() if theirs in stated}
     return Annotated[str, PathParameter(**bounds)]
 
 
-#: The bounds of a path's text field, as FastAPI's `Path` and JSON Schema name them.
-_PATH_BOUNDS: Final = {"pattern": "pattern", "min_length": "minLength", "max_length": "maxLength"}
+#: A path field's description and bounds, as FastAPI's `Path` and JSON Schema name them.
+_PATH_BOUNDS: Final = {
+    "description": "description", "pattern": "pattern", "min_length": "minLength",
+    "max_length": "maxLength",
+}  # fmt: skip
 
 
 def probe_routes(app: FastAPI, ops: Operations, health: Health | None) -> None:

@@ -4,7 +4,7 @@ each does to memory.
 Tool names are the ones agents' prompts already call for engram (`mem_save`,
 `mem_search`, ...), mapped onto this daemon's operations, plus `mem_outcome`,
 `mem_forgotten`, `mem_explain`, `mem_pin`, `mem_unpin`, `mem_reinforce`,
-`mem_penalize`, `mem_timeline` and `mem_revive`. The tools that read are
+`mem_penalize`, `mem_timeline`, `mem_revive`, `mem_pulse` and `mem_supersede`. The tools that read are
 mcp_read_tools.py's, those that change memory mcp_edit_tools.py's; an operation that names
 no tool is served by one made from its request model (`tool_function`). Each tool says
 what it does to memory in its annotations, as daemon/api/contract.py declares it.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Final, cast
+from typing import Annotated, Any, cast
 
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
@@ -31,22 +31,9 @@ class MemoryTools(ReadTools, EditTools):
     """One method per tool, named as the tool; its docstring is the tool's description."""
 
 
-#: The tools listed first, in this order (what an agent calls on most turns); the others
-#: follow in the order daemon/api/contract.py declares their operations.
-LISTED_FIRST: Final = (
-    "mem_save",
-    "mem_search",
-    "mem_context",
-    "mem_get_observation",
-    "mem_stats",
-    "mem_outcome",
-)
-
-
 def tool_names() -> tuple[str, ...]:
-    """Every tool served, in the order listed to clients."""
-    declared = [tool for op in contract.OPERATIONS for tool in op.tool_names]
-    return (*LISTED_FIRST, *(tool for tool in declared if tool not in LISTED_FIRST))
+    """Every tool served, in the order listed to clients (daemon/api/contract.py)."""
+    return contract.tool_names()
 
 
 def tool_annotations(tool: str) -> ToolAnnotations:
@@ -66,10 +53,9 @@ def tool_function(tools: MemoryTools, tool: str) -> Callable[..., Awaitable[Base
     """What tool `tool` calls: its `MemoryTools` method, or for an operation that names no
     tool, one made from the operation's request model (each field an argument, with its
     description, bounds and default), described by the operation's summary and rules."""
-    method = getattr(tools, tool, None)
-    if method is not None:
-        return cast(Callable[..., Awaitable[BaseModel]], method)
     op = contract.operation_of_tool(tool)
+    if op.tools:
+        return cast(Callable[..., Awaitable[BaseModel]], getattr(tools, tool))
     fields = {} if op.request is None else op.request.model_fields
     parameters = [
         inspect.Parameter(

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from dreamcycle.daemon.config import Config
 
 #: Every tool served, as daemon/api/contract.py lists them.
-TOOL_NAMES = tuple(tool for op in contract.OPERATIONS for tool in op.tool_names)
+TOOL_NAMES = contract.tool_names()
 #: How often a daemon being started is asked whether it serves memory yet.
 _START_POLL_S = 0.25
 #: Lines of a started daemon's log shown when it does not come up.

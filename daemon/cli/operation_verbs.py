@@ -84,7 +84,7 @@ def _register(verbs: Any, op: contract.Operation[Any, Any]) -> None:
         help=op.summary,
         description=f"{op.summary[:1].upper()}{op.summary[1:]}."
         + (f" Refused besides: {op.rules}." if op.rules else "")
-        + f" The API's {op.method} {op.path}; MCP: {', '.join(op.tools) or 'none'}.",
+        + f" The API's {op.method} {op.path}; MCP: {', '.join(op.tool_names)}.",
         epilog=existing_data_epilog(),
     )
     arguments = _arguments(parser, op)
