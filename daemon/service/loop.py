@@ -83,6 +83,8 @@ class Service:
         #: A phase failed on a storage fault: memory may be ahead of what was rolled back.
         self._reload_due = False
         self.cycles_done = 0
+        #: Set once the daemon has told systemd it is stopping.
+        self._stopping = False
         #: Phases run on it one at a time: they share a database connection and the
         #: salience cache.
         self._cycle_thread = CycleThread("cycle", rt.config.cycle.cpu_priority)
@@ -148,6 +150,8 @@ class Service:
         try:
             return await self._loop(peer)
         finally:
+            # No watchdog ping follows: stopping is the last thing systemd hears.
+            self._stopping = True
             systemd.notify("STOPPING=1")
             self.health.index_loaded = False
             if self.api is not None:
@@ -330,7 +334,7 @@ class Service:
         cycle has been under way for longer than the whole timeout."""
         timeout_s = 2 * interval_s
         starved = False
-        while True:
+        while not self._stopping:
             stalled = self.health.stalled()
             if stalled is None or stalled[1] <= timeout_s:
                 systemd.notify("WATCHDOG=1")
