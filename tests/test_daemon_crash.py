@@ -58,9 +58,13 @@ INTERVAL_S = "0.2"
 #: take seconds each.
 CATCH_UP_TIMEOUT_S = 240.0
 #: One segment per cycle, so catching up takes many cycles and kills land in the middle.
-#: No downscale and no sweep: salience is a function of the applied pulses alone.
+#: No downscale and no sweep: salience is a function of the applied pulses alone. Cycles
+#: at normal CPU priority: under SCHED_IDLE beside processes that keep both cores busy,
+#: each step waits seconds to be raised, and thirty cycles outlast the catch-up's timeout
+#: (what is tested here is what a kill leaves, not the cycle's priority).
 SETTINGS = {
     "DREAMCYCLE_CYCLE_MAX_SEGMENTS": "1",
+    "DREAMCYCLE_CYCLE_CPU_PRIORITY": "normal",
     "DREAMCYCLE_DOWNSCALE_ENABLED": "false",
     "DREAMCYCLE_SWEEP_ENABLED": "false",
     "DREAMCYCLE_ZEITGEIST_COMPACTION_INTERVAL_S": "1e9",

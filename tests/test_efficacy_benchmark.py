@@ -20,7 +20,9 @@ from scripts.efficacy_corpus import load_corpus
 from scripts.efficacy_report import aggregate_seeds
 from scripts.efficacy_targets import MAX_EVIDENCE_LOST, misses
 
-pytestmark = pytest.mark.slow
+#: Nine simulations with the real model: minutes on two busy cores, past the suite's
+#: default timeout (which guards against hangs, not against work).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: The targets this corpus holds the defaults to (efficacy_targets.Miss.target).
 ASSERTED_TARGETS = (
