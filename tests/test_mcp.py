@@ -314,11 +314,16 @@ def stop_daemon(data_dir: Path) -> None:
 
 @pytest.mark.parametrize("over", ["unix", "tcp"])
 def test_streamable_http_endpoint(served: ApiDaemon, over: str) -> None:
+    # The whole conversation is bounded (within_timeout); a call alone may take seconds on a
+    # busy machine (the first builds the tools), past httpx's default of 5.
+    timeout = httpx2.Timeout(SESSION_TIMEOUT_S)
     if over == "unix":
-        http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=served.socket_path))
+        transport = httpx2.AsyncHTTPTransport(uds=served.socket_path)
+        http = httpx2.AsyncClient(transport=transport, timeout=timeout)
         url = f"http://localhost{MCP_PATH}"
     else:
-        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"})
+        headers = {"authorization": f"Bearer {TOKEN}"}
+        http = httpx2.AsyncClient(headers=headers, timeout=timeout)
         url = f"{served.url}{MCP_PATH}"
 
     async def conversation() -> None:

@@ -165,14 +165,21 @@ def test_the_attached_peers_statements_wait_for_requests_and_not_once_detached(
         peer.db.fetch_all("SELECT 1")
         ran.set()
 
-    with ops.requests_first.serving():
+    gate = ops.requests_first
+    with gate.serving():
         thread = in_thread(cycle_statement)
-        assert not ran.wait(0.2)
-    assert ran.wait(2.0)
+        # On a busy machine the thread may take a while to reach its statement: until it
+        # waits, the request must last (else the statement would run with none in flight).
+        deadline = time.monotonic() + 60.0
+        while gate.waits == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert gate.waits >= 1
+        # Waiting, it has not run, unless its wait reached the bound meanwhile.
+        assert not ran.is_set() or gate.waits_to_the_bound >= 1
+    assert ran.wait(60.0)
     thread.join()
 
-    waits = ops.requests_first.waits
-    assert waits >= 1
+    waits = gate.waits
     ops.detach()
     with ops.requests_first.serving():
         peer.db.fetch_all("SELECT 1")
