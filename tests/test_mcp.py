@@ -29,7 +29,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult, TextContent
 
 from dreamcycle.daemon.api import contract, mcp_server
-from dreamcycle.daemon.api.mcp_tools import tool_names
 from dreamcycle.daemon.cli.common import EXIT_UNAVAILABLE
 from dreamcycle.daemon.defaults import MCP_PATH
 from tests.api_helpers import TOKEN, ApiDaemon, running_api
@@ -125,7 +124,7 @@ def test_stdio_tools_save_search_cite_and_curate(served: ApiDaemon, tmp_path: Pa
         async with stdio_session(peer, tmp_path / "mcp.log") as session:
             assert len(cold_hashes(peer)) >= 1  # the sweep before the daemon started
             listed = await session.list_tools()
-            assert [t.name for t in listed.tools] == list(tool_names())
+            assert [t.name for t in listed.tools] == list(contract.tool_names())
             assert all(t.description and t.input_schema["type"] == "object" for t in listed.tools)
 
             content = "Staging deploys need the VPN; production deploys go through the bastion."
@@ -333,7 +332,9 @@ def test_streamable_http_endpoint(served: ApiDaemon, over: str) -> None:
             ClientSession(read, write) as session,
         ):
             await session.initialize()
-            assert [t.name for t in (await session.list_tools()).tools] == list(tool_names())
+            assert [t.name for t in (await session.list_tools()).tools] == list(
+                contract.tool_names()
+            )
             text = f"Over {over}, the MCP endpoint answers inside the daemon process."
             saved = await call(session, "mem_save", content=text, project=f"http-{over}")
             found = await call(
@@ -431,4 +432,4 @@ def test_tools_listed_to_a_client_state_what_openapi_states(served: ApiDaemon) -
                 expected = {k: v for k, v in fields[field].items() if k in mcp_server.BOUNDS}
                 assert stated == expected, f"{tool.name}.{name}"
                 compared += 1
-    assert len(listed) == len(tool_names()) and compared > 50
+    assert len(listed) == len(contract.tool_names()) and compared > 50

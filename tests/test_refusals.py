@@ -23,6 +23,7 @@ from mcp import Client
 from mcp_types import TextContent
 
 from dreamcycle.daemon.api import (
+    contract,
     edit_models,
     http_problems,
     model_fields,
@@ -35,7 +36,6 @@ from dreamcycle.daemon.api.client_requests import request_model
 from dreamcycle.daemon.api.hot_path import hot_path
 from dreamcycle.daemon.api.http import create_app
 from dreamcycle.daemon.api.mcp_server import InProcess, build_server
-from dreamcycle.daemon.api.mcp_tools import tool_names
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.cli.common import EXIT_USAGE, run_guarded
 from dreamcycle.daemon.runtime import Runtime
@@ -383,7 +383,7 @@ def test_the_server_reports_the_package_version_and_each_tools_effects(
     info, tools = trio.run(listed)
     assert info.name == "dreamcycle"
     assert info.version == importlib.metadata.version("dreamcycle") != ""
-    assert [tool.name for tool in tools] == list(tool_names()) == [
+    assert [tool.name for tool in tools] == list(contract.tool_names()) == [
         "mem_save", "mem_search", "mem_context", "mem_get_observation", "mem_stats",
         "mem_outcome", "mem_session_summary", "mem_pulse", "mem_delete", "mem_forgotten",
         "mem_supersede", "mem_explain", "mem_pin", "mem_unpin", "mem_reinforce",

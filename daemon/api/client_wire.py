@@ -112,7 +112,7 @@ def with_every_operation(client: Client) -> Client:
         if not hasattr(client, op.name):
             method = _async_method(op) if asynchronous else _method(op)
             method.__name__ = op.name
-            method.__doc__ = f"{op.summary[:1].upper()}{op.summary[1:]}."
+            method.__doc__ = op.sentence
             setattr(client, op.name, method)
     return client
 

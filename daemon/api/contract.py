@@ -119,6 +119,11 @@ class Operation(Generic[Req, Resp]):
         )
 
     @property
+    def sentence(self) -> str:
+        """The summary as a sentence, for help text and descriptions."""
+        return f"{self.summary[:1].upper()}{self.summary[1:]}."
+
+    @property
     def tool_names(self) -> tuple[str, ...]:
         """The MCP tools that reach it: those named, else the one made from its request."""
         return self.tools or (f"{GENERATED_TOOL_PREFIX}{self.name}",)

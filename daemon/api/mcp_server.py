@@ -37,7 +37,7 @@ from dreamcycle.daemon.api import contract, refusals
 from dreamcycle.daemon.api.client_errors import ApiError, error_for
 from dreamcycle.daemon.api.errors import problem
 from dreamcycle.daemon.api.mcp_tool_base import Req, Resp, Transport
-from dreamcycle.daemon.api.mcp_tools import MemoryTools, tool_annotations, tool_function, tool_names
+from dreamcycle.daemon.api.mcp_tools import MemoryTools, tool_annotations, tool_function
 from dreamcycle.daemon.api.operations import Operations
 
 log = logging.getLogger("dreamcycle.mcp")
@@ -174,7 +174,7 @@ def _with_stated_rules(schema: dict[str, Any], op: contract.Operation[Any, Any])
 def build_server(transport: Transport) -> MCPServer[Any]:
     tools = MemoryTools(transport)
     served: list[Tool] = []
-    for name in tool_names():
+    for name in contract.tool_names():
         method = tool_function(tools, name)
         description = inspect.cleandoc(method.__doc__ or "")
         tool = _RefusingTool.from_function(

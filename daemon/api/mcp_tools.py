@@ -4,10 +4,11 @@ each does to memory.
 Tool names are the ones agents' prompts already call for engram (`mem_save`,
 `mem_search`, ...), mapped onto this daemon's operations, plus `mem_outcome`,
 `mem_forgotten`, `mem_explain`, `mem_pin`, `mem_unpin`, `mem_reinforce`,
-`mem_penalize`, `mem_timeline`, `mem_revive`, `mem_pulse` and `mem_supersede`. The tools that read are
-mcp_read_tools.py's, those that change memory mcp_edit_tools.py's; an operation that names
-no tool is served by one made from its request model (`tool_function`). Each tool says
-what it does to memory in its annotations, as daemon/api/contract.py declares it.
+`mem_penalize`, `mem_timeline`, `mem_revive`, `mem_pulse` and `mem_supersede`, listed
+in the order `contract.tool_names()` gives. The tools that read are mcp_read_tools.py's,
+those that change memory mcp_edit_tools.py's; an operation that names no tool is served
+by one made from its request model (`tool_function`). Each tool says what it does to
+memory in its annotations, as daemon/api/contract.py declares it.
 The server that serves them is mcp_server.py's.
 """
 
@@ -29,11 +30,6 @@ from dreamcycle.daemon.api.mcp_read_tools import ReadTools
 
 class MemoryTools(ReadTools, EditTools):
     """One method per tool, named as the tool; its docstring is the tool's description."""
-
-
-def tool_names() -> tuple[str, ...]:
-    """Every tool served, in the order listed to clients (daemon/api/contract.py)."""
-    return contract.tool_names()
 
 
 def tool_annotations(tool: str) -> ToolAnnotations:
@@ -74,9 +70,7 @@ def tool_function(tools: MemoryTools, tool: str) -> Callable[..., Awaitable[Base
         return cast(BaseModel, await tools.transport.send(op, request))
 
     call.__name__ = tool
-    call.__doc__ = f"{op.summary[:1].upper()}{op.summary[1:]}." + (
-        f" Refused: {op.rules}." if op.rules else ""
-    )
+    call.__doc__ = op.sentence + (f" Refused: {op.rules}." if op.rules else "")
     call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         parameters, return_annotation=op.response
     )

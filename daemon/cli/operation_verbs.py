@@ -82,7 +82,7 @@ def _register(verbs: Any, op: contract.Operation[Any, Any]) -> None:
         op.command,
         parents=[config_options(), access_options()],
         help=op.summary,
-        description=f"{op.summary[:1].upper()}{op.summary[1:]}."
+        description=op.sentence
         + (f" Refused besides: {op.rules}." if op.rules else "")
         + f" The API's {op.method} {op.path}; MCP: {', '.join(op.tool_names)}.",
         epilog=existing_data_epilog(),
