@@ -340,9 +340,7 @@ class StoredVectors:
             needed = start + len(new)
             matrix = self._matrix
             if needed > len(matrix):
-                # Doubled, but never past what may be held.
-                rows = max(needed, min(2 * len(matrix), start + room))
-                grown = np.zeros((rows, vectors.shape[1]), np.float32)
+                grown = _grown(len(matrix), needed, start + room, vectors.shape[1])
                 if start:
                     grown[:start] = matrix[:start]
                 self._matrix = matrix = grown
@@ -360,6 +358,18 @@ class StoredVectors:
                 slot_of[new_ids] = np.arange(start, needed, dtype=np.int32)
             self._held = needed
             return room > len(new)
+
+
+def _grown(rows: int, needed: int, most: int, dim: int) -> npt.NDArray[np.float32]:
+    """A zeroed matrix for at least `needed` rows: room for `most` at once where the system
+    grants it (it gives a zeroed page only when a row is written to it), so that no copy of
+    the old rows is later held beside a new matrix; else twice `rows`."""
+    if most < MAX_HELD_ROWID:
+        try:
+            return np.zeros((most, dim), np.float32)
+        except MemoryError:
+            pass  # more than the system will promise at once: grown as it fills
+    return np.zeros((max(needed, min(2 * rows, most)), dim), np.float32)
 
 
 def _matrix(blobs: list[bytes]) -> npt.NDArray[np.float32]:

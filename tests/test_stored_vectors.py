@@ -217,6 +217,25 @@ def test_a_bounded_memory_keeps_what_it_reads_until_full(db: Database) -> None:
         StoredVectors(held_bytes=-1)
 
 
+def test_a_bounded_memory_is_allocated_once_and_never_copied(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Growing by doubling held the old matrix beside the new one: half as much again at
+    the peak, with a million chunks' embeddings to hold."""
+    rng = np.random.default_rng(29)
+    admitted = _add(db, 40, rng, admitted=True)
+    monkeypatch.setattr(read_paths, "LOAD_BATCH", 7)
+    vectors = StoredVectors(held_bytes=30 * DIM * 4)
+    vectors.gather(db, admitted[:2], VERSION)
+    first = vectors._matrix
+    assert first.shape == (30, DIM)
+    assert vectors.load_all(db, VERSION) == 30
+    assert vectors._matrix is first
+    matrix, present = vectors.gather(db, admitted, VERSION)
+    assert present.all()
+    np.testing.assert_array_equal(matrix, _stored(db, admitted))
+
+
 def _held(vectors: StoredVectors, rowids: list[int]) -> set[int]:
     """Which of `rowids` are held in memory."""
     positions = vectors._positions(rowids)
