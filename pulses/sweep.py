@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
+import numpy.typing as npt
 
 from dreamcycle.pulses.constants import EPSILON
 from dreamcycle.pulses.vectors import Flags, Floats, Labels
@@ -157,19 +158,27 @@ class SweepColumns:
             raise InvalidSweep(
                 f"sweep candidate {int(labels[at])} has non-finite salience {salience[at]}"
             )
-        keep = ~(np.asarray(pinned, dtype=bool) | np.asarray(protected, dtype=bool))
+        kept = ~(np.asarray(pinned, dtype=bool) | np.asarray(protected, dtype=bool))
         kind_names = tuple(sorted(set(kinds)))
         code = {name: i for i, name in enumerate(kind_names)}
         kind_codes = np.fromiter(map(code.__getitem__, kinds), dtype=np.int64, count=count)
+        # With nothing pinned or protected, the columns as given: a copy of each would
+        # raise a large store's peak memory for nothing.
+        every = bool(kept.all())
+
+        def keep(column: npt.ArrayLike, dtype: type) -> npt.NDArray[Any]:
+            array: npt.NDArray[Any] = np.asarray(column, dtype=dtype)
+            return array if every else array[kept]
+
         return cls(
-            labels=np.asarray(labels, dtype=np.int64)[keep],
-            salience=np.asarray(salience, dtype=np.float64)[keep],
-            kinds=kind_codes[keep],
+            labels=keep(labels, np.int64),
+            salience=keep(salience, np.float64),
+            kinds=keep(kind_codes, np.int64),
             kind_names=kind_names,
-            information=np.asarray(information, dtype=np.float64)[keep],
-            importance=np.asarray(importance, dtype=np.float64)[keep],
-            cold=np.asarray(cold, dtype=bool)[keep],
-            eligible=np.asarray(eligible, dtype=bool)[keep],
+            information=keep(information, np.float64),
+            importance=keep(importance, np.float64),
+            cold=keep(cold, bool),
+            eligible=keep(eligible, bool),
         )
 
     @classmethod

@@ -260,6 +260,9 @@ def word_arrays(
     absent = counts < 0
     if not absent.any():
         return rows.word_numbers, counts
+    if absent.all():
+        # A first sweep: every chunk's words were just read, and no copy joins them.
+        return missing_numbers, missing_counts
     lengths = counts.copy()
     lengths[absent] = missing_counts
     # Both sequences keep their order: each fills its own positions of the whole.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -136,14 +136,24 @@ def _information(
                 count=len(ordered),
             )
         )
-    numbers, lengths = sweep_words.word_arrays(
-        rows,
-        np.concatenate(numbers_read) if numbers_read else np.zeros(0, sweep_words.WORD_ID_DTYPE),
-        np.concatenate(counts_read) if counts_read else np.zeros(0, np.int64),
-    )
+    missing_numbers = _joined(numbers_read, sweep_words.WORD_ID_DTYPE)
+    missing_counts = _joined(counts_read, np.dtype(np.int64))
+    numbers, lengths = sweep_words.word_arrays(rows, missing_numbers, missing_counts)
     if missing:
         rows = replace(rows, word_numbers=numbers, word_counts=lengths)
     return information_of_words(numbers, lengths), rows
+
+
+def _joined(parts: list[npt.NDArray[Any]], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """`parts` as one array, emptying the list as it copies: a first sweep of a large store
+    reads every chunk's words, and the parts held beside their copy would double them."""
+    joined = np.empty(sum(len(part) for part in parts), dtype=dtype)
+    at = 0
+    while parts:
+        part = parts.pop(0)
+        joined[at : at + len(part)] = part
+        at += len(part)
+    return joined
 
 
 def plan(
