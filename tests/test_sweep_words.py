@@ -67,6 +67,24 @@ def test_a_second_sweep_reads_no_text(peer: Peer, monkeypatch: pytest.MonkeyPatc
     assert dict(again.values) == dict(first.values)
 
 
+def test_a_peer_sweeping_dry_moves_nothing_and_reads_each_text_once(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    live = "SELECT count(*) FROM observations WHERE cold_at IS NULL AND deleted_at IS NULL"
+    before = scalar(peer.db, live)
+    first = forgetting.sweep(peer, peer.now_ms(), dry_run=True)
+    assert first["dry_run"] is True and isinstance(first["doomed"], int) and first["doomed"] > 0
+    assert scalar(peer.db, live) == before
+    assert scalar(peer.db, "SELECT count(*) FROM chunk_words") == len(_texts(peer))
+
+    def no_text(*_: object) -> dict[int, str]:
+        raise AssertionError("the words are kept: no text is read again")
+
+    monkeypatch.setattr(sweep_words, "texts_of", no_text)
+    assert forgetting.sweep(peer, peer.now_ms(), dry_run=True)["doomed"] == first["doomed"]
+    assert scalar(peer.db, live) == before
+
+
 def test_a_tombstoned_or_rewritten_chunk_is_weighed_as_the_texts_now_say(peer: Peer) -> None:
     forgetting.plan(peer.runtime, peer.salience, peer.now_ms())
     gone, rewritten = list(_texts(peer))[:2]

@@ -211,11 +211,12 @@ def prune_gate(peer: Peer, doomed: Iterable[int], now_ms: int) -> GateReport:
 
 
 def sweep(peer: Peer, now_ms: int, *, dry_run: bool = False) -> dict[str, object]:
-    """Plan, gate and apply one sweep; returns its stats."""
+    """Plan, gate and apply one sweep; returns its stats. A dry run moves nothing, but
+    keeps the words it read (the peer is the store's writer, and any sweep keeps them):
+    otherwise a peer sweeping dry would read every chunk's text again at each sweep, and
+    hold every word not yet numbered in memory while it did."""
     cfg = peer.config.sweep
-    planned = plan(
-        peer.runtime, peer.salience, now_ms, keep_words=not dry_run, kept=peer.sweep_rows
-    )
+    planned = plan(peer.runtime, peer.salience, now_ms, kept=peer.sweep_rows)
     stats: dict[str, object] = {
         "population": planned.population,
         "threshold": planned.threshold,
