@@ -42,7 +42,7 @@ if __package__ in (None, ""):
 from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.runtime import Runtime
-from dreamcycle.daemon.service.loop import share_the_interpreter
+from dreamcycle.daemon.service.loop import set_up_the_daemon_process
 from scripts.bench_common import (
     BenchmarkError,
     Column,
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.cold_share <= MAX_COLD_SHARE:
         raise BenchmarkError(f"--cold-share must be in (0, {MAX_COLD_SHARE}]")
     machine = describe_machine(("hnswlib", "fastembed", "apsw"))
-    share_the_interpreter()  # the calls run as the daemon's process runs them
+    set_up_the_daemon_process()  # the calls run as the daemon's process runs them
     rng = np.random.default_rng(SEED)
     corpus = Corpus(rng)
     vectors = corpus.vectors(rng.integers(0, TOPICS, size=args.calls).astype(np.int64))

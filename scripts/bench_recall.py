@@ -86,7 +86,7 @@ from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.recall.state import RecallState, recall_state, share
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.scheduling.cycle_thread import CPU_PRIORITIES, CycleThread
-from dreamcycle.daemon.service.loop import share_the_interpreter
+from dreamcycle.daemon.service.loop import set_up_the_daemon_process
 from dreamcycle.daemon.signing_keys import init_key
 from dreamcycle.daemon.statuses import CycleStatus
 from dreamcycle.pulses.ranking import best_labels
@@ -776,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.give_way is not None and not 0 <= args.give_way <= CYCLE_MAX_GIVE_WAY_S:
         raise BenchmarkError(f"--give-way must be in [0, {CYCLE_MAX_GIVE_WAY_S:g}] seconds")
     machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
-    share_the_interpreter()  # the in-process figures run as the daemon's process does
+    set_up_the_daemon_process()  # the in-process figures run as the daemon's process does
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
     rng = np.random.default_rng(SEED)

@@ -27,7 +27,7 @@ from hypercorn.trio import serve
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dreamcycle.daemon.service.loop import share_the_interpreter
+from dreamcycle.daemon.service.loop import set_up_the_daemon_process
 
 Message = MutableMapping[str, Any]
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("socket", type=Path, help="Unix socket to listen on (must not exist)")
     parser.add_argument("answer", type=Path, help="file whose bytes answer every request")
     args = parser.parse_args(argv)
-    share_the_interpreter()
+    set_up_the_daemon_process()
     config = HypercornConfig()
     config.bind = [f"unix:{args.socket}"]
     config.accesslog = None

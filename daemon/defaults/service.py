@@ -65,3 +65,12 @@ CONFIG_DIR: Final = "/etc/dreamcycle"
 CONFIG_FILE_NAME: Final = "dreamcycle.toml"
 ENVIRONMENT_FILE_NAME: Final = "dreamcycle.env"
 SERVICE_DATA_DIR: Final = "/var/lib/dreamcycle"
+#: The C allocator's arenas in the daemon's process (glibc's default is eight per core):
+#: memory a thread frees stays in its thread's arena, and the daemon's API, cycle and
+#: helper threads each grew one. Chosen with scripts/bench_scale.py at a million chunks.
+MALLOC_ARENAS: Final = 2
+#: Allocations of at least this many bytes get pages of their own, handed back to the
+#: system when freed: a sweep's arrays over a million chunks, freed, otherwise stay in the
+#: heap as glibc raises its threshold past them. Below it (recall's arrays of candidates)
+#: freed memory is reused at once, without new pages to fault in.
+MALLOC_MMAP_THRESHOLD_BYTES: Final = 4 << 20

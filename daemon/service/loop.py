@@ -54,6 +54,7 @@ from dreamcycle.daemon.observe.storage_health import StorageFault, storage_fault
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.scheduling.cycle_thread import CycleThread
 from dreamcycle.daemon.service import systemd
+from dreamcycle.daemon.service.allocator import hand_back_freed_memory
 from dreamcycle.store.index_file import start_checksum_threads
 
 log = logging.getLogger("dreamcycle.service")
@@ -364,11 +365,13 @@ def service_health(rt: Runtime) -> Health:
 
 
 def serve(rt: Runtime, *, max_cycles: int | None = None, health: Health | None = None) -> int:
-    share_the_interpreter()
+    set_up_the_daemon_process()
     return trio.run(Service(rt, max_cycles=max_cycles, health=health).run)
 
 
-def share_the_interpreter() -> None:
-    """Let API requests take the GIL from a running cycle within THREAD_SWITCH_INTERVAL_S
-    (the daemon's process only: it is a process-wide setting)."""
+def set_up_the_daemon_process() -> None:
+    """Set up the daemon's process (process-wide settings, the daemon's alone): API
+    requests take the GIL from a running cycle within THREAD_SWITCH_INTERVAL_S, and memory
+    freed goes back to the system (daemon/service/allocator.py)."""
     sys.setswitchinterval(defaults.THREAD_SWITCH_INTERVAL_S)
+    hand_back_freed_memory(defaults.MALLOC_ARENAS, defaults.MALLOC_MMAP_THRESHOLD_BYTES)
