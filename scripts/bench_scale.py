@@ -8,7 +8,7 @@ the daemon's own code) and kept under `--cache`, outside the repository: the ind
 million chunks takes minutes to build on two cores. Every run copies the cached store
 into a scratch directory, since cycles and the sweep change it.
 
-Per store, in order, in one process:
+Per store, in order, in the peer's process:
 
 * start-up: `Runtime.open` and `open_peer` on the saved index (it must load, not rebuild);
 * the first cycle after start, then idle cycles (no pulses, nothing new: what a quiet
@@ -20,10 +20,13 @@ Per store, in order, in one process:
 * the percentile sweep over the whole store, due (its phase's seconds), twice: the first
   moves the bottom of every kind to the cold tier, the second is what a daily sweep of a
   settled store costs;
-* bulk ingest of real text (paragraphs of the standard library's documentation) through
-  `daemon.intake.ingest.ingest`, with a progress bar, beside its baseline: the embedder's own
-  batched rate on the same texts, measured just before;
-* peak resident memory (VmHWM) of the process.
+* peak resident memory (VmHWM) of the peer's process.
+
+Then, in a process of its own on the store the peer left, as `dreamcycle ingest` runs with
+no daemon: bulk ingest of real text (paragraphs of the standard library's documentation)
+through `daemon.intake.ingest.ingest`, with a progress bar, beside its baseline: the
+embedder's own batched rate on the same texts, measured just before; and that process's
+peak resident memory.
 
 The store's chunks are dated 30 days back, past the sweep's grace period, so the sweep
 has something to move and downscale decays its share of the store each cycle, as in a
@@ -101,7 +104,7 @@ TARGETS: Final = (
     ("cycle_with_pulses_s", 5.0, "a cycle with 1,000 new pulses, seconds"),
     ("sweep_settled_s", 1.0, "the percentile sweep over the store, seconds"),
     ("idle_cycle_s", 1.0, "an idle cycle, seconds (median)"),
-    ("peak_rss_gib", 2.5, "peak resident memory, GiB"),
+    ("peak_rss_gib", 2.5, "the peer's peak resident memory, GiB"),
     ("startup_s", 10.0, "start-up on the saved index, seconds"),
     ("recall_p99_x_reference", 2.0, "recall by vector p99 / the reference store's"),
     ("recall_p99_x_knn", 4.0, "recall by vector p99 / raw k-NN p99"),
@@ -227,9 +230,9 @@ def measure_store(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Every figure of one store; runs in the child process."""
     from dreamcycle.daemon.api import edit_models, recall_models
     from dreamcycle.daemon.api.operations import Operations
-    from dreamcycle.daemon.service.loop import share_the_interpreter
+    from dreamcycle.daemon.service.loop import set_up_the_daemon_process
 
-    share_the_interpreter()  # as the daemon's process runs
+    set_up_the_daemon_process()  # as the daemon's process runs
     config = bench_config(data_dir)
     figures: dict[str, Any] = {}
 
@@ -308,28 +311,40 @@ def measure_store(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         figures[f"{label}_stats"] = sweep
     # The plan again, now that every chunk's words are kept: what a dry run costs from then on.
     figures["sweep_plan_kept_s"], _ = timed(lambda: run_sweep(peer, peer.now_ms(), dry_run=True))
-    figures["peak_rss_gib_after_sweeps"] = peak_rss_gib()
-
-    texts = real_texts(args.ingest)
-    rt.embedder.embed(texts[:INGEST_BATCH])  # warm: the model's first batch is slower
-    embed_s, _ = timed(
-        lambda: [
-            rt.embedder.embed(texts[i : i + INGEST_BATCH])
-            for i in range(0, len(texts), INGEST_BATCH)
-        ]
-    )
-    ingest_s, report = timed(lambda: ingest_with_bar(rt, texts))
-    if report.created != len(texts):
-        raise BenchmarkError(f"ingest stored {report.created} of {len(texts)} texts")
-    figures["ingest_texts"] = len(texts)
-    figures["embed_per_s"] = len(texts) / embed_s
-    figures["ingest_per_s"] = len(texts) / ingest_s
-    figures["ingest_x_embedder"] = figures["ingest_per_s"] / figures["embed_per_s"]
     ops.close()
     peer.close()
     rt.close()
     figures["peak_rss_gib"] = peak_rss_gib()
     return figures
+
+
+def measure_ingest(data_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Bulk ingest into the store, in a process of its own as `dreamcycle ingest` runs: it
+    stores directly only while no daemon holds the data directory (with one, each item
+    goes through the daemon's API and its one model)."""
+    rt = Runtime.open(bench_config(data_dir))
+    try:
+        texts = real_texts(args.ingest)
+        rt.embedder.embed(texts[:INGEST_BATCH])  # warm: the model's first batch is slower
+        embed_s, _ = timed(
+            lambda: [
+                rt.embedder.embed(texts[i : i + INGEST_BATCH])
+                for i in range(0, len(texts), INGEST_BATCH)
+            ]
+        )
+        ingest_s, report = timed(lambda: ingest_with_bar(rt, texts))
+    finally:
+        rt.close()
+    if report.created != len(texts):
+        raise BenchmarkError(f"ingest stored {report.created} of {len(texts)} texts")
+    embed_per_s, ingest_per_s = len(texts) / embed_s, len(texts) / ingest_s
+    return {
+        "ingest_texts": len(texts),
+        "embed_per_s": embed_per_s,
+        "ingest_per_s": ingest_per_s,
+        "ingest_x_embedder": ingest_per_s / embed_per_s,
+        "ingest_peak_rss_gib": peak_rss_gib(),
+    }
 
 
 def phase_seconds(stats: dict[str, Any]) -> dict[str, float]:
@@ -376,15 +391,20 @@ def measure_in_child(cache_dir: Path, scratch: Path, args: argparse.Namespace) -
     data_dir = scratch / cache_dir.name
     print(f"copying {cache_dir} to {data_dir}", flush=True)
     shutil.copytree(cache_dir, data_dir)
-    out = scratch / f"{cache_dir.name}.json"
-    command = [
-        sys.executable, str(Path(__file__).resolve()), "--measure", str(data_dir),
-        "--measure-out", str(out), "--calls", str(args.calls), "--rounds", str(args.rounds),
-        "--pulses", str(args.pulses), "--ingest", str(args.ingest),
-    ]  # fmt: skip
-    subprocess.run(command, check=True)
+    figures: dict[str, Any] = {}
+    # The peer first, then the ingest command on the store the peer left, as a user would
+    # stop the daemon to ingest a large batch directly.
+    for role in ("peer", "ingest"):
+        out = scratch / f"{cache_dir.name}-{role}.json"
+        command = [
+            sys.executable, str(Path(__file__).resolve()), "--measure", str(data_dir),
+            "--measure-role", role, "--measure-out", str(out), "--calls", str(args.calls),
+            "--rounds", str(args.rounds), "--pulses", str(args.pulses),
+            "--ingest", str(args.ingest),
+        ]  # fmt: skip
+        subprocess.run(command, check=True)
+        figures.update(json.loads(out.read_text()))
     shutil.rmtree(data_dir)
-    figures: dict[str, Any] = json.loads(out.read_text())
     return figures
 
 
@@ -412,9 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-only", action="store_true", help="build the cached stores")
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--measure-out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--measure-role", choices=("peer", "ingest"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure is not None:
-        write_json(args.measure_out, measure_store(args.measure, args))
+        measure = measure_ingest if args.measure_role == "ingest" else measure_store
+        write_json(args.measure_out, measure(args.measure, args))
         return 0
     if not 1000 <= args.reference < args.chunks:
         raise BenchmarkError("--reference must be >= 1000 and below --chunks")
@@ -438,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                     "sweep_plan_kept_s",
                     "sweep_settled_moved", "knn_p50_ms",
                     "knn_p99_ms", "recall_p50_ms", "recall_p99_ms", "recall_p99_x_knn",
-                    "embed_per_s", "ingest_per_s", "ingest_x_embedder", "peak_rss_gib")
+                    "embed_per_s", "ingest_per_s", "ingest_x_embedder", "peak_rss_gib",
+                    "ingest_peak_rss_gib")
     ]  # fmt: skip
     print(f"{args.reference:,} and {args.chunks:,} chunks")
     print_table(
