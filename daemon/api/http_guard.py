@@ -55,6 +55,7 @@ def guard(app: Asgi, token: str, max_body_bytes: int, *, hosts: Collection[str] 
             return
         needs_token = token and over_tcp and scope.get("path") not in OPEN_PATHS
         if needs_token and not _carries_token(headers.get(b"authorization", b""), expected):
+            await _drain(receive)
             await send_problem(
                 send,
                 401,
@@ -65,6 +66,16 @@ def guard(app: Asgi, token: str, max_body_bytes: int, *, hosts: Collection[str] 
         await app(scope, receive, send)
 
     return guarded
+
+
+async def _drain(receive: Receive) -> None:
+    """Read a refused request's body (its length is within the bound checked before): a
+    server that closes a connection with bytes unread in it resets it, and the client
+    may then lose the refusal it was sent."""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
 
 
 def _host_name(host: str) -> str:
