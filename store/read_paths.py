@@ -364,7 +364,7 @@ def _grown(rows: int, needed: int, most: int, dim: int) -> npt.NDArray[np.float3
     """A zeroed matrix for at least `needed` rows: room for `most` at once where the system
     grants it (it gives a zeroed page only when a row is written to it), so that no copy of
     the old rows is later held beside a new matrix; else twice `rows`."""
-    if most < MAX_HELD_ROWID:
+    if most < MAX_HELD_ROWID:  # a bound was set (unbounded, the room is MAX_HELD_ROWID)
         try:
             return np.zeros((most, dim), np.float32)
         except MemoryError:

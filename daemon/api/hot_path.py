@@ -80,7 +80,7 @@ def hot_path(
         if route is None or scope["method"] != "POST" or not _json_body(scope):
             await app(scope, receive, send)
             return
-        body = await _read_body(receive, max_body_bytes)
+        body = await read_body(receive, max_body_bytes)
         if body is None:
             return  # the client left
         if len(body) > max_body_bytes:
@@ -167,7 +167,7 @@ def _json_body(scope: Scope) -> bool:
     return False
 
 
-async def _read_body(receive: Receive, max_body_bytes: int) -> bytes | None:
+async def read_body(receive: Receive, max_body_bytes: int) -> bytes | None:
     """The body, read no further than one chunk past `max_body_bytes`; None if the client
     disconnected first."""
     chunks: list[bytes] = []

@@ -11,7 +11,7 @@ import re
 from collections.abc import Collection
 from typing import Final
 
-from dreamcycle.daemon.api.hot_path import Asgi, Receive, Scope, Send, send_problem
+from dreamcycle.daemon.api.hot_path import Asgi, Receive, Scope, Send, read_body, send_problem
 
 #: Paths a TCP client may reach without the token: liveness probes carry no secrets.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -55,7 +55,9 @@ def guard(app: Asgi, token: str, max_body_bytes: int, *, hosts: Collection[str] 
             return
         needs_token = token and over_tcp and scope.get("path") not in OPEN_PATHS
         if needs_token and not _carries_token(headers.get(b"authorization", b""), expected):
-            await _drain(receive)
+            # Read first: a server that closes a connection with bytes unread in it
+            # resets it, and the client may then lose the refusal (the length is bounded).
+            await read_body(receive, max_body_bytes)
             await send_problem(
                 send,
                 401,
@@ -66,16 +68,6 @@ def guard(app: Asgi, token: str, max_body_bytes: int, *, hosts: Collection[str] 
         await app(scope, receive, send)
 
     return guarded
-
-
-async def _drain(receive: Receive) -> None:
-    """Read a refused request's body (its length is within the bound checked before): a
-    server that closes a connection with bytes unread in it resets it, and the client
-    may then lose the refusal it was sent."""
-    while True:
-        message = await receive()
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            return
 
 
 def _host_name(host: str) -> str:
