@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamcycle.store import embeddings, salience_rows, tiers
+from dreamcycle.store import embeddings, read_paths, salience_rows, tiers
 from dreamcycle.store.database import Database, NewObservation
 from dreamcycle.store.lexical import search_lexical
 from dreamcycle.store.observations import DELETION_POLICIES
@@ -151,5 +151,22 @@ def test_an_ingest_finds_what_to_embed_through_its_index(tmp_path: Path) -> None
         )
         assert "observations_unembedded" in plan
         assert "TEMP B-TREE" not in plan
+    finally:
+        db.close()
+
+
+def test_recall_loads_its_held_embeddings_in_rowid_order_without_sorting(
+    tmp_path: Path,
+) -> None:
+    """Each batch of held embeddings is a range of rowids, not a scan of every live chunk
+    through another index and a sort of all of them."""
+    db = Database(tmp_path / "d.db")
+    try:
+        for query in (read_paths.HELD_LIVE_FIRST, read_paths.HELD_COLD_NEXT):
+            plan = " ".join(
+                str(row[3]) for row in db.fetch_all("EXPLAIN QUERY PLAN " + query, (9, "v", 10))
+            )
+            assert "INTEGER PRIMARY KEY (rowid<?)" in plan
+            assert "TEMP B-TREE" not in plan
     finally:
         db.close()
