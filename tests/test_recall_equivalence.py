@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from dreamcycle.daemon.api import read_operations, recall_models
@@ -488,17 +489,30 @@ def test_the_filter_size_chooses_the_path_and_both_rank_alike(
 
 
 def test_with_no_embedding_held_recall_ranks_through_the_index_as_the_reference(
-    store: Store,
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Beyond `recall.embeddings_held_mib`, a live candidate's vector comes from the index:
-    the same unit vector, rounded once by the index's normalization."""
+    """Beyond `recall.embeddings_held_mib`, a live candidate's cosine is the one the index's
+    search measured, or its vector comes from the index: the same unit vector, rounded
+    once by the index's normalization. The index is asked for no vector its search found."""
     rt = store.rt
     search = recall_state(rt).cold_search
     held = search.vectors
     search.vectors = StoredVectors(held_bytes=0)
+    index = store.peer.index
+    asked: list[int] = []
+    live_vectors = index.live_vectors
+
+    def spy(labels: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.float32], Any]:
+        asked.extend(labels.tolist())
+        return live_vectors(labels)
+
+    monkeypatch.setattr(index, "live_vectors", spy)
     try:
         for text, vector in _queries(store):
-            fast = rank_query(rt, text, vector, TOP_K, index=store.peer.index)
+            asked.clear()
+            found, _ = index.knn_many(vector[None, :], rt.config.recall.candidates)
+            fast = rank_query(rt, text, vector, TOP_K, index=index)
+            assert asked and not set(asked) & set(found[0].tolist())
             reference = reference_rank_query(rt, text, vector, TOP_K, index=store.peer.index)
             assert [h.rowid for h in fast] == [h.rowid for h in reference]
             assert [h.similarity for h in fast] == pytest.approx(

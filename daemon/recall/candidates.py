@@ -3,8 +3,9 @@
 Four retrievers: the HNSW index (live chunks; under a narrow filter an exact search of
 the matching chunks), learned keys (daemon.recall.retrieval_keys), full text (BM25 over content
 and over learned words, both tiers) and an exact search of the cold tier. Every
-candidate is then re-scored exactly from its stored embedding, and carries what ranking
-multiplies by (salience, confidence, size) when a bound needs them.
+candidate is then re-scored exactly from its stored embedding (beyond what recall holds in
+memory, from the index's copy of it), and carries what ranking multiplies by (salience,
+confidence, size) when a bound needs them.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ def candidate_pool(
     cold_candidates = recall_state(rt).cold_search.begin(rt, stamp, tiers.cold, vector, pool)
     # Without one of its own (a one-shot command), the daemon's saved index, loaded once.
     index = index if index is not None else rt.saved_index(stamp)
-    labels = set(_vector_candidates(rt, vector, pool, index, allowed))
+    nearest = _vector_candidates(rt, vector, pool, index, allowed)
+    labels = set(nearest.labels.tolist())
     key_scores = key_scores_of(rt, vector, stamp, keys)
     labels.update(_best(key_scores, pool))
     found = words if words is not None else search_words(rt, query)
@@ -115,7 +117,7 @@ def candidate_pool(
         return None
     weights = _weights(rt)
     candidates = sorted(labels)
-    cosines = _cosines(rt, candidates, vector, index)
+    cosines = _cosines(rt, candidates, vector, index, nearest)
     # With every bound at zero salience, confidence and size change no score: they are
     # then read for the hits alone.
     lengths = None
@@ -204,20 +206,40 @@ def _tier_sets(rt: Runtime, stamp: str) -> read_paths.TierSets:
 
 
 def _cosines(
-    rt: Runtime, rowids: list[int], vector: Vector, index: HnswIndex | None
+    rt: Runtime,
+    rowids: list[int],
+    vector: Vector,
+    index: HnswIndex | None,
+    nearest: NearestFound,
 ) -> npt.NDArray[np.float64]:
-    """The exact cosine of `vector` to each chunk's stored embedding; -1 without one. Those
-    recall does not hold in memory come from `index` where it holds them live.
+    """The exact cosine of `vector` to each chunk's stored embedding; -1 without one.
+
+    Those recall does not hold in memory take the cosine the index's search found for them
+    (the index's own copy of the vector, within 1e-7 of the database's), and the rest come
+    from `index` where it holds them live: asking the index for a vector builds it one
+    Python float at a time, which at a million chunks costs more than the search itself.
 
     np.vecdot runs the dot kernel of np.dot once per row, so each cosine is the one a
     loop of np.dot gives to the last bit; a matrix product would sum in another order.
     """
-    matrix, present = recall_state(rt).stored_vectors.gather(
-        rt.db, rowids, rt.embedder.index_version, index=index
-    )
+    stored = recall_state(rt).stored_vectors
     cosines = np.full(len(rowids), -1.0, dtype=np.float64)
+    ids = np.asarray(rowids, dtype=np.int64)
+    searched = np.zeros(len(ids), dtype=np.bool_)
+    if (
+        len(nearest.labels)
+        and index is not None
+        and index.index_version == rt.embedder.index_version
+        and (unheld := stored.unheld(ids)) is not None
+    ):
+        order = np.argsort(nearest.labels)
+        at = np.searchsorted(nearest.labels, ids, sorter=order).clip(max=len(order) - 1)
+        searched = unheld & (nearest.labels[order[at]] == ids)
+        cosines[searched] = nearest.cosines[order[at[searched]]]
+    rest = np.flatnonzero(~searched)
+    matrix, present = stored.gather(rt.db, ids[rest], rt.embedder.index_version, index=index)
     if len(matrix):
-        cosines[present] = np.vecdot(matrix, vector)
+        cosines[rest[present]] = np.vecdot(matrix, vector)
     return cosines
 
 
@@ -233,23 +255,38 @@ def _nearest(
     return best_labels(labels, vectors @ vector, n) if len(labels) else []
 
 
+@dataclass(frozen=True)
+class NearestFound:
+    """The vector retriever's candidates and, where the index's search measured them, their
+    cosines to the query (empty otherwise)."""
+
+    labels: npt.NDArray[np.int64]
+    cosines: npt.NDArray[np.float64]
+
+    @classmethod
+    def unmeasured(cls, labels: list[int]) -> NearestFound:
+        return cls(np.array(labels, dtype=np.int64), np.zeros(0, dtype=np.float64))
+
+
 def _vector_candidates(
     rt: Runtime,
     vector: Vector,
     n: int,
     index: HnswIndex | None,
     allowed: frozenset[int] | None = None,
-) -> list[int]:
+) -> NearestFound:
     if index is None:
         live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
         if allowed is not None:
             keep = np.isin(live, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
             live, vectors = live[keep], vectors[keep]
-        return _nearest(live, vectors, vector, n)
+        return NearestFound.unmeasured(_nearest(live, vectors, vector, n))
     if allowed is not None and (
         len(allowed) ** 2 <= rt.config.recall.exact_filter_scale * index.live_count
     ):
-        return nearest_in_filter(rt.db, recall_state(rt).stored_vectors, index, vector, n, allowed)
-    labels, _ = index.knn_many(vector[None, :], n, allowed=allowed)
-    found: list[int] = labels[0].tolist()
-    return found
+        return NearestFound.unmeasured(
+            nearest_in_filter(rt.db, recall_state(rt).stored_vectors, index, vector, n, allowed)
+        )
+    labels, distances = index.knn_many(vector[None, :], n, allowed=allowed)
+    # Cosine distance is 1 - cosine.
+    return NearestFound(labels[0], 1.0 - distances[0].astype(np.float64))
