@@ -345,3 +345,16 @@ def best_labels(
     order = np.lexsort((labels, -scores))[:n]
     best: list[int] = np.asarray(labels[order], dtype=np.int64).tolist()
     return best
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Labels a vector retriever found and, where its search measured them against its own
+    copy of each vector, their cosines to the query (empty when it did not)."""
+
+    labels: npt.NDArray[np.int64]
+    cosines: npt.NDArray[np.float64]
+
+    @classmethod
+    def unmeasured(cls, labels: list[int]) -> Measured:
+        return cls(np.array(labels, dtype=np.int64), np.zeros(0, dtype=np.float64))

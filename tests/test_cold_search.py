@@ -23,7 +23,9 @@ from dreamcycle.daemon.api.operations import Operations
 from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import load_config
 from dreamcycle.daemon.recall import cold_search
+from dreamcycle.daemon.recall.candidates import WordMatches
 from dreamcycle.daemon.recall.cold_search import ColdSearch
+from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.recall.state import recall_state
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.daemon.scheduling import cycle_thread
@@ -32,6 +34,7 @@ from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import cold_graph, read_paths, tiers
 from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph, build_cold_graph_reading
 from dreamcycle.store.database import Database, NewObservation
+from dreamcycle.store.read_paths import StoredVectors
 from tests.daemon_helpers import needs_reversible_idle, run_service_while, wait_until
 
 P = ParamSpec("P")
@@ -141,8 +144,8 @@ def test_helpers_search_the_graph_and_find_what_the_caller_s_thread_finds(rt: Ru
     with _RecordingPool() as helpers:
         beside = ColdSearch(graph_from=COLD, helpers=helpers)
         for query in queries:
-            started = beside.begin(rt, rt.db.change_stamp(), _cold(rt), query, POOL)
-            assert started() == _search(rt, inline, query) == _exact(rt, query)
+            started = beside.begin(rt, rt.db.change_stamp(), _cold(rt), query, POOL)()
+            assert started.labels.tolist() == _search(rt, inline, query) == _exact(rt, query)
     assert len(helpers.ran_on) == len(queries)
     assert all(name.startswith("helper") for name in helpers.ran_on)
 
@@ -154,7 +157,10 @@ def test_without_a_core_to_spare_the_graph_is_searched_in_the_callers_thread(
     spare = [False, True, False, False]
     with _RecordingPool() as helpers:
         search = ColdSearch(graph_from=COLD, helpers=helpers, core_to_spare=lambda: spare[0])
-        found = [search.begin(rt, rt.db.change_stamp(), _cold(rt), q, POOL)() for q in queries]
+        found = [
+            search.begin(rt, rt.db.change_stamp(), _cold(rt), q, POOL)().labels.tolist()
+            for q in queries
+        ]
         assert helpers.ran_on == []
         spare[0] = True
         assert search.candidates(rt, rt.db.change_stamp(), _cold(rt), queries[0], POOL) == found[0]
@@ -554,3 +560,48 @@ def _policy_changes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
     monkeypatch.setattr(cycle_thread, "_set_policy", noted)
     return changes
+
+
+def test_a_graph_search_gives_the_cosines_it_measured_and_an_exact_one_none(rt: Runtime) -> None:
+    query = _queries(rt, 1)[0]
+    labels, vectors = tiers.cold_vectors(rt.db, rt.embedder.index_version, rt.embedder.dim)
+    exact = dict(zip(labels.tolist(), (vectors @ query).tolist(), strict=True))
+    stamp = rt.db.change_stamp()
+    graphed = ColdSearch(graph_from=COLD).begin(rt, stamp, _cold(rt), query, POOL)()
+    assert graphed.labels.tolist() == _exact(rt, query)
+    assert graphed.cosines.tolist() == pytest.approx(
+        [exact[label] for label in graphed.labels.tolist()], abs=1e-6
+    )
+    searched = ColdSearch(graph_from=COLD + 1).begin(rt, stamp, _cold(rt), query, POOL)()
+    assert searched.labels.tolist() == _exact(rt, query) and len(searched.cosines) == 0
+
+
+def test_recall_takes_the_graph_s_cosines_for_cold_chunks_it_does_not_hold(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beyond the embeddings recall holds, a cold candidate's cosine is the one the cold
+    tier's graph measured: its embedding is not read again, and recall ranks as it does
+    with every embedding held and the tier searched exactly."""
+    state = recall_state(rt)
+    query = _queries(rt, 1)[0]
+    no_words = WordMatches(content=[], learned=[])
+    reference = rank_query(rt, "", query, POOL, words=no_words)
+    state.cold_search = ColdSearch(graph_from=COLD, vectors=StoredVectors(held_bytes=0))
+    state.cold_search.prepare(rt)
+    assert state.cold_search.ready
+    read: list[int] = []
+    gather = state.cold_search.vectors.gather
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        read.extend(np.asarray(args[1]).tolist())
+        return gather(*args, **kwargs)
+
+    monkeypatch.setattr(state.cold_search.vectors, "gather", spy)
+    hits = rank_query(rt, "", query, POOL, words=no_words)
+    cold = _cold(rt)
+    ranked_cold = [hit.rowid for hit in hits if hit.rowid in cold]
+    assert ranked_cold and not set(ranked_cold) & set(read)
+    assert [hit.rowid for hit in hits] == [hit.rowid for hit in reference]
+    assert [hit.similarity for hit in hits] == pytest.approx(
+        [hit.similarity for hit in reference], abs=1e-6
+    )

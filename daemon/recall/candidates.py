@@ -25,6 +25,7 @@ from dreamcycle.pulses.ranking import (
     NEUTRAL_CONFIDENCE,
     NEUTRAL_SALIENCE,
     CandidateColumns,
+    Measured,
     RankingWeights,
     best_labels,
     lexical_ranks,
@@ -108,7 +109,8 @@ def candidate_pool(
     # the query (a usable key): otherwise one question's words would pull its chunk
     # into every query that shares a word with it.
     learned = [label for label in found.learned if label in key_scores]
-    labels.update(cold_candidates())
+    cold_found = cold_candidates()
+    labels.update(cold_found.labels.tolist())
     labels -= exclude
     if allowed is not None:
         labels &= allowed
@@ -117,7 +119,9 @@ def candidate_pool(
         return None
     weights = _weights(rt)
     candidates = sorted(labels)
-    cosines = _cosines(rt, candidates, vector, index, nearest)
+    if index is None or index.index_version != rt.embedder.index_version:
+        nearest = Measured.unmeasured(nearest.labels.tolist())
+    cosines = _cosines(rt, candidates, vector, index, (nearest, cold_found))
     # With every bound at zero salience, confidence and size change no score: they are
     # then read for the hits alone.
     lengths = None
@@ -210,14 +214,15 @@ def _cosines(
     rowids: list[int],
     vector: Vector,
     index: HnswIndex | None,
-    nearest: NearestFound,
+    measured: tuple[Measured, ...],
 ) -> npt.NDArray[np.float64]:
     """The exact cosine of `vector` to each chunk's stored embedding; -1 without one.
 
-    Those recall does not hold in memory take the cosine the index's search found for them
-    (the index's own copy of the vector, within 1e-7 of the database's), and the rest come
-    from `index` where it holds them live: asking the index for a vector builds it one
-    Python float at a time, which at a million chunks costs more than the search itself.
+    Those recall does not hold in memory take the cosine a vector retriever's search
+    measured for them (the live index's or the cold tier graph's copy of the vector,
+    within 1e-7 of the database's), and the rest come from `index` where it holds them
+    live: asking the index for a vector builds it one Python float at a time, which at a
+    million chunks costs more than the search itself.
 
     np.vecdot runs the dot kernel of np.dot once per row, so each cosine is the one a
     loop of np.dot gives to the last bit; a matrix product would sum in another order.
@@ -226,16 +231,15 @@ def _cosines(
     cosines = np.full(len(rowids), -1.0, dtype=np.float64)
     ids = np.asarray(rowids, dtype=np.int64)
     searched = np.zeros(len(ids), dtype=np.bool_)
-    if (
-        len(nearest.labels)
-        and index is not None
-        and index.index_version == rt.embedder.index_version
-        and (unheld := stored.unheld(ids)) is not None
-    ):
-        order = np.argsort(nearest.labels)
-        at = np.searchsorted(nearest.labels, ids, sorter=order).clip(max=len(order) - 1)
-        searched = unheld & (nearest.labels[order[at]] == ids)
-        cosines[searched] = nearest.cosines[order[at[searched]]]
+    sources = [found for found in measured if len(found.cosines)]
+    unheld = stored.unheld(ids) if sources else None
+    if unheld is not None:
+        for found in sources:
+            order = np.argsort(found.labels)
+            at = np.searchsorted(found.labels, ids, sorter=order).clip(max=len(order) - 1)
+            taken = unheld & ~searched & (found.labels[order[at]] == ids)
+            cosines[taken] = found.cosines[order[at[taken]]]
+            searched |= taken
     rest = np.flatnonzero(~searched)
     matrix, present = stored.gather(rt.db, ids[rest], rt.embedder.index_version, index=index)
     if len(matrix):
@@ -255,38 +259,25 @@ def _nearest(
     return best_labels(labels, vectors @ vector, n) if len(labels) else []
 
 
-@dataclass(frozen=True)
-class NearestFound:
-    """The vector retriever's candidates and, where the index's search measured them, their
-    cosines to the query (empty otherwise)."""
-
-    labels: npt.NDArray[np.int64]
-    cosines: npt.NDArray[np.float64]
-
-    @classmethod
-    def unmeasured(cls, labels: list[int]) -> NearestFound:
-        return cls(np.array(labels, dtype=np.int64), np.zeros(0, dtype=np.float64))
-
-
 def _vector_candidates(
     rt: Runtime,
     vector: Vector,
     n: int,
     index: HnswIndex | None,
     allowed: frozenset[int] | None = None,
-) -> NearestFound:
+) -> Measured:
     if index is None:
         live, vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
         if allowed is not None:
             keep = np.isin(live, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
             live, vectors = live[keep], vectors[keep]
-        return NearestFound.unmeasured(_nearest(live, vectors, vector, n))
+        return Measured.unmeasured(_nearest(live, vectors, vector, n))
     if allowed is not None and (
         len(allowed) ** 2 <= rt.config.recall.exact_filter_scale * index.live_count
     ):
-        return NearestFound.unmeasured(
+        return Measured.unmeasured(
             nearest_in_filter(rt.db, recall_state(rt).stored_vectors, index, vector, n, allowed)
         )
     labels, distances = index.knn_many(vector[None, :], n, allowed=allowed)
     # Cosine distance is 1 - cosine.
-    return NearestFound(labels[0], 1.0 - distances[0].astype(np.float64))
+    return Measured(labels[0], 1.0 - distances[0].astype(np.float64))

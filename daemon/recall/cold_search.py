@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.pulses.ranking import best_labels
+from dreamcycle.pulses.ranking import Measured, best_labels
 from dreamcycle.pulses.vectors import Vector
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.cold_graph import ColdGraph, build_cold_graph_reading
@@ -121,6 +121,8 @@ class ColdSearch:
         self._core_to_spare = core_to_spare
         self._lock = threading.Lock()
         self._graph: ColdGraph | None = None
+        #: The vector space (index version) of the graph's vectors.
+        self._graph_version: str | None = None
         self._remainder: _Remainder | None = None
         self._building = False
         #: When the build under way started (time.monotonic), None between builds.
@@ -181,26 +183,29 @@ class ColdSearch:
     ) -> list[int]:
         """Up to `n` cold chunks nearest to `vector`, best first; `cold` is the cold tier
         at the database state `stamp`."""
-        return self.begin(rt, stamp, cold, vector, n)()
+        found: list[int] = self.begin(rt, stamp, cold, vector, n)().labels.tolist()
+        return found
 
     def begin(
         self, rt: Runtime, stamp: str, cold: frozenset[int], vector: Vector, n: int
-    ) -> Callable[[], list[int]]:
-        """`candidates`, started: what it returns gives the answer. With `helpers` and a
-        core to spare, the graph is searched on a helper thread meanwhile (recall searches
-        the live index); what reads the database runs here, in the caller's thread and
-        snapshot."""
+    ) -> Callable[[], Measured]:
+        """`candidates`, started: what it returns gives the answer, with the cosines a
+        graph measured (none from an exact search: ranking computes those from the stored
+        embeddings). With `helpers` and a core to spare, the graph is searched on a helper
+        thread meanwhile (recall searches the live index); what reads the database runs
+        here, in the caller's thread and snapshot."""
         self._small = len(cold) < self.graph_from or not cold
         if not cold or n <= 0:
-            return _answered([])
+            return _answered(Measured.unmeasured([]))
         if self.graph_from == 0 or len(cold) < self.graph_from or self._broken:
-            return _answered(self._exact(rt, stamp, vector, n))
-        graph = self._graph
+            return _answered(Measured.unmeasured(self._exact(rt, stamp, vector, n)))
+        graph, graph_version = self._graph, self._graph_version
         if graph is None:
             self.start_build(rt)
-            graph = self._graph  # built in this thread when there is no background
+            # Built in this thread when there is no background.
+            graph, graph_version = self._graph, self._graph_version
             if graph is None:
-                return _answered(self._exact(rt, stamp, vector, n))
+                return _answered(Measured.unmeasured(self._exact(rt, stamp, vector, n)))
         remainder = self._remainder_of(rt, stamp, cold, graph)
         if len(remainder.pending_labels) > self._pending_max or (
             len(remainder.skip) > self._skip_max
@@ -214,12 +219,19 @@ class ColdSearch:
         # The whole tier's embeddings, read while no graph was ready, are not needed now.
         self.cache.entries.pop(EXACT_CACHE, None)
 
-        def merged() -> list[int]:
+        def merged() -> Measured:
             labels, cosines = search() if running is None else running.result()
             if len(remainder.pending_labels):
                 labels = np.concatenate([labels, remainder.pending_labels])
                 cosines = np.concatenate([cosines, remainder.pending_vectors @ vector])
-            return best_labels(labels, cosines, n)
+            best = best_labels(labels, cosines, n)
+            if graph_version != rt.embedder.index_version:
+                return Measured.unmeasured(best)
+            cosine_of = dict(zip(labels.tolist(), cosines.tolist(), strict=True))
+            return Measured(
+                np.array(best, dtype=np.int64),
+                np.array([cosine_of[label] for label in best], dtype=np.float64),
+            )
 
         return merged
 
@@ -329,7 +341,7 @@ class ColdSearch:
         finally:
             with self._lock:
                 if graph is not None:
-                    self._graph = graph
+                    self._graph, self._graph_version = graph, version
                     self._remainder = None
                     self.builds += 1
                 self._building = False
@@ -344,5 +356,5 @@ class ColdSearch:
             )
 
 
-def _answered(found: list[int]) -> Callable[[], list[int]]:
+def _answered(found: Measured) -> Callable[[], Measured]:
     return lambda: found
