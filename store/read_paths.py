@@ -112,7 +112,7 @@ def candidate_numbers(
 
 
 # Newest first by rowid alone. The unary + keeps SQLite off the indexes of those columns:
-# through one, each batch read and sorted every live row (minutes at a million chunks).
+# through one, each batch read and sorted every live row, a cost that grows with the store.
 _HELD_ROWS: Final = (
     "SELECT id, embedding FROM observations WHERE id < ? "
     "AND admitted_seq IS NOT NULL AND embedding IS NOT NULL "

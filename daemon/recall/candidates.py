@@ -4,7 +4,8 @@ Four retrievers: the HNSW index (live chunks; under a narrow filter an exact sea
 the matching chunks), learned keys (daemon.recall.retrieval_keys), full text (BM25 over content
 and over learned words, both tiers) and an exact search of the cold tier. Every
 candidate is then re-scored exactly from its stored embedding (beyond what recall holds in
-memory, from the index's copy of it), and carries what ranking multiplies by (salience,
+memory, by the cosine the live index's or the cold tier graph's search measured against its
+copy of it), and carries what ranking multiplies by (salience,
 confidence, size) when a bound needs them.
 """
 
@@ -119,8 +120,6 @@ def candidate_pool(
         return None
     weights = _weights(rt)
     candidates = sorted(labels)
-    if index is None or index.index_version != rt.embedder.index_version:
-        nearest = Measured.unmeasured(nearest.labels.tolist())
     cosines = _cosines(rt, candidates, vector, index, (nearest, cold_found))
     # With every bound at zero salience, confidence and size change no score: they are
     # then read for the hits alone.
@@ -279,5 +278,7 @@ def _vector_candidates(
             nearest_in_filter(rt.db, recall_state(rt).stored_vectors, index, vector, n, allowed)
         )
     labels, distances = index.knn_many(vector[None, :], n, allowed=allowed)
+    if index.index_version != rt.embedder.index_version:
+        return Measured.unmeasured(labels[0].tolist())  # not cosines to this model's vectors
     # Cosine distance is 1 - cosine.
     return Measured(labels[0], 1.0 - distances[0].astype(np.float64))
