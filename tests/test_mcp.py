@@ -81,8 +81,13 @@ async def stdio_session(peer: Peer, errlog: Path) -> AsyncIterator[ClientSession
 
 @asynccontextmanager
 async def http_session(socket_path: str) -> AsyncIterator[ClientSession]:
-    """An MCP session with the daemon's /mcp endpoint, over its Unix socket."""
-    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=socket_path))
+    """An MCP session with the daemon's /mcp endpoint, over its Unix socket. The callers
+    bound the whole conversation; a single call may take more than httpx's default five
+    seconds on a busy machine."""
+    http = httpx2.AsyncClient(
+        transport=httpx2.AsyncHTTPTransport(uds=socket_path),
+        timeout=httpx2.Timeout(SESSION_TIMEOUT_S),
+    )
     async with (
         http,
         streamable_http_client(f"http://localhost{MCP_PATH}", http_client=http) as (read, write),
