@@ -17,8 +17,13 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.store.database import EFFICACY_TYPE, METADATA_EPOCH_META_KEY, Database
+from dreamcycle.store.database import (
+    EFFICACY_TYPE,
+    METADATA_EPOCH_META_KEY,
+    Database,
+)
 from dreamcycle.store.observations import COLD_ROWS
+from dreamcycle.store.tiers import epoch as tier_epoch
 from dreamcycle.store.timefmt import ms_from_iso, ms_in_sql
 
 #: How a chunk's word numbers are stored: unsigned 32-bit, little-endian, ascending.
@@ -50,7 +55,9 @@ class SweepRows:
     """Every admitted chunk that is not tombstoned, live or cold, as columns by label.
 
     Kept word numbers are one array, chunk after chunk; `word_counts[i]` says how many are
-    chunk i's, -1 for a chunk whose words are not kept yet.
+    chunk i's, -1 for a chunk whose words are not kept yet. `information` is each chunk's
+    information content over these rows, once computed (it depends on every row's words,
+    so rows kept or joined have none).
     """
 
     labels: npt.NDArray[np.int64]
@@ -60,6 +67,7 @@ class SweepRows:
     cold: npt.NDArray[np.bool_]
     word_numbers: npt.NDArray[np.uint32]
     word_counts: npt.NDArray[np.int64]
+    information: npt.NDArray[np.float64] | None = None
 
     def keep(self, mask: npt.NDArray[np.bool_]) -> SweepRows:
         return SweepRows(
@@ -85,6 +93,8 @@ def sweep_rows(db: Database, *, after: int = 0) -> SweepRows:
 
 
 def _joined(parts: Sequence[SweepRows]) -> SweepRows:
+    # A settled store's kept rows and no new ones: the kept rows as they are, not a copy.
+    parts = [part for part in parts if len(part.labels)]
     if not parts:
         empty = np.zeros(0, dtype=np.int64)
         words = np.zeros(0, WORD_ID_DTYPE)
@@ -104,7 +114,9 @@ def _joined(parts: Sequence[SweepRows]) -> SweepRows:
 
 class KeptSweepRows:
     """One peer's sweep rows, kept from one sweep to the next: a sweep of a million chunks
-    then reads the chunks admitted since and the cold tier's labels, not every row again.
+    then reads the chunks admitted since, not every row again. The cold tier's labels are
+    read again only when the tier epoch moved in a way the peer's own moves (`moved`) do
+    not account for; the rows' information is kept while no chunk comes or goes.
 
     What is kept holds only while nothing it read changed behind it: a chunk's kind,
     creation and words never change (a text is never rewritten but for efficacy rows,
@@ -119,6 +131,9 @@ class KeptSweepRows:
         # Every row up to this rowid is kept; rows past it are read again.
         self._through = 0
         self._epoch: str | None = None
+        # The tier epoch the kept rows' cold flags were read at (or brought up to by
+        # `moved`), None when not known: the cold tier's labels are read again then.
+        self._tiers_at: str | None = None
 
     def read(
         self, db: Database, gone: Callable[[npt.NDArray[np.int64]], npt.NDArray[np.bool_]]
@@ -133,19 +148,46 @@ class KeptSweepRows:
         tombstoned = gone(kept.labels)
         if tombstoned.any():
             kept = kept.keep(~tombstoned)
+        # Read before the rows: a tier change meanwhile makes the next read read again.
+        tiers_at = tier_epoch(db)
         rows = _joined([kept, sweep_rows(db, after=self._through)])
         if len(rows.labels) != _count(db, _SWEEP_COUNT):
             return self._read_all(db, epoch)
-        cold = np.array([row[0] for row in db.fetch_all(_COLD_LABELS)], dtype=np.int64)
-        rows = replace(rows, cold=np.isin(rows.labels, cold, assume_unique=True))
+        if tiers_at != self._tiers_at:
+            # Rows read now (past the kept ones) come with their tier as it is.
+            cold = np.array([row[0] for row in db.fetch_all(_COLD_LABELS)], dtype=np.int64)
+            rows = replace(rows, cold=np.isin(rows.labels, cold, assume_unique=True))
+            self._tiers_at = tiers_at
         self.remember(db, rows)
         return rows
 
     def _read_all(self, db: Database, epoch: str | None) -> SweepRows:
+        tiers_at = tier_epoch(db)
         rows = sweep_rows(db)
         self._epoch = epoch
+        self._tiers_at = tiers_at
         self.remember(db, rows)
         return rows
+
+    def moved(
+        self, labels: Sequence[int], *, cold: bool, tiers_before: str, tiers_after: str
+    ) -> None:
+        """`labels` went to the cold tier (or came back from it), committed by one
+        transaction that took the tier epoch from `tiers_before` to `tiers_after`: the kept
+        rows follow, and the next sweep need not read the cold tier's labels again. Kept
+        rows read at another epoch are left as they are (they are read again). Called by
+        the thread that sweeps (every move between tiers is the cycle's)."""
+        rows = self._rows
+        if rows is None or self._tiers_at != tiers_before:
+            return
+        ids = np.asarray(labels, dtype=np.int64)
+        at = np.searchsorted(rows.labels, ids)
+        held = at < len(rows.labels)
+        held[held] = rows.labels[at[held]] == ids[held]
+        flags = rows.cold.copy()
+        flags[at[held]] = cold
+        self._rows = replace(rows, cold=flags)
+        self._tiers_at = tiers_after
 
     def remember(self, db: Database, rows: SweepRows) -> None:
         """Keep `rows`, as read now (their words perhaps filled in since), for the next
@@ -160,6 +202,7 @@ class KeptSweepRows:
     def forget(self) -> None:
         """Read every row at the next sweep."""
         self._rows = None
+        self._tiers_at = None
 
 
 def _count(db: Database, sql: str) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +33,11 @@ class ColdChunk:
 
 def _bump_epoch(db: Database) -> None:
     db.next_counter(TIER_EPOCH_META_KEY)
+
+
+def epoch(db: Database) -> str:
+    """The tier epoch: it moves whenever a chunk changes tier through this module."""
+    return db.get_meta(TIER_EPOCH_META_KEY) or "0"
 
 
 def kinds_and_hashes(db: Database, rowids: Sequence[int]) -> dict[int, tuple[str, str]]:
@@ -96,16 +102,17 @@ def reingested_cold(db: Database) -> list[int]:
     ]
 
 
+#: Through migration 0022's index of revivals: the journal holds a step per chunk ever
+#: ingested or swept, and this is read at every sweep.
+_REVIVED_SINCE: Final = (
+    "SELECT DISTINCT o.id FROM journal j INDEXED BY journal_revivals "
+    "JOIN observations o ON o.content_hash = j.ref WHERE j.kind = 'revive' AND j.at_ms >= ?"
+)
+
+
 def revived_since(db: Database, since_ms: int) -> set[int]:
     """Chunks brought back from the cold tier at or after `since_ms` (from the journal)."""
-    return {
-        int(r[0])
-        for r in db.fetch_all(
-            "SELECT DISTINCT o.id FROM journal j JOIN observations o ON o.content_hash = j.ref "
-            "WHERE j.kind = 'revive' AND j.at_ms >= ?",
-            (since_ms,),
-        )
-    }
+    return {int(r[0]) for r in db.fetch_all(_REVIVED_SINCE, (since_ms,))}
 
 
 def cold_rowid_of_hash(db: Database, digest: str) -> int | None:

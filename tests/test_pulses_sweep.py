@@ -41,6 +41,48 @@ def test_percentile_ranks_share_ties() -> None:
     assert percentile_ranks([]) == []
 
 
+def _ranks_by_hand(values: list[float], tolerance: float) -> list[float]:
+    """relative_ties then percentile_ranks, written out with Python's stable sort."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    tied = list(values)
+    start = 0
+    while start < len(order):
+        anchor = values[order[start]]
+        end = start
+        while end < len(order) and values[order[end]] <= anchor * (1.0 + tolerance):
+            tied[order[end]] = anchor
+            end += 1
+        start = end
+    ranked = sorted(tied)
+    return [
+        (ranked.index(v) + len(ranked) - 1 - ranked[::-1].index(v)) / 2 / (len(ranked) - 1)
+        for v in tied
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([0.0, 0.1, 0.1 * (1 + 1e-12), 0.3, 0.3 * (1 + 5e-9), 0.7]),
+        min_size=2,
+        max_size=40,
+    )
+)
+def test_salience_ranks_from_one_sort_are_the_ranks_of_its_ties(values: list[float]) -> None:
+    """The sweep sorts saliences once, for their ties and their ranks; that sort is not
+    stable. Runs of near-equal values and repeated ones must rank as written out by hand."""
+    tolerance = 1e-9
+    pool = [
+        SweepCandidate(label=n, salience=v, pinned=False, protected=False)
+        for n, v in enumerate(values)
+    ]
+    only_salience = SweepMix(salience=1.0, information=0.0, importance=0.0)
+    plan = plan_sweep(pool, min_population=0, mix=only_salience, tolerance=tolerance)
+    assert [plan.values[n] for n in range(len(values))] == pytest.approx(
+        _ranks_by_hand(values, tolerance)
+    )
+
+
 def test_information_content_by_hand() -> None:
     texts = ["thanks ok thanks", "Kubernetes ingress, TLS!", "Thanks. OK?", ""]
     # Four documents; "thanks" and "ok" are in two, the rest in one; words count once per text.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.memory import forgetting
 from dreamcycle.daemon.runtime import Peer
-from dreamcycle.pulses.information import information_content
+from dreamcycle.pulses.information import information_content, information_of_words
 from dreamcycle.pulses.sweep import SweepCandidate, plan_sweep
 from dreamcycle.store import sweep_words, tiers
 from dreamcycle.store.database import Database, NewObservation
@@ -267,3 +268,84 @@ def test_a_sweep_through_kept_rows_reads_only_what_changed(
     assert read_after == [max(_texts(peer))]
     assert again.doomed == first.doomed
     assert dict(again.values) == dict(first.values)
+
+
+def test_a_settled_sweep_weighs_words_once_until_a_chunk_comes(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each chunk's information depends on every chunk's words: kept rows keep it while no
+    chunk comes or goes, and it is weighed again, over all of them, once one does."""
+    forgetting.plan(peer.runtime, peer.salience, peer.now_ms(), kept=peer.sweep_rows)
+    weigh = information_of_words
+    weighed: list[int] = []
+
+    def counted(numbers: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        weighed.append(len(lengths))
+        return weigh(numbers, lengths)
+
+    monkeypatch.setattr(forgetting, "information_of_words", counted)
+    forgetting.plan(peer.runtime, peer.salience, peer.now_ms(), kept=peer.sweep_rows)
+    assert weighed == []
+    with peer.db.transaction():
+        (added,) = peer.db.add_observations(
+            [NewObservation(content="zyzzyva quokka wombat")], now_ms=peer.now_ms()
+        )
+        peer.db.conn.execute(
+            "UPDATE observations SET admitted_seq = 1 WHERE id = ?", (added.rowid,)
+        )
+    columns = forgetting.sweep_columns(
+        peer.runtime, peer.salience, peer.now_ms(), kept=peer.sweep_rows
+    )
+    assert weighed == [len(_texts(peer))]
+    np.testing.assert_allclose(
+        columns.information, information_content(list(_texts(peer).values())), rtol=1e-12
+    )
+
+
+def test_the_sweep_finds_revivals_through_an_index_of_their_own(peer: Peer) -> None:
+    """Migration 0022: which chunks came back within the grace period is read from an index
+    of revivals, not from the whole journal, and answers as the journal does."""
+    db, labels = peer.db, list(_texts(peer))
+    with db.transaction():
+        tiers.move_to_cold(db, labels[:3], reason="test", now_ms=peer.now_ms())
+    forgetting.revive(peer, [labels[0]], peer.now_ms() - DAY_MS)
+    forgetting.revive(peer, [labels[1]], peer.now_ms())
+    plan = " ".join(
+        str(row[3]) for row in db.fetch_all("EXPLAIN QUERY PLAN " + tiers._REVIVED_SINCE, (0,))
+    )
+    assert "INDEX journal_revivals" in plan
+    assert tiers.revived_since(db, peer.now_ms()) == {labels[1]}
+    assert tiers.revived_since(db, peer.now_ms() - DAY_MS) == {labels[0], labels[1]}
+
+
+def test_kept_rows_follow_the_peer_s_own_moves_without_reading_the_cold_tier(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's moves and a revival tell the kept rows, which then need not read the cold
+    tier's labels (most of a large store); a move they were not told of is read."""
+    db, kept = peer.db, peer.sweep_rows
+    moved = forgetting.sweep(peer, peer.now_ms())
+    assert isinstance(moved["cold"], int) and moved["cold"] > 1
+    cold = [
+        int(r[0]) for r in db.fetch_all("SELECT id FROM observations WHERE cold_at IS NOT NULL")
+    ]
+    forgetting.revive(peer, cold[:1], peer.now_ms())
+    fetch_all = db.fetch_all
+    cold_reads: list[str] = []
+
+    def counted(sql: str, *args: Any) -> list[Any]:
+        if sql == sweep_words._COLD_LABELS:
+            cold_reads.append(sql)
+        return fetch_all(sql, *args)
+
+    monkeypatch.setattr(db, "fetch_all", counted)
+
+    def gone(labels: np.ndarray) -> np.ndarray:
+        return peer.salience.sweep_view(labels)[3]
+
+    _same_rows(kept.read(db, gone), sweep_words.sweep_rows(db))
+    assert cold_reads == []
+    with db.transaction():
+        tiers.move_to_cold(db, [cold[0]], reason="test", now_ms=peer.now_ms())
+    _same_rows(kept.read(db, gone), sweep_words.sweep_rows(db))
+    assert len(cold_reads) == 1

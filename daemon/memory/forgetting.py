@@ -25,7 +25,7 @@ from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.pulses.information import distinct_words, information_of_words
 from dreamcycle.pulses.sweep import SweepColumns, SweepPlan, plan_sweep_columns, spare
-from dreamcycle.store import sweep_words, tiers
+from dreamcycle.store import read_paths, sweep_words, tiers
 from dreamcycle.store.salience import SalienceCache
 
 SWEEP_REASON: Final = "percentile_sweep"
@@ -85,8 +85,12 @@ def sweep_columns(
         )
     if np.count_nonzero(~(pinned | protected)) < min_population:
         information = np.zeros(len(rows.labels), dtype=np.float64)
+    elif rows.information is not None:
+        # Kept from the last sweep, and no chunk came or went since.
+        information = rows.information
     else:
         information, rows = _information(rt, rows, keep_words=keep_words)
+        rows = replace(rows, information=information)
         if kept is not None and keep_words:
             kept.remember(rt.db, rows)
     grace_ms = rt.config.sweep.grace_s * 1000
@@ -247,7 +251,9 @@ def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
     db, cache = peer.db, peer.salience
     moved: list[int] = []
     doomed = sorted(planned.doomed)
+    committed_here = not read_paths.in_write_transaction(db)
     with db.transaction():
+        tiers_before = tiers.epoch(db)
         # MOVE_BATCH at a time: a first sweep of a large store moves most of it, and its
         # hashes, reasons and journal steps all at once raised the peak memory
         # scripts/bench_scale.py measures.
@@ -266,9 +272,28 @@ def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
             for label in now_cold:
                 cache.set_cold(label, True)
             moved += now_cold
+        tiers_after = tiers.epoch(db)
     if moved:
         peer.index.mark_deleted(np.array(moved, dtype=np.int64))
+        _kept_rows_follow(
+            peer, moved, cold=True, committed=committed_here, epochs=(tiers_before, tiers_after)
+        )
     return moved
+
+
+def _kept_rows_follow(
+    peer: Peer,
+    labels: list[int],
+    *,
+    cold: bool,
+    committed: bool,
+    epochs: tuple[str, str],
+) -> None:
+    """The peer's kept sweep rows take the move, so that the next sweep need not read the
+    cold tier's labels again; not while an outer transaction may yet roll it back."""
+    if committed:
+        before, after = epochs
+        peer.sweep_rows.moved(labels, cold=cold, tiers_before=before, tiers_after=after)
 
 
 def _why_cold(planned: SweepPlan, label: int, kind: str) -> str:
@@ -283,14 +308,20 @@ def revive(peer: Peer, labels: Iterable[int], now_ms: int) -> list[int]:
     """Bring cold chunks back to the live tier and index (journaled)."""
     db, cache = peer.db, peer.salience
     revived: list[int] = []
+    committed_here = not read_paths.in_write_transaction(db)
     with db.transaction():
+        tiers_before = tiers.epoch(db)
         observations = db.observations(sorted(set(labels)))
         for label, obs in sorted(observations.items()):
             if tiers.revive(db, label):
                 db.journal(JournalKind.REVIVE, obs.content_hash, {"rowid": label}, now_ms=now_ms)
                 cache.set_cold(label, False)
                 revived.append(label)
+        tiers_after = tiers.epoch(db)
     if revived:
+        _kept_rows_follow(
+            peer, revived, cold=False, committed=committed_here, epochs=(tiers_before, tiers_after)
+        )
         # A chunk embedded by another model (before a change of model) is live again but,
         # as at the index's rebuild, not in this model's index.
         vectors = db.embeddings_of(revived, peer.embedder.index_version)
