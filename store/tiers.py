@@ -49,6 +49,14 @@ def kinds_and_hashes(db: Database, rowids: Sequence[int]) -> dict[int, tuple[str
     return {int(rowid): (str(kind), str(content_hash)) for rowid, kind, content_hash in rows}
 
 
+#: Which of some chunks are live, from the index of every chunk's state (migration 0021): with
+#: thousands of ids the planner otherwise read each row, embedding and all, to test its tier.
+_LIVE_AMONG: Final = (
+    "SELECT id FROM observations INDEXED BY observations_salience_state "
+    "WHERE id IN ({marks}) AND deleted_at IS NULL AND cold_at IS NULL"
+)
+
+
 def move_to_cold(db: Database, rowids: Sequence[int], *, reason: str, now_ms: int) -> list[int]:
     """Mark live chunks cold (inside the caller's transaction); returns those moved, in
     rowid order."""
@@ -58,14 +66,7 @@ def move_to_cold(db: Database, rowids: Sequence[int], *, reason: str, now_ms: in
 def move_each_to_cold(db: Database, reasons: Mapping[int, str], *, now_ms: int) -> list[int]:
     """Mark live chunks cold, each for its reason (inside the caller's transaction), in
     rowid order; returns those moved. One statement for all: a sweep moves thousands."""
-    moved = sorted(
-        int(row[0])
-        for row in db.fetch_all_in(
-            "SELECT id FROM observations WHERE id IN ({marks}) "
-            "AND deleted_at IS NULL AND cold_at IS NULL",
-            sorted(reasons),
-        )
-    )
+    moved = sorted(int(row[0]) for row in db.fetch_all_in(_LIVE_AMONG, sorted(reasons)))
     at = iso_from_ms(now_ms)
     db.conn.executemany(
         "UPDATE observations SET cold_at = ?, cold_reason = ? WHERE id = ?",

@@ -349,3 +349,28 @@ def test_kept_rows_follow_the_peer_s_own_moves_without_reading_the_cold_tier(
         tiers.move_to_cold(db, [cold[0]], reason="test", now_ms=peer.now_ms())
     _same_rows(kept.read(db, gone), sweep_words.sweep_rows(db))
     assert len(cold_reads) == 1
+
+
+def test_a_sweep_tells_live_chunks_from_the_state_index_not_their_rows(peer: Peer) -> None:
+    """The sweep moves thousands of chunks at once: which of them are still live is read
+    from the index of every chunk's state (no row, embedding and all, is read for it), and
+    only those move."""
+    db, labels = peer.db, list(_texts(peer))
+    with db.transaction():
+        tiers.move_to_cold(db, labels[:1], reason="test", now_ms=peer.now_ms())
+        db.conn.execute(
+            "UPDATE observations SET deleted_at = '2027-01-01T00:00:00.000Z' WHERE id = ?",
+            (labels[1],),
+        )
+    many = labels + list(range(10**6, 10**6 + 5_000))
+    marks = ",".join("?" * len(many))
+    plan = " ".join(
+        str(row[3])
+        for row in db.fetch_all(
+            "EXPLAIN QUERY PLAN " + tiers._LIVE_AMONG.format(marks=marks), tuple(many)
+        )
+    )
+    assert "USING COVERING INDEX observations_salience_state" in plan
+    with db.transaction():
+        moved = tiers.move_to_cold(db, many, reason="test", now_ms=peer.now_ms())
+    assert moved == labels[2:]
