@@ -17,11 +17,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.store.database import (
-    EFFICACY_TYPE,
-    METADATA_EPOCH_META_KEY,
-    Database,
-)
+from dreamcycle.store.database import EFFICACY_TYPE, METADATA_EPOCH_META_KEY, Database
 from dreamcycle.store.observations import COLD_ROWS
 from dreamcycle.store.tiers import epoch as tier_epoch
 from dreamcycle.store.timefmt import ms_from_iso, ms_in_sql
