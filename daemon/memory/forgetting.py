@@ -13,7 +13,8 @@ it becomes a permanent tombstone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -251,9 +252,7 @@ def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
     db, cache = peer.db, peer.salience
     moved: list[int] = []
     doomed = sorted(planned.doomed)
-    committed_here = not read_paths.in_write_transaction(db)
-    with db.transaction():
-        tiers_before = tiers.epoch(db)
+    with _changing_tiers(peer, moved, cold=True):
         # MOVE_BATCH at a time: a first sweep of a large store moves most of it, and its
         # hashes, reasons and journal steps all at once raised the peak memory
         # scripts/bench_scale.py measures.
@@ -272,28 +271,25 @@ def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
             for label in now_cold:
                 cache.set_cold(label, True)
             moved += now_cold
-        tiers_after = tiers.epoch(db)
     if moved:
         peer.index.mark_deleted(np.array(moved, dtype=np.int64))
-        _kept_rows_follow(
-            peer, moved, cold=True, committed=committed_here, epochs=(tiers_before, tiers_after)
-        )
     return moved
 
 
-def _kept_rows_follow(
-    peer: Peer,
-    labels: list[int],
-    *,
-    cold: bool,
-    committed: bool,
-    epochs: tuple[str, str],
-) -> None:
-    """The peer's kept sweep rows take the move, so that the next sweep need not read the
-    cold tier's labels again; not while an outer transaction may yet roll it back."""
-    if committed:
-        before, after = epochs
-        peer.sweep_rows.moved(labels, cold=cold, tiers_before=before, tiers_after=after)
+@contextmanager
+def _changing_tiers(peer: Peer, changed: list[int], *, cold: bool) -> Iterator[None]:
+    """A transaction that moves the chunks it adds to `changed` to the cold tier (or back).
+    Once it commits, the peer's kept sweep rows follow, so that the next sweep need not
+    read the cold tier's labels again; not from inside an outer transaction, which may yet
+    roll the move back."""
+    db = peer.db
+    outermost = not read_paths.in_write_transaction(db)
+    with db.transaction():
+        before = tiers.epoch(db)
+        yield
+        after = tiers.epoch(db)
+    if outermost and changed:
+        peer.sweep_rows.moved(changed, cold=cold, tiers_before=before, tiers_after=after)
 
 
 def _why_cold(planned: SweepPlan, label: int, kind: str) -> str:
@@ -308,20 +304,14 @@ def revive(peer: Peer, labels: Iterable[int], now_ms: int) -> list[int]:
     """Bring cold chunks back to the live tier and index (journaled)."""
     db, cache = peer.db, peer.salience
     revived: list[int] = []
-    committed_here = not read_paths.in_write_transaction(db)
-    with db.transaction():
-        tiers_before = tiers.epoch(db)
+    with _changing_tiers(peer, revived, cold=False):
         observations = db.observations(sorted(set(labels)))
         for label, obs in sorted(observations.items()):
             if tiers.revive(db, label):
                 db.journal(JournalKind.REVIVE, obs.content_hash, {"rowid": label}, now_ms=now_ms)
                 cache.set_cold(label, False)
                 revived.append(label)
-        tiers_after = tiers.epoch(db)
     if revived:
-        _kept_rows_follow(
-            peer, revived, cold=False, committed=committed_here, epochs=(tiers_before, tiers_after)
-        )
         # A chunk embedded by another model (before a change of model) is live again but,
         # as at the index's rebuild, not in this model's index.
         vectors = db.embeddings_of(revived, peer.embedder.index_version)
