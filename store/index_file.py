@@ -19,6 +19,8 @@ import errno
 import json
 import os
 import struct
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -257,8 +259,15 @@ def _check_written(path: Path) -> None:
         )
 
 
-def load_verified(engine: Any, path: Path, meta: IndexMeta) -> None:
+def load_verified(
+    engine: Any, path: Path, meta: IndexMeta, *, while_hashing: Callable[[], None] | None = None
+) -> None:
     """Load `path` into `engine` only if it is, byte for byte, the file `meta` sealed.
+
+    The file is hashed on a thread meanwhile the calling thread runs `while_hashing`
+    (reading what the load is to be checked against, say): hashing and reading a
+    database both run mostly without the GIL, so the two overlap. hnswlib's load holds
+    the GIL throughout, so it comes after the hash, not beside it.
 
     The file is held open while hashed and loaded: its inode cannot be reused meanwhile,
     so the same inode under `path` after loading proves hnswlib read the verified bytes
@@ -276,7 +285,12 @@ def load_verified(engine: Any, path: Path, meta: IndexMeta) -> None:
             raise IndexUnusable(
                 Unusable.SIZE, f"corrupt: {held.st_size} bytes, saved with {meta.size}", path
             )
-        if _checksum(descriptor) != meta.checksum:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-checksum") as hashing:
+            checksum = hashing.submit(_checksum, descriptor)
+            if while_hashing is not None:
+                while_hashing()
+            verified = checksum.result() == meta.checksum
+        if not verified:
             raise IndexUnusable(Unusable.CHECKSUM, "corrupt: checksum mismatch", path)
         try:
             engine.load_index(str(path), max_elements=meta.max_elements)

@@ -16,7 +16,13 @@ import blake3
 import numpy as np
 import pytest
 
-from dreamcycle.store.index import REBUILD_CHUNK_SIZE, HnswIndex, IndexUnusable, open_or_rebuild
+from dreamcycle.store.index import (
+    REBUILD_CHUNK_SIZE,
+    HnswIndex,
+    IndexUnusable,
+    Unusable,
+    open_or_rebuild,
+)
 from dreamcycle.store.index_file import (
     _HEADER,
     META_FORMAT,
@@ -244,6 +250,52 @@ def test_save_and_load_give_identical_answers(tmp_path: Path) -> None:
 
     loaded.add(labels_range(700, 720), clustered_unit_vectors(20, seed=9))
     assert loaded.live_count == index.live_count + 20
+
+
+def test_a_load_checks_its_live_labels_against_the_database_s(tmp_path: Path) -> None:
+    path = tmp_path / "index.bin"
+    index, _ = built_index(path, 50)
+    index.mark_deleted(np.array([7, 3]))
+    index.save("s1")
+    live = np.array(sorted(set(range(50)) - {3, 7}), dtype=np.int64)
+    read: list[int] = []
+
+    def database_labels(labels: np.ndarray) -> np.ndarray:
+        read.append(len(labels))
+        return labels
+
+    loaded = HnswIndex.load(path, DIM, VERSION, live_labels=lambda: database_labels(live[::-1]))
+    assert loaded.live_among(np.arange(50)).tolist() == live.tolist()
+    assert loaded.deleted_labels() == {3, 7}
+    assert read == [48]
+
+    with pytest.raises(IndexUnusable) as raised:
+        # A tombstoned label the database calls live, and a live one it lacks.
+        HnswIndex.load(path, DIM, VERSION, live_labels=lambda: np.append(live[1:], 3))
+    assert raised.value.kind is Unusable.LABELS
+    assert "not in the database: 0;" in raised.value.reason
+    assert "not in the index: 3)" in raised.value.reason
+
+
+def test_a_damaged_file_is_refused_for_its_checksum_after_the_labels_are_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "index.bin"
+    index, _ = built_index(path, 60)
+    index.save("s1")
+    body = bytearray(path.read_bytes())
+    body[-100] ^= 0xFF
+    path.write_bytes(bytes(body))
+    read: list[int] = []
+
+    def database_labels() -> np.ndarray:
+        read.append(60)
+        return np.arange(60, dtype=np.int64)
+
+    with pytest.raises(IndexUnusable) as raised:
+        HnswIndex.load(path, DIM, VERSION, live_labels=database_labels)
+    assert raised.value.kind is Unusable.CHECKSUM
+    assert read == [60]
 
 
 def test_meta_sidecar_describes_the_file(tmp_path: Path) -> None:
