@@ -20,6 +20,7 @@ from tests.store_helpers import migrations_before, tombstone
 
 NOW_MS = 1_800_000_000_000
 TEXTS = ("the ferry timetable changes in winter", "winter tyres are fitted in october")
+PINNED_TEXT = "the harbour office keeps the spare keys"
 
 
 def _fts_rowids(db: Database) -> set[int]:
@@ -113,9 +114,16 @@ def test_start_up_reads_every_chunks_salience_state_from_an_index(tmp_path: Path
     db = Database(tmp_path / "d.db")
     try:
         with db.transaction():
-            added = db.add_observations([NewObservation(content=t) for t in TEXTS], now_ms=NOW_MS)
+            added = db.add_observations(
+                [NewObservation(content=t) for t in (*TEXTS, PINNED_TEXT)], now_ms=NOW_MS
+            )
             db.write_salience({added[0].rowid: 0.75})
             tiers.move_to_cold(db, [added[1].rowid], reason="test", now_ms=NOW_MS)
+            db.set_pin_floor(added[2].rowid, 0.5, now_ms=NOW_MS)
+            db.conn.execute(
+                "UPDATE observations SET deletion_policy = 'never' WHERE id = ?",
+                (added[2].rowid,),
+            )
         plan = " ".join(
             str(row[3])
             for row in db.fetch_all("EXPLAIN QUERY PLAN " + salience_rows._SALIENCE_ROWS, (0,))
@@ -133,9 +141,17 @@ def test_start_up_reads_every_chunks_salience_state_from_an_index(tmp_path: Path
             "cold_at IS NOT NULL FROM observations NOT INDEXED WHERE id > 0 ORDER BY id"
         )
         as_numbers = [[*row[:4], DELETION_POLICIES.index(row[4]), row[5]] for row in from_table]
-        assert db.salience_columns(limit=len(TEXTS)).tolist() == as_numbers
+        assert db.salience_columns(limit=len(as_numbers)).tolist() == as_numbers
         assert db.salience_columns(after_rowid=added[0].rowid, limit=1).tolist() == as_numbers[1:2]
         assert from_table[0][1] == 0.75 and from_table[1][5] == 1
+        assert from_table[2][2] == 0.5 and from_table[2][4] == "never"
+        plan = " ".join(
+            str(row[3])
+            for row in db.fetch_all(
+                "EXPLAIN QUERY PLAN " + salience_rows._PIN_FLOORS_BETWEEN, (0, 10)
+            )
+        )
+        assert "USING COVERING INDEX observations_salience_state" in plan
     finally:
         db.close()
 
