@@ -276,10 +276,12 @@ class SalienceCache:
         at = self._loaded(label)
         return DELETION_POLICIES[int(self._policy[at])]
 
-    def flush(self) -> int:
-        """Write changed values (inside the caller's transaction); returns how many."""
+    def flush(self, *, decayed_at_ms: int | None = None, decayed: Sequence[int] = ()) -> int:
+        """Write changed values (inside the caller's transaction); returns how many. With
+        `decayed_at_ms`, the `decayed` chunks are recorded as decayed up to then in the same
+        writes (`Database.write_salience`)."""
         count = len(self._dirty)
-        if count:
-            self._db.write_salience(self._dirty)
+        if count or decayed_at_ms is not None:
+            self._db.write_salience(self._dirty, decayed_at_ms=decayed_at_ms, decayed=decayed)
             self._dirty.clear()
         return count

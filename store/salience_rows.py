@@ -66,6 +66,9 @@ _PIN_FLOORS_BETWEEN: Final = (
     "WHERE id > ? AND id <= ? AND pin_floor != 0"
 )
 _WRITE_SALIENCE: Final = "UPDATE observations SET salience = ? WHERE id = ?"
+_WRITE_SALIENCE_DECAYED: Final = (
+    "UPDATE observations SET salience = ?, last_decay_ts = ? WHERE id = ?"
+)
 _DECAY_FROM: Final = "coalesce(last_decay_ts, created_at)"
 _DECAYABLE: Final = f"deleted_at IS NULL AND admitted_seq IS NOT NULL AND type != '{EFFICACY_TYPE}'"
 _STABILITIES: Final = "SELECT id, stability FROM observations"
@@ -110,9 +113,31 @@ class SalienceQueries(TableQueries):
                 int(rowid), float(salience), float(floor), bool(deleted), str(policy), bool(cold)
             )
 
-    def write_salience(self, values: dict[int, float]) -> None:
+    def write_salience(
+        self,
+        values: dict[int, float],
+        *,
+        decayed_at_ms: int | None = None,
+        decayed: Sequence[int] = (),
+    ) -> None:
+        """Write these saliences; with `decayed_at_ms`, also `mark_decayed(decayed_at_ms,
+        decayed)` in the same update of each row: a chunk in both is written once. Each
+        update rewrites the row, and a change of salience its entries in the indexes that
+        hold salience as well."""
+        marked = set(decayed) if decayed_at_ms is not None else set()
         self.conn.executemany(
-            _WRITE_SALIENCE, [(value, rowid) for rowid, value in sorted(values.items())]
+            _WRITE_SALIENCE,
+            [(value, rowid) for rowid, value in sorted(values.items()) if rowid not in marked],
+        )
+        if decayed_at_ms is None:
+            return
+        stamp = iso_from_ms(decayed_at_ms)
+        self.conn.executemany(
+            _WRITE_SALIENCE_DECAYED,
+            [(values[rowid], stamp, rowid) for rowid in sorted(marked) if rowid in values],
+        )
+        self.conn.executemany(
+            _MARK_DECAYED, [(stamp, rowid) for rowid in sorted(marked) if rowid not in values]
         )
 
     def decay_candidates(

@@ -182,3 +182,43 @@ def test_a_crash_after_the_first_batch_loses_no_decay_and_replay_agrees(
         for rowid in ROWIDS:
             assert replayed.state.salience(rowid) == pytest.approx(salience[rowid], abs=1e-9)
         assert set(replayed.decayed_at.values()) == {clock.now_ms()}
+
+
+def test_each_decayed_chunk_s_row_is_written_once(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """Salience and decay mark in one update: each write of a row rewrites it, and a
+    change of salience its entries in the indexes that hold salience too."""
+    clock = ManualClock(START_MS)
+    with fresh_peer(
+        tmp_path_factory, tmp_path, clock, **HALF_LIVES, **{"downscale.enabled": False}
+    ) as peer:
+        run_cycle_blocking(peer)
+        _set_start(peer, pin=True)
+        clock.advance(DAY_MS)
+
+    with opened_peer(tmp_path, clock, **HALF_LIVES) as peer:
+        now = clock.now_ms()
+        with peer.db.transaction():
+            # At its floor already: decayed, its salience unchanged.
+            peer.db.write_salience({PINNED: PIN_FLOOR})
+            peer.db.set_pin_floor(PINNED, PIN_FLOOR, now_ms=now)
+        peer.salience.reload()
+        written: list[int] = []
+
+        def trace(_cursor: Any, sql: str, bindings: Any) -> bool:
+            if sql.lstrip().upper().startswith("UPDATE OBSERVATIONS"):
+                written.append(int(bindings[-1]))
+            return True
+
+        peer.db.before_each_statement(trace)
+        try:
+            stats = downscale.run(peer, CycleState(now_ms=now))
+        finally:
+            peer.db.before_each_statement(None)
+
+        assert stats["decayed"] == len(ROWIDS)
+        assert stats["changed"] == len(ROWIDS) - 1
+        assert sorted(written) == sorted(ROWIDS)
+        assert set(_decayed_at(peer).values()) == {iso_from_ms(now)}
+        assert saliences(peer.db)[PINNED] == PIN_FLOOR

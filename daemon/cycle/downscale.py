@@ -89,6 +89,5 @@ def decay_batch(
         if after != before:
             cache.set_salience(rowid, after)
             changed += 1
-    cache.flush()
-    peer.db.mark_decayed(now_ms, [row[0] for row in rows])
+    cache.flush(decayed_at_ms=now_ms, decayed=[row[0] for row in rows])
     return changed
