@@ -101,7 +101,10 @@ class SalienceQueries(TableQueries):
         floors = self._all(_PIN_FLOORS_BETWEEN, (after_rowid, int(ids[-1])))
         if floors:
             pinned = np.array(floors, dtype=np.float64).reshape(len(floors), 2)
-            columns[np.searchsorted(ids, pinned[:, 0]), 2] = pinned[:, 1]
+            at = np.searchsorted(ids, pinned[:, 0])
+            # Rows may change between the two reads: a floor only for a row the first read has.
+            read_both = ids[np.minimum(at, len(ids) - 1)] == pinned[:, 0]
+            columns[at[read_both], 2] = pinned[read_both, 1]
         return columns
 
     def salience_rows(self, *, after_rowid: int = 0) -> Iterator[SalienceRow]:
