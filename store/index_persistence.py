@@ -108,21 +108,17 @@ def load_saved(
             f"stale: file holds {engine.element_count} elements, meta says {meta.count}",
             path,
         )
-    held = engine.get_ids_list()
     deleted = set(meta.deleted)
-    live = set(held) - deleted
+    live = set(engine.get_ids_list()) - deleted
     if expected:
-        _check_labels(path, live, np.array(held, dtype=np.int64), deleted, expected[0])
+        _check_labels(path, live, expected[0])
     return SavedIndex(engine=engine, meta=meta, live=live, deleted=deleted)
 
 
-def _check_labels(
-    path: Path, live: set[int], held: Labels, deleted: set[int], expected: Labels
-) -> None:
+def _check_labels(path: Path, live: set[int], expected: Labels) -> None:
     """Whether the index's live labels are `expected`, compared as sorted arrays: at a
     million labels, a comparison of sets took most of a second."""
-    if deleted:
-        held = held[~np.isin(held, np.fromiter(deleted, dtype=np.int64, count=len(deleted)))]
+    held = np.fromiter(live, dtype=np.int64, count=len(live))
     if np.array_equal(np.sort(held), np.sort(expected)):
         return
     wanted = set(expected.tolist())

@@ -139,9 +139,7 @@ class SalienceQueries(TableQueries):
             _WRITE_SALIENCE_DECAYED,
             [(values[rowid], stamp, rowid) for rowid in sorted(marked) if rowid in values],
         )
-        self.conn.executemany(
-            _MARK_DECAYED, [(stamp, rowid) for rowid in sorted(marked) if rowid not in values]
-        )
+        self.mark_decayed(decayed_at_ms, [rowid for rowid in sorted(marked) if rowid not in values])
 
     def decay_candidates(
         self, *, due_by_ms: int | None = None, limit: int | None = None
