@@ -436,8 +436,8 @@ def measure_in_child(cache_dir: Path, scratch: Path, args: argparse.Namespace) -
     data_dir = scratch / cache_dir.name
     print(f"copying {cache_dir} to {data_dir}", flush=True)
     shutil.copytree(cache_dir, data_dir)
-    # The copy leaves gigabytes of dirty pages that the kernel writes back for a minute
-    # or more: written out now, not while start-up and the first cycles are measured.
+    # The copy leaves dirty pages the kernel writes back later: written out now, not
+    # while start-up and the first cycles are measured.
     os.sync()
     figures: dict[str, Any] = {}
     # The peer first, then the ingest command on the store the peer left, as a user would

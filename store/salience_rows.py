@@ -51,7 +51,7 @@ _POLICY_NUMBER: Final = (
 )
 #: The tombstone, tier and deletion policy of a chunk as one number: bit 0 tombstoned, bit
 #: 1 cold, the policy above them. Every column a query returns is a Python object for
-#: each row, and at a million rows those objects are most of a start-up's read.
+#: each row, and for a large store those objects are most of a start-up's read.
 _STATE_NUMBER: Final = (
     f"(deleted_at IS NOT NULL) + 2 * (cold_at IS NOT NULL) + 4 * {_POLICY_NUMBER}"
 )
