@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         raise BenchmarkError("--chunks must be >= 1000, --calls >= 10 and --pairs >= 1")
     if not 0 < args.cold_share <= MAX_COLD_SHARE:
         raise BenchmarkError(f"--cold-share must be in (0, {MAX_COLD_SHARE}]")
-    machine = describe_machine(("hnswlib", "fastembed", "apsw"))
+    machine = describe_machine(("hnswlib", "onnxruntime", "apsw"))
     set_up_the_daemon_process()  # the calls run as the daemon's process runs them
     rng = np.random.default_rng(SEED)
     corpus = Corpus(rng)

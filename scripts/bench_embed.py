@@ -1,4 +1,4 @@
-"""The embedder on real paragraphs: its rate and peak memory against fastembed called as is.
+"""The embedder on real paragraphs: its rate and peak memory against the model called plainly.
 
 The reference is the model called the plain way, every text in the order given, in batches
 of REFERENCE_BATCH: each batch is padded to its longest text, and attention's cost grows
@@ -35,7 +35,7 @@ from scripts.bench_common import (
 )
 from scripts.bench_scale import real_texts
 
-#: fastembed's batches as the embedder made them before it sorted by length.
+#: Batches as the embedder made them before it sorted a call's texts by length.
 REFERENCE_BATCH: Final = 32
 DEFAULT_TEXTS: Final = 600
 DEFAULT_PER_CALL: Final = 100
@@ -48,7 +48,7 @@ def _one(way: str, count: int, per_call: int) -> dict[str, float]:
     """Embed `count` paragraphs one way in this process: its rate and peak memory."""
     texts = real_texts(count)
     embedder = Embedder()
-    # The reference calls the model the embedder loaded, as fastembed is called by default.
+    # The reference calls the model the embedder loaded, texts in the order given.
     model = embedder._loaded_model()
     started = time.perf_counter()
     for start in range(0, len(texts), per_call):
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(json.dumps(_one(args.one, args.texts, args.per_call)))
         return 0
-    machine = describe_machine(("fastembed", "onnxruntime"))
+    machine = describe_machine(("onnxruntime", "tokenizers"))
     runs: dict[str, list[dict[str, float]]] = {way: [] for way in WAYS}
     for _ in range(args.rounds):
         for way in WAYS:

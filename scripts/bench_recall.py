@@ -775,7 +775,7 @@ def main(argv: list[str] | None = None) -> int:
         raise BenchmarkError("--pulse-every must be in [0.01, 60] seconds")
     if args.give_way is not None and not 0 <= args.give_way <= CYCLE_MAX_GIVE_WAY_S:
         raise BenchmarkError(f"--give-way must be in [0, {CYCLE_MAX_GIVE_WAY_S:g}] seconds")
-    machine = describe_machine(("hnswlib", "fastembed", "fastapi", "hypercorn", "apsw"))
+    machine = describe_machine(("hnswlib", "onnxruntime", "fastapi", "hypercorn", "apsw"))
     set_up_the_daemon_process()  # the in-process figures run as the daemon's process does
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
@@ -833,10 +833,10 @@ def main(argv: list[str] | None = None) -> int:
         workload = Workload(corpus, query_vectors, in_process_call(ops))
         baselines: list[Figure] = [
             (f"raw k-NN {BASELINE_MARK}", "hnswlib", knn_call(peer, query_vectors, pool)),
-            (f"embed one text {BASELINE_MARK}", "fastembed",
+            (f"embed one text {BASELINE_MARK}", "onnxruntime",
              lambda i: ops._embedder.embed_one(texts[i])),
             # As recall by text embeds its query: after a recall's work, not back to back.
-            (EMBED_AFTER_RECALL, "fastembed",
+            (EMBED_AFTER_RECALL, "onnxruntime",
              After(workload.by_vector, lambda i: ops._embedder.embed_one(texts[i]))),
             # As a server meets each request: after waiting for it, its core idle.
             (KNN_AFTER_PAUSE, "hnswlib", After(pause, knn_call(peer, query_vectors, pool))),

@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     stores = {size: cached_store(args.cache, size) for size in (args.reference, args.chunks)}
     if args.build_only:
         return 0
-    machine = describe_machine(("hnswlib", "fastembed", "apsw"))
+    machine = describe_machine(("hnswlib", "onnxruntime", "apsw"))
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=args.cache) as scratch:
         figures = {
             size: measure_in_child(path, Path(scratch), args) for size, path in stores.items()

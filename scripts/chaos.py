@@ -1307,7 +1307,7 @@ def report(result: dict[str, Any], machine: dict[str, Any], args: argparse.Names
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    machine = describe_machine(("boto3", "hnswlib", "apsw", "fastembed"))
+    machine = describe_machine(("boto3", "hnswlib", "apsw", "onnxruntime"))
     try:
         result = run(args)
     except Exception as exc:

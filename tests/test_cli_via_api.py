@@ -35,7 +35,7 @@ FROZEN_MS: Final = 1_750_000_000_000
 IDLE_INTERVAL_S: Final = "3600"
 EXIT_USAGE: Final = 2
 #: Imported only to embed text: the API way must never import it.
-MODEL_MODULE: Final = "fastembed"
+MODEL_MODULE: Final = "onnxruntime"
 TRIED_API: Final = "memory through the daemon's API"
 FELL_BACK: Final = "the daemon does not answer; going on directly"
 #: Every command gets these: its import log, and the debug line naming the way it took.

@@ -25,14 +25,14 @@ CHECK_BOTH = """
 import json
 import daemon, daemon.pidfile
 import dreamcycle.daemon, dreamcycle.daemon.cli.main, dreamcycle.daemon.api.http
-import dreamcycle.migrations, dreamcycle.store.database, dreamcycle.store.embedder
+import dreamcycle.migrations, dreamcycle.store.database, dreamcycle.store.bundled_model
 from pathlib import Path
 print(json.dumps({
     "python_daemon": daemon.__file__,
     "dreamcycle_daemon": dreamcycle.daemon.__file__,
     "has_daemon_context": hasattr(daemon, "DaemonContext"),
     "migrations": len(dreamcycle.migrations.migration_files()),
-    "tokenizer": Path(dreamcycle.store.embedder._tokenizer_folder(), "tokenizer.json").is_file(),
+    "tokenizer": Path(dreamcycle.store.bundled_model.tokenizer_folder(), "tokenizer.json").is_file(),
 }))
 """
 

