@@ -11,6 +11,12 @@ PYTEST_ARGS ?=
 # Files go out in the order tests/conftest.py gives (those with slow tests first), not
 # by their number of tests.
 TEST_WORKERS ?= 3
+# The suite starts hundreds of Python processes (daemons, commands, scripts), and each
+# imports dreamcycle. Where the environment says not to write bytecode (as some CI images
+# do, with PYTHONDONTWRITEBYTECODE), each would compile the project's modules, and each
+# test process the tests, again from source: this run writes bytecode, into the
+# __pycache__ folders git ignores, so that they are compiled once.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
 
 .PHONY: demo test test-under-load test-long lint typecheck-link setup setup-test servers clean
 
@@ -18,7 +24,7 @@ demo: setup
 	$(BIN)/python scripts/demo.py
 
 test: setup-test servers
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The same run as `make test` (keep the two pytest lines in step), beside LOAD_PROCESSES
 # busy loops that keep the cores taken: what the tests of timing and CPU priority must
@@ -30,12 +36,12 @@ test-under-load: setup-test servers
 	trap 'kill $$pids 2>/dev/null; wait' EXIT; trap 'exit 130' INT; trap 'exit 143' TERM; \
 	for i in $$(seq $(LOAD_PROCESSES)); do sh -c 'while :; do :; done' & pids="$$pids $$!"; done; \
 	echo "busy loops running:$$pids"; \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The tests of a minute or more (marked `long`), left out of `make test` to keep it short:
 # a small run of scripts/chaos.py, and a SIGTERM in the middle of a long propagation.
 test-long: setup-test servers
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m long $(PYTEST_ARGS)
+	$(PYTEST) -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m long $(PYTEST_ARGS)
 
 lint: setup-test typecheck-link
 	$(BIN)/ruff check .
@@ -78,3 +84,4 @@ servers:
 
 clean:
 	rm -rf $(VENV) demo-data bench-results .pytest_cache .mypy_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
