@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import io
 import json
 import os
 import shutil
@@ -121,6 +122,38 @@ def thread_policies(pid: int) -> list[tuple[str, int]]:
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         policies.append((name, int(stat[stat.rindex(")") + 2 :].split()[41 - 3])))
     return policies
+
+
+# ---- commands in this process -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What a command run in this process returned and printed."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def errors(self) -> list[str]:
+        return [line for line in self.err.splitlines() if "error:" in line]
+
+
+def run_in_process(entry: Callable[[Sequence[str]], int], argv: Sequence[str]) -> Ran:
+    """One command (a program's `main`) in this process, its output captured (argparse exits
+    by SystemExit): for refusals, which a process would spend most of its time starting."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        try:
+            code = entry(list(argv))
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+    finally:
+        sys.stdout, sys.stderr = saved
+    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:

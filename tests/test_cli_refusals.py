@@ -12,11 +12,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +21,7 @@ import pytest
 
 from dreamcycle.daemon.cli import main as dreamcycle_cli
 from dreamcycle.daemon.cli import pulse_emit as pulse_emit_cli
-from tests.daemon_helpers import Peer, documentation_chunks, write_jsonl
+from tests.daemon_helpers import Peer, Ran, documentation_chunks, run_in_process, write_jsonl
 
 EXIT_USAGE = 2
 TOPICS = ("assert", "for", "while")
@@ -34,38 +31,12 @@ QUERY = "how does an assert statement raise AssertionError"
 ENVIRONMENT = {"DREAMCYCLE_METRICS_LISTEN": "", "HF_HUB_OFFLINE": "1"}
 
 
-@dataclass(frozen=True)
-class Ran:
-    code: int
-    out: str
-    err: str
-
-    @property
-    def errors(self) -> list[str]:
-        return [line for line in self.err.splitlines() if "error:" in line]
-
-
-def _run(entry: Callable[[Sequence[str]], int], argv: Sequence[str]) -> Ran:
-    """One command in this process, its output captured (argparse exits by SystemExit)."""
-    out, err = StringIO(), StringIO()
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
-    try:
-        try:
-            code = entry(list(argv))
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-    finally:
-        sys.stdout, sys.stderr = saved
-    return Ran(code, out.getvalue(), err.getvalue())
-
-
 def dreamcycle(peer: Peer, *args: str) -> Ran:
-    return _run(dreamcycle_cli.main, [*args, *peer.options()])
+    return run_in_process(dreamcycle_cli.main, [*args, *peer.options()])
 
 
 def pulse_emit(peer: Peer, *args: str) -> Ran:
-    return _run(pulse_emit_cli.main, [*args, *peer.options()])
+    return run_in_process(pulse_emit_cli.main, [*args, *peer.options()])
 
 
 def refused(ran: Ran, *words: str, code: int = EXIT_USAGE) -> str:
@@ -350,7 +321,7 @@ def test_out_of_range_numbers_are_refused_naming_the_option(
     peer: Peer, entry: Callable[[Sequence[str]], int], args: tuple[str, ...], option: str
 ) -> None:
     before = peer.dump()
-    ran = _run(entry, [*args, *peer.options()])
+    ran = run_in_process(entry, [*args, *peer.options()])
     assert option in refused(ran, "argument ").split("argument ")[1].split(":")[0]
     unchanged(peer, before)
 

@@ -7,17 +7,21 @@ cycle run) that cost real processes and the real model once.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import random
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from dreamcycle.daemon.cli import operation_verbs
+from dreamcycle.daemon.cli import pulse_emit as pulse_emit_cli
 from dreamcycle.daemon.cli.main import build_parser as dreamcycle_parser
 from dreamcycle.daemon.cli.pulse_emit import build_parser as pulse_emit_parser
 from dreamcycle.store.database import initial_salience
@@ -29,6 +33,7 @@ from tests.daemon_helpers import (
     Peer,
     documentation_chunks,
     emitted_id,
+    run_in_process,
     wait_until,
     write_jsonl,
 )
@@ -41,6 +46,7 @@ QUERY = "how does an assert statement raise AssertionError"
 #: Settings of every peer here: no automatic sweep, so chunks stay until a test sweeps.
 SETTINGS = {"DREAMCYCLE_SWEEP_ENABLED": "false"}
 A_DECISION = "ab" * 32
+HELP_COLUMNS = "100"
 
 
 @pytest.fixture(scope="module")
@@ -122,14 +128,9 @@ def test_every_command_and_subcommand_has_help() -> None:
         ]
     )
     assert subcommands(pulse_emit_parser()) == ["outcome", "pulse", "tombstone"]
-    commands, leaves = zip(*help_commands(), strict=True)
-    running = [
-        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for c in commands
-    ]
-    for command, leaf, process in zip(commands, leaves, running, strict=True):
-        out, err = process.communicate(timeout=CLI_TIMEOUT_S)
-        assert process.returncode == 0, f"{command}: exit {process.returncode}\n{err}"
+    parsers = {DREAMCYCLE: dreamcycle_parser(), PULSE_EMIT: pulse_emit_parser()}
+    for command, leaf in help_commands():
+        out = printed_help(parsers[command[0]], command[1:])
         assert out.startswith("usage: "), f"{command} printed no usage:\n{out}"
         if len(command) >= 3:
             assert command[-2] in out
@@ -137,6 +138,41 @@ def test_every_command_and_subcommand_has_help() -> None:
         # configuration, it installs one.
         if leaf and len(command) >= 3 and command[-2] != "install-unit":
             assert "--data-dir" in out
+
+
+def printed_help(parser: argparse.ArgumentParser, words: list[str]) -> str:
+    """What `words` (ending in --help) print, asked of the parser in this process."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as exited:
+        parser.parse_args(words)
+    assert exited.value.code == 0, words
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("program", "parser", "verb"),
+    [(DREAMCYCLE, dreamcycle_parser, "keys"), (PULSE_EMIT, pulse_emit_parser, "pulse")],
+)
+def test_the_installed_programs_print_the_help_their_parsers_make(
+    program: str,
+    parser: Callable[[], argparse.ArgumentParser],
+    verb: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The help of every command is read from the parsers in process (above); a user runs
+    the installed programs, which print the same (at one width: argparse wraps to the
+    terminal's)."""
+    monkeypatch.setenv("COLUMNS", HELP_COLUMNS)
+    for words in (["--help"], [verb, "--help"]):
+        shown = subprocess.run(
+            [program, *words],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            check=True,
+            env={**os.environ, "COLUMNS": HELP_COLUMNS},
+        )
+        assert shown.stdout == printed_help(parser(), words)
 
 
 def test_missing_subcommand_is_a_usage_error() -> None:
@@ -185,17 +221,24 @@ INVALID_EMITS = [
 ]
 
 
-def test_pulse_emit_refuses_invalid_input_and_writes_nothing(peer: Peer) -> None:
+def test_pulse_emit_refuses_invalid_input_and_writes_nothing(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In this process, with the peer's settings: a refusal is over long before a process
+    # would have started (the installed program runs in the tests of its help).
+    for name, value in peer.environment().items():
+        if name.startswith("DREAMCYCLE_"):
+            monkeypatch.setenv(name, value)
     before = peer.dump()
-    results = peer.run_concurrently([(PULSE_EMIT, verb, *args) for verb, args, _ in INVALID_EMITS])
-    for (verb, args, problem), result in zip(INVALID_EMITS, results, strict=True):
-        case = f"pulse-emit {verb} {' '.join(args)}: exit {result.returncode}\n{result.stderr}"
-        assert result.returncode == EXIT_USAGE, case
-        assert problem in result.stderr, case
+    for verb, args, problem in INVALID_EMITS:
+        result = run_in_process(pulse_emit_cli.main, [verb, *args, *peer.options()])
+        case = f"pulse-emit {verb} {' '.join(args)}: exit {result.code}\n{result.err}"
+        assert result.code == EXIT_USAGE, case
+        assert problem in result.err, case
         # Out-of-range options are refused by argparse (after its usage line), the rest by us.
-        last = result.stderr.splitlines()[-1]
+        last = result.err.splitlines()[-1]
         assert last.startswith(("error: ", f"pulse-emit {verb}: error: ")), case
-        assert "Traceback" not in result.stderr, case
+        assert "Traceback" not in result.err, case
     assert peer.dump() == before
 
 
