@@ -14,6 +14,7 @@ import os
 import random
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,6 +23,8 @@ import pytest
 
 from dreamcycle.daemon.cli import operation_verbs
 from dreamcycle.daemon.cli import pulse_emit as pulse_emit_cli
+from dreamcycle.daemon.cli.common import verb_names
+from dreamcycle.daemon.cli.main import LIGHT_VERBS
 from dreamcycle.daemon.cli.main import build_parser as dreamcycle_parser
 from dreamcycle.daemon.cli.pulse_emit import build_parser as pulse_emit_parser
 from dreamcycle.store.database import initial_salience
@@ -173,6 +176,27 @@ def test_the_installed_programs_print_the_help_their_parsers_make(
             env={**os.environ, "COLUMNS": HELP_COLUMNS},
         )
         assert shown.stdout == printed_help(parser(), words)
+
+
+def test_a_verb_of_its_own_module_parses_alike_without_the_other_verbs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", HELP_COLUMNS)
+    light, full = dreamcycle_parser(LIGHT_VERBS), dreamcycle_parser()
+    named = sorted(verb_names(light))
+    assert len(named) == len(LIGHT_VERBS) and set(named) < verb_names(full)
+    for verb in named:
+        assert printed_help(light, [verb, "--help"]) == printed_help(full, [verb, "--help"])
+    # ... and such a command line does not import the API contract, which the others need.
+    code = (
+        "import sys\nfrom dreamcycle.daemon.cli.main import main\n"
+        "try:\n    main(['keys', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('dreamcycle.daemon.api.contract' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=CLI_TIMEOUT_S
+    )
+    assert done.stdout.splitlines()[-1] == "False", done.stderr
 
 
 def test_missing_subcommand_is_a_usage_error() -> None:

@@ -96,6 +96,16 @@ def command_parser(
     return parser
 
 
+def verb_names(parser: argparse.ArgumentParser) -> set[str]:
+    """The verbs a program made by command_parser takes."""
+    return {
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    }
+
+
 def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     return int(args.handler(args))

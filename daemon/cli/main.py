@@ -15,18 +15,32 @@ from dreamcycle.daemon.cli import (
     ingest,
     install_unit,
     keys,
-    mcp,
-    operation_verbs,
     rebuild,
     recall,
     run,
     status,
     sweep,
 )
-from dreamcycle.daemon.cli.common import command_parser, dispatch
+from dreamcycle.daemon.cli.common import VerbModule, command_parser, dispatch, verb_names
+
+#: The verbs whose modules import little until they run. The others (`mcp` and the memory
+#: operations) build their options from the API contract, whose models take a good share
+#: of a command's start: a command line naming one of these verbs does without them.
+LIGHT_VERBS: tuple[VerbModule, ...] = (
+    run, ingest, imports, recall, status, sweep, forgotten, rebuild, efficacy, doctor, backup,
+    install_unit, keys,
+)  # fmt: skip
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _every_verb() -> list[VerbModule]:
+    """All the verbs, in the order `--help` lists them."""
+    from dreamcycle.daemon.cli import mcp, operation_verbs
+
+    return [*LIGHT_VERBS, mcp, operation_verbs]
+
+
+def build_parser(verbs: Sequence[VerbModule] | None = None) -> argparse.ArgumentParser:
+    """The program's parser, with every verb unless `verbs` are given."""
     parser = command_parser(
         "dreamcycle",
         "Peer-to-peer dream-cycle daemon: memory that learns from outcomes "
@@ -34,23 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 ok, 1 unexpected failure, 2 bad arguments/config/input, "
         "3 cannot run here (data directory in use, peer id owned elsewhere, unusable database).",
         "COMMAND",
-        [
-            run,
-            ingest,
-            imports,
-            recall,
-            status,
-            sweep,
-            forgotten,
-            rebuild,
-            efficacy,
-            mcp,
-            doctor,
-            backup,
-            install_unit,
-            keys,
-            operation_verbs,
-        ],
+        _every_verb() if verbs is None else verbs,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     return parser
@@ -66,7 +64,11 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return dispatch(build_parser(), argv)
+    # A light verb's parser is the same in either program: the light one is enough for it.
+    args = sys.argv[1:] if argv is None else list(argv)
+    light = build_parser(LIGHT_VERBS)
+    named = args[0] if args else None
+    return dispatch(light if named in verb_names(light) else build_parser(), args)
 
 
 if __name__ == "__main__":
