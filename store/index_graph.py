@@ -24,10 +24,13 @@ from dreamcycle.store.index_input import (
     IndexQueryFailed,
     InvalidIndexInput,
     LabelNotLive,
+    as_labelled,
     as_labels,
     as_vectors,
     check_positive,
+    ordered_answer,
     preview,
+    stacked_answers,
 )
 from dreamcycle.store.index_labels import LiveLabels
 from dreamcycle.store.index_persistence import load_saved, new_engine, save_engine
@@ -49,9 +52,6 @@ _LEVEL_SEED: Final = 100
 _ADD_THREADS: Final = 1
 #: Let hnswlib spread a batch of queries over all cores (results do not depend on it).
 _QUERY_THREADS: Final = -1
-#: Range of cosine distance (1 - cosine similarity).
-_MIN_DISTANCE: Final = np.float32(0.0)
-_MAX_DISTANCE: Final = np.float32(2.0)
 
 
 class HnswIndex:
@@ -86,6 +86,8 @@ class HnswIndex:
         self._lock = ReadersWriterLock()
         #: Changes since the file was last written or read (see `is_saved_at`).
         self._unsaved_changes = 0
+        #: Changes counted before the last save or load (see `generation`).
+        self._saved_changes = 0
 
     @classmethod
     def create(
@@ -192,6 +194,13 @@ class HnswIndex:
             return int(self._engine.get_max_elements())
 
     @property
+    def generation(self) -> int:
+        """Changes since it was opened (adds, deletions, revivals): while this stays the
+        same, a query gets the same answer (pulses.neighbour_cache keeps answers by it)."""
+        with self._lock.reading():
+            return self._saved_changes + self._unsaved_changes
+
+    @property
     def live_count(self) -> int:
         with self._lock.reading():
             return self._labels.live_count
@@ -222,10 +231,7 @@ class HnswIndex:
 
     def add(self, labels: Labels, vectors: Vectors) -> None:
         """Insert new labelled vectors; known labels (live or tombstoned) are skipped."""
-        label_array = as_labels(labels, "labels")
-        vector_array = as_vectors(vectors, self._dim, "vectors")
-        if len(label_array) != len(vector_array):
-            raise InvalidIndexInput(f"{len(label_array)} labels for {len(vector_array)} vectors")
+        label_array, vector_array = as_labelled(labels, vectors, self._dim)
         unique, counts = np.unique(label_array, return_counts=True)
         if (counts > 1).any():
             repeated = unique[counts > 1].tolist()
@@ -256,10 +262,7 @@ class HnswIndex:
         Labels the engine holds are unmarked; labels it never held are added with
         their vector. Labels already live are left as they are.
         """
-        label_array = as_labels(labels, "labels")
-        vector_array = as_vectors(vectors, self._dim, "vectors")
-        if len(label_array) != len(vector_array):
-            raise InvalidIndexInput(f"{len(label_array)} labels for {len(vector_array)} vectors")
+        label_array, vector_array = as_labelled(labels, vectors, self._dim)
         with self._lock.writing():
             held = set(np.asarray(self._engine.get_ids_list(), dtype=np.int64).tolist())
             revived, missing = self._labels.to_restore(label_array, held)
@@ -298,18 +301,16 @@ class HnswIndex:
                 starved = False
             except RuntimeError:
                 starved = True
+        if starved and len(queries) > 1:
+            # Each row as it would be answered alone: a batch must not change any row's
+            # answer (peers batch the same queries differently), and only the rows that
+            # starve alone need the exhaustive search.
+            return stacked_answers(
+                [self.knn_many(row[None, :], k, allowed=allowed) for row in queries]
+            )
         if starved:
             raw_labels, raw_distances = self._exhaustive_query(queries, width, admit)
-        found_labels = np.asarray(raw_labels).astype(np.int64)
-        # Rounding gives -2e-7 for a vector and itself; callers rely on d in [0, 2].
-        found_distances = np.clip(
-            np.asarray(raw_distances, dtype=np.float32), _MIN_DISTANCE, _MAX_DISTANCE
-        )
-        order = np.lexsort((found_labels, found_distances), axis=-1)
-        return (
-            np.take_along_axis(found_labels, order, axis=-1),
-            np.take_along_axis(found_distances, order, axis=-1),
-        )
+        return ordered_answer(raw_labels, raw_distances)
 
     def vectors(self, labels: Labels) -> Vectors:
         """The stored (unit-length) vectors of live `labels`, shape (len(labels), dim)."""
@@ -351,6 +352,7 @@ class HnswIndex:
             )
             self._stamp = stamp
             self._identity = identity
+            self._saved_changes += self._unsaved_changes
             self._unsaved_changes = 0
         return identity
 

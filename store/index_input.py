@@ -1,5 +1,6 @@
-"""What the HNSW index accepts: the labels, vectors and settings it is handed, checked and
-converted at its edge, and how its error messages show labels."""
+"""What the HNSW index accepts and answers: the labels, vectors and settings it is handed,
+checked and converted at its edge, its answers as callers rely on them, and how its error
+messages show labels."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ from dreamcycle.store.index_file import VectorIndexError
 LABELS_SHOWN_IN_ERRORS: Final = 5
 
 Distances = npt.NDArray[np.float32]
+
+#: Range of cosine distance (1 - cosine similarity).
+_MIN_DISTANCE: Final = np.float32(0.0)
+_MAX_DISTANCE: Final = np.float32(2.0)
 
 
 class InvalidIndexInput(VectorIndexError, ValueError):
@@ -65,3 +70,36 @@ def as_vectors(vectors: Any, dim: int, what: str) -> Vectors:
     if not np.isfinite(array).all():
         raise InvalidIndexInput(f"{what} contain NaN or infinite values")
     return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def as_labelled(labels: Any, vectors: Any, dim: int) -> tuple[Labels, Vectors]:
+    """Labels and their vectors, checked: as many of one as of the other."""
+    label_array = as_labels(labels, "labels")
+    vector_array = as_vectors(vectors, dim, "vectors")
+    if len(label_array) != len(vector_array):
+        raise InvalidIndexInput(f"{len(label_array)} labels for {len(vector_array)} vectors")
+    return label_array, vector_array
+
+
+def ordered_answer(raw_labels: Any, raw_distances: Any) -> tuple[Labels, Distances]:
+    """hnswlib's answer with each row ordered by (distance, label), so ties come out the
+    same on every peer, and distances within [0, 2]."""
+    found_labels = np.asarray(raw_labels).astype(np.int64)
+    # Rounding gives -2e-7 for a vector and itself; callers rely on d in [0, 2].
+    found_distances = np.clip(
+        np.asarray(raw_distances, dtype=np.float32), _MIN_DISTANCE, _MAX_DISTANCE
+    )
+    order = np.lexsort((found_labels, found_distances), axis=-1)
+    return (
+        np.take_along_axis(found_labels, order, axis=-1),
+        np.take_along_axis(found_distances, order, axis=-1),
+    )
+
+
+def stacked_answers(answers: list[tuple[Labels, Distances]]) -> tuple[Labels, Distances]:
+    """One-row answers as one; if an add widened the later ones, each cut to the narrowest."""
+    width = min(labels.shape[1] for labels, _ in answers)
+    return (
+        np.concatenate([labels[:, :width] for labels, _ in answers]),
+        np.concatenate([distances[:, :width] for _, distances in answers]),
+    )

@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import blake3
 import numpy as np
@@ -227,6 +228,58 @@ def test_k_larger_than_ef_still_returns_k(tmp_path: Path) -> None:
     found_labels, _ = index.knn_many(vectors[:3], DEFAULT_EF * 3)
     assert found_labels.shape == (3, DEFAULT_EF * 3)
     assert all(len(set(row)) == DEFAULT_EF * 3 for row in found_labels.tolist())
+
+
+class StarvingEngine:
+    """hnswlib's engine, except that a search holding `starving` fails below the exhaustive
+    breadth, as hnswlib fails when it finds fewer than k."""
+
+    def __init__(self, inner: Any, starving: np.ndarray) -> None:
+        self.inner = inner
+        self.starving = starving
+        self.exhaustive_rows: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def knn_query(self, queries: np.ndarray, **options: Any) -> Any:
+        exhaustive = self.inner.ef >= self.inner.element_count
+        if exhaustive:
+            self.exhaustive_rows.append(len(queries))
+        elif any(np.array_equal(row, self.starving) for row in queries):
+            raise RuntimeError("Cannot return the results in a contiguous 2D array")
+        return self.inner.knn_query(queries, **options)
+
+
+def test_a_batch_with_a_starving_row_answers_every_row_as_it_would_alone(
+    tmp_path: Path,
+) -> None:
+    index, vectors = built_index(tmp_path / "index.bin", 300)
+    engine = StarvingEngine(index._engine, vectors[5])
+    index._engine = engine
+    found_labels, found_distances = index.knn_many(vectors[:10], 8)
+    assert engine.exhaustive_rows == [1]  # the starving row alone
+    for row in range(10):
+        alone_labels, alone_distances = index.knn_many(vectors[row : row + 1], 8)
+        assert found_labels[row].tolist() == alone_labels[0].tolist()
+        assert found_distances[row].tolist() == alone_distances[0].tolist()
+
+
+def test_the_generation_counts_every_change_and_survives_a_save(tmp_path: Path) -> None:
+    index, vectors = built_index(tmp_path / "index.bin", 50)
+    seen = [index.generation]
+    index.mark_deleted(labels_range(0, 2))
+    seen.append(index.generation)
+    index.save("stamp")
+    assert index.generation == seen[-1]
+    index.restore(labels_range(0, 1), vectors[:1])
+    seen.append(index.generation)
+    index.add(labels_range(50, 51), vectors[:1])
+    seen.append(index.generation)
+    index.knn_many(vectors[:3], 4)
+    index.mark_deleted(labels_range(0, 1) + 100)  # unknown: no change
+    assert index.generation == seen[-1]
+    assert seen == sorted(set(seen))
 
 
 def test_save_and_load_give_identical_answers(tmp_path: Path) -> None:
