@@ -33,6 +33,21 @@ class NeighbourIndex(Protocol):
         ...
 
 
+class ChangingNeighbourIndex(NeighbourIndex, Protocol):
+    """A NeighbourIndex that counts its changes, so answers can be kept while it has none."""
+
+    @property
+    def dim(self) -> int:
+        """The length of every vector it holds and is asked about."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """Changes so far (adds, deletions, revivals): while it stays the same, the same
+        query gets the same answer."""
+        ...
+
+
 class SalienceState(Protocol):
     """Read/write access to per-chunk salience during one application step."""
 

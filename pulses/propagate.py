@@ -148,7 +148,8 @@ def apply_pulse(
     return result
 
 
-def _seed_vectors(pulse: SalientPulse) -> Vectors:
+def seed_vectors(pulse: SalientPulse) -> Vectors:
+    """The pulse's seed as the one-row query its first hop asks."""
     return np.ascontiguousarray(pulse.seed_embedding, dtype=np.float32).reshape(1, -1)
 
 
@@ -209,7 +210,7 @@ def _propagate_bfs(
     changes: list[SalienceChange] = []
     knn_queries = 0
     parents = [SEED_PARENT]
-    vectors = _seed_vectors(pulse)
+    vectors = seed_vectors(pulse)
     for hop in range(1, pulse.max_hops + 1):
         # A stored vector finds itself first; ask for one more and drop it.
         query_k = pulse.k if hop == 1 else pulse.k + 1
@@ -244,7 +245,7 @@ def _propagate_literal(
     is_tombstoned = _TombstoneCache(state)
     changes: list[SalienceChange] = []
     knn_queries = 0
-    vectors = _seed_vectors(pulse)
+    vectors = seed_vectors(pulse)
     for hop in range(1, pulse.max_hops + 1):
         rows = _query(index, vectors, pulse.k)
         knn_queries += vectors.shape[0]

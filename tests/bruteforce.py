@@ -31,6 +31,8 @@ class BruteForceIndex:
         self.dim = dim
         self._vectors: dict[int, npt.NDArray[np.float32]] = {}
         self._deleted: set[int] = set()
+        #: Adds and deletions so far, as store.index_graph.HnswIndex counts them.
+        self.generation = 0
 
     def add(self, label: int, vector: npt.ArrayLike) -> None:
         unit = _unit(vector)
@@ -38,11 +40,13 @@ class BruteForceIndex:
             raise ValueError(f"vector of label {label} has shape {unit.shape}, want ({self.dim},)")
         self._vectors[label] = unit
         self._deleted.discard(label)
+        self.generation += 1
 
     def mark_deleted(self, label: int) -> None:
         if label not in self._vectors:
             raise UnknownLabel(label)
         self._deleted.add(label)
+        self.generation += 1
 
     def live_labels(self) -> list[int]:
         return sorted(label for label in self._vectors if label not in self._deleted)
@@ -63,12 +67,15 @@ class BruteForceIndex:
             return labels_out, distances_out
         live_labels = np.asarray(live, dtype=np.int64)
         matrix = np.stack([self._vectors[label] for label in live]).astype(np.float64)
-        distances = np.clip(1.0 - queries @ matrix.T, COSINE_DISTANCE_MIN, COSINE_DISTANCE_MAX)
-        distances32 = distances.astype(np.float32)
         for row in range(queries.shape[0]):
-            order = np.lexsort((live_labels, distances32[row]))[:width]
+            # Row by row, as hnswlib searches: a row's answer never depends on its batch
+            # (one product of the whole batch may round a row differently).
+            distances = np.clip(
+                1.0 - matrix @ queries[row], COSINE_DISTANCE_MIN, COSINE_DISTANCE_MAX
+            ).astype(np.float32)
+            order = np.lexsort((live_labels, distances))[:width]
             labels_out[row] = live_labels[order]
-            distances_out[row] = distances32[row, order]
+            distances_out[row] = distances[order]
         return labels_out, distances_out
 
     def vectors(self, labels: npt.NDArray[np.int64]) -> Vectors:

@@ -1,12 +1,14 @@
 """Phase 5, salience_pulse_propagate: outcomes become pulses, and every pulse propagates.
 
 Reads: outcomes due for credit and their attributions, what agent sessions did since the
-last cycle (daemon.memory.implicit_credit), the ordered pulse entries, each
-origin's budget window, the live index (k-NN for the BFS). Writes: pulses derived from
-outcomes (outbox), each pulse's salience changes with its journal step and its row in
-`pulses_applied`, budget charges; then, in one last transaction, the segments read this
-cycle (and those to read again once their key is trusted), the cursor and the HLC. Pulses commit in batches of PULSES_PER_TRANSACTION, so
-pulse-emit, recall and ingest never wait on one long transaction.
+last cycle (daemon.memory.implicit_credit), the ordered pulse entries, each origin's
+budget window, the live index (k-NN for the BFS; a batch's first two hops are asked at
+once, pulses.neighbour_cache). Writes: pulses derived from outcomes (outbox), each
+pulse's salience changes with its journal step and its row in `pulses_applied`, budget
+charges; then, in one last transaction, the segments read this cycle (and those to read
+again once their key is trusted), the cursor and the HLC. Pulses commit in batches of
+PULSES_PER_TRANSACTION, so pulse-emit, recall and ingest never wait on one long
+transaction.
 A crash inside: batches committed stay applied; the segments and the cursor are not
 recorded yet, so the next cycle reads them again and skips the pulses already recorded.
 """
@@ -31,6 +33,7 @@ from dreamcycle.daemon.memory import implicit_credit
 from dreamcycle.daemon.memory.forgetting import revive
 from dreamcycle.daemon.memory.learning import convert_outcomes
 from dreamcycle.daemon.runtime import Peer
+from dreamcycle.pulses.neighbour_cache import NeighbourCache
 from dreamcycle.pulses.propagate import UpdateRule, propagate
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.store import budget, tiers
@@ -65,13 +68,15 @@ def run(peer: Peer, st: CycleState) -> dict[str, Any]:
     for start in range(0, len(pulses), PULSES_PER_TRANSACTION):
         batch = pulses[start : start + PULSES_PER_TRANSACTION]
         done: list[PulseEntry] = []
+        neighbours = _prefetched(peer, st, batch)
         with db.transaction():
             for entry in batch:
                 # Checked before every pulse (a batch of wide pulses takes seconds): the
                 # pulses applied so far commit as a smaller batch would have.
                 if st.stop_requested():
                     break
-                _apply_pulse_entry(peer, st, entry, stats, local=entry.id in queued_here)
+                local = entry.id in queued_here
+                _apply_pulse_entry(peer, st, entry, stats, local=local, neighbours=neighbours)
                 if entry.id in charges:
                     budget.record_charge(db, entry.pulse.pulse_id, charges[entry.id])
                 done.append(entry)
@@ -119,8 +124,28 @@ def _record_awaiting_signers(peer: Peer, st: CycleState) -> None:
         db.bound_awaiting(oldest_hlc=oldest, most=defaults.AWAIT_KEY_SEGMENTS)
 
 
+def _prefetched(peer: Peer, st: CycleState, batch: list[PulseEntry]) -> NeighbourCache:
+    """The index's neighbours for the first two hops of the batch's pulses still to apply,
+    asked in a few batched searches rather than a few per pulse."""
+    neighbours = NeighbourCache(peer.index)
+    neighbours.prefetch(
+        entry.pulse
+        for entry in batch
+        if entry.id not in st.rejected
+        and not entry.pulse.is_expired(st.now_ms)
+        and not peer.db.pulse_seen(entry.pulse.pulse_id)
+    )
+    return neighbours
+
+
 def _apply_pulse_entry(
-    peer: Peer, st: CycleState, entry: PulseEntry, stats: dict[str, int], *, local: bool
+    peer: Peer,
+    st: CycleState,
+    entry: PulseEntry,
+    stats: dict[str, int],
+    *,
+    local: bool,
+    neighbours: NeighbourCache,
 ) -> None:
     db, pulse = peer.db, entry.pulse
     if db.pulse_seen(pulse.pulse_id):
@@ -140,7 +165,7 @@ def _apply_pulse_entry(
             if cold is not None:
                 revive(peer, [cold], st.now_ms)
         rule = UpdateRule(peer.config.pulses.update_rule)
-        result = propagate(pulse, peer.index, peer.salience, rule)
+        result = propagate(pulse, neighbours, peer.salience, rule)
         body = {"pulse": pulse.to_json(), "rule": rule.value}
         journal_seq = db.journal(JournalKind.PULSE, pulse.pulse_id, body, now_ms=st.now_ms)
         db.record_pulse(
