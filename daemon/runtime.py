@@ -17,6 +17,7 @@ from dreamcycle.daemon.observe import metrics
 from dreamcycle.daemon.observe.backend_health import BackendHealth, ObservedBackend
 from dreamcycle.daemon.observe.backend_probe import probed_backend
 from dreamcycle.daemon.signing_keys import EntryGate, open_keys
+from dreamcycle.pulses.vectors import Labels
 from dreamcycle.store.database import Database
 from dreamcycle.store.embedder import Embedder
 from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
@@ -187,15 +188,25 @@ class Runtime:
         self._lock_file = handle
 
     def open_index(
-        self, progress: Callable[[int, int], None] | None = None
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        while_hashing: Callable[[], None] = lambda: None,
     ) -> tuple[HnswIndex, str | None]:
         """The saved index, or one rebuilt from stored embeddings when unusable or stale.
 
         Returns the index and why it was rebuilt (None when loaded as saved). A rebuild
         other than the first (no save recorded, no file) is warned about and counted.
+        `while_hashing` runs while a saved file is hashed, after the database's live labels
+        are read (other reads of the database overlap the hash there, not the load).
         """
         version = self.embedder.index_version
         recorded = self.db.get_meta(INDEX_IDENTITY_META_KEY)
+
+        def live_labels() -> Labels:
+            labels = self.db.indexed_labels(version)
+            while_hashing()
+            return labels
 
         def rebuilding(unusable: IndexUnusable) -> None:
             if recorded is None and unusable.kind is Unusable.MISSING:
@@ -210,7 +221,7 @@ class Runtime:
             expected_stamp=self.db.change_stamp(),
             load_all=lambda: self.db.embeddings(version, self.embedder.dim),
             expected_identity=recorded or "",
-            live_labels=lambda: self.db.indexed_labels(version),
+            live_labels=live_labels,
             on_unusable=rebuilding,
             progress=progress,
             m=self.config.index.m,
@@ -246,7 +257,13 @@ class Runtime:
 
     def open_peer(self) -> Peer:
         """Everything a dream cycle needs: index, salience, clock, the shared log."""
-        index, reason = self.open_index(progress=_log_rebuild_progress)
+        read: list[SalienceCache] = []
+        # Salience is read while the index file is hashed: both run mostly without the GIL.
+        index, reason = self.open_index(
+            progress=_log_rebuild_progress,
+            while_hashing=lambda: read.append(SalienceCache(self.db)),
+        )
+        salience = read[0] if read else SalienceCache(self.db)
         inner = open_backend(self.config)
         metrics.count_store_requests(inner)
         backend_health = BackendHealth(inner.name)
@@ -280,7 +297,7 @@ class Runtime:
         return Peer(
             self,
             index,
-            SalienceCache(self.db),
+            salience,
             zeitgeist,
             hlc,
             EntryGate(verifier),
