@@ -48,14 +48,16 @@ class NeighbourCache:
     def prefetch(self, pulses: Iterable[SalientPulse]) -> None:
         """Ask the first two hops of every pulse that spreads, a search per hop and per k.
 
-        A pulse whose seed has the wrong length is left out: propagating it refuses it on
-        its own, and must not take the others' searches with it.
+        A pulse whose seed the index would refuse (the wrong length, not finite) is left
+        out: propagating it refuses it on its own, and must not take the others' searches
+        with it.
         """
         by_k: defaultdict[int, list[SalientPulse]] = defaultdict(list)
         for pulse in pulses:
             if pulse.kind is PulseKind.FORGET or pulse.max_hops == 0 or pulse.k < 1:
                 continue
-            if np.shape(pulse.seed_embedding) != (self._index.dim,):
+            seed = np.asarray(pulse.seed_embedding)
+            if seed.shape != (self._index.dim,) or not np.isfinite(seed).all():
                 continue
             by_k[pulse.k].append(pulse)
         for k, spreading in sorted(by_k.items()):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -14,7 +15,7 @@ from hypothesis import given
 
 from dreamcycle.pulses.memory import InMemorySalience
 from dreamcycle.pulses.neighbour_cache import NeighbourCache
-from dreamcycle.pulses.propagate import UpdateRule, propagate
+from dreamcycle.pulses.propagate import UpdateRule, propagate, seed_vectors
 from dreamcycle.pulses.pulse import PulseKind
 from dreamcycle.pulses.vectors import Vectors
 from tests.bruteforce import BruteForceIndex
@@ -156,6 +157,28 @@ def test_a_seed_of_the_wrong_length_is_left_out_and_refused_on_its_own() -> None
     assert index.searches == 2
     with pytest.raises(ValueError, match="shape"):
         propagate(wrong, neighbours, InMemorySalience())
+
+
+class FiniteOnlyIndex(CountedIndex):
+    """Refuses a query that is not finite, as store.index_graph.HnswIndex does."""
+
+    def knn_many(
+        self, vectors: Vectors, k: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        if not np.isfinite(vectors).all():
+            raise ValueError("query vectors contain NaN or infinite values")
+        return super().knn_many(vectors, k)
+
+
+def test_a_seed_that_is_not_finite_is_left_out() -> None:
+    index = FiniteOnlyIndex(circle(20))
+    neighbours = NeighbourCache(index)
+    good = make_pulse(unit_at(0.4), k=2, max_hops=1)
+    broken = replace(good, seed_embedding=np.array([np.nan, 1.0], dtype=np.float32))
+    neighbours.prefetch([broken, good])
+    assert index.searches == 1
+    assert neighbours.knn_many(seed_vectors(good), 2)[0].shape == (1, 2)
+    assert index.searches == 1  # the good seed's answer was kept
 
 
 def test_forget_and_pulses_that_do_not_spread_ask_nothing() -> None:
