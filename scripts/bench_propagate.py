@@ -8,7 +8,9 @@ observation rowids) one HNSW index is built with store.index.HnswIndex and then:
   SalienceState (pulses.memory.InMemorySalience);
 * daemon path: the same over store.salience.SalienceCache on a real database, with
   what the daemon writes per pulse (journal row, applied_pulses row) and one
-  transaction plus cache flush per batch of pulses;
+  transaction plus cache flush per batch of pulses; once with each pulse's hops asked
+  as it propagates, once with each batch's first two hops asked at once before it, as
+  the daemon does (pulses.neighbour_cache);
 * literal reference: the protocol's pseudocode rule (UpdateRule.LITERAL) against a
   naive SalienceState that reads with a SELECT and writes with one SQL UPDATE per
   chunk touched, once with every statement committed on its own and once with
@@ -45,14 +47,16 @@ if __package__ in (None, ""):
     # Run as a file (python scripts/bench_propagate.py): make `scripts` importable.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from dreamcycle.daemon.cycle.salience_pulse_propagate import PULSES_PER_TRANSACTION
 from dreamcycle.pulses.constants import (
     OUTCOME_DECAY_PER_HOP,
     OUTCOME_K,
     OUTCOME_MAX_HOPS,
     OUTCOME_SIGMA,
 )
-from dreamcycle.pulses.graph import SalienceState
+from dreamcycle.pulses.graph import NeighbourIndex, SalienceState
 from dreamcycle.pulses.memory import InMemorySalience
+from dreamcycle.pulses.neighbour_cache import NeighbourCache
 from dreamcycle.pulses.propagate import UpdateRule, propagate
 from dreamcycle.pulses.pulse import PulseKind, SalientPulse
 from dreamcycle.pulses.vectors import Vectors
@@ -78,6 +82,8 @@ DEFAULT_LITERAL_PULSES: Final = 200
 DEFAULT_OUT: Final = Path("bench-results/propagate.json")
 DEFAULT_SEED: Final = 20261122
 LITERAL_PER_UPDATE: Final = "literal rule, SQL UPDATE per chunk, commit per UPDATE"
+DAEMON_PATH_PER_PULSE: Final = "daemon path, hops asked per pulse"
+DAEMON_PATH_PER_BATCH: Final = "daemon path, hops asked per batch"
 LITERAL_PER_PULSE: Final = "literal rule, SQL UPDATE per chunk, commit per pulse"
 
 DIM: Final = 384
@@ -92,8 +98,6 @@ RAW_BATCHED_QUERIES: Final = 10_000
 RAW_SINGLE_QUERIES: Final = 2_000
 #: Each raw rate is the median of this many runs.
 RAW_REPEATS: Final = 3
-#: Pulses per transaction on the daemon path (the daemon applies a cycle's pulses in one).
-PULSES_PER_TRANSACTION: Final = 250
 #: Salience every chunk starts from, below the cap so Reward pulses change something.
 START_SALIENCE: Final = 0.5
 PULSE_STRENGTH: Final = 0.5
@@ -281,17 +285,26 @@ def run_pulses(
     return PathResult(name, rule.value, len(pulses), elapsed.seconds, queries, updates)
 
 
-def run_daemon_path(pulses: Sequence[SalientPulse], index: HnswIndex, db: Database) -> PathResult:
-    """What the daemon's propagate phase does per pulse, in one transaction per batch."""
+def run_daemon_path(
+    pulses: Sequence[SalientPulse], index: HnswIndex, db: Database, *, per_batch: bool
+) -> PathResult:
+    """What the daemon's propagate phase does per pulse, in one transaction per batch; with
+    `per_batch`, each batch's first two hops asked at once before it, as the daemon does
+    (pulses.neighbour_cache), else each pulse's hops asked as it propagates."""
     cache = SalienceCache(db)
     queries = updates = 0
     with stopwatch() as elapsed:
         for start in range(0, len(pulses), PULSES_PER_TRANSACTION):
+            batch = pulses[start : start + PULSES_PER_TRANSACTION]
+            neighbours: NeighbourIndex = index
+            if per_batch:
+                neighbours = NeighbourCache(index)
+                neighbours.prefetch(p for p in batch if not db.pulse_seen(p.pulse_id))
             with db.transaction():
-                for pulse in pulses[start : start + PULSES_PER_TRANSACTION]:
+                for pulse in batch:
                     if db.pulse_seen(pulse.pulse_id):
                         continue
-                    result = propagate(pulse, index, cache, UpdateRule.BFS)
+                    result = propagate(pulse, neighbours, cache, UpdateRule.BFS)
                     queries += result.knn_queries
                     updates += len(result.changes)
                     journal_seq = db.journal(
@@ -311,7 +324,7 @@ def run_daemon_path(pulses: Sequence[SalientPulse], index: HnswIndex, db: Databa
                     )
                 cache.flush()
     return PathResult(
-        "daemon path: SalienceCache + database",
+        DAEMON_PATH_PER_BATCH if per_batch else DAEMON_PATH_PER_PULSE,
         UpdateRule.BFS.value,
         len(pulses),
         elapsed.seconds,
@@ -338,6 +351,7 @@ def bench_size(
     queries = clustered_unit_vectors(max(RAW_BATCHED_QUERIES, pulse_count), centres, rng)
     raw = measure_raw_knn(index, queries)
     pulses = make_pulses(queries[:pulse_count])
+    later_pulses = make_pulses(clustered_unit_vectors(pulse_count, centres, rng))
     with stopwatch() as populate:
         db = populate_database(work_dir / f"bench-{size}.db", size)
     print(f"database of {size:,} chunks written in {populate.seconds:.1f} s")
@@ -351,7 +365,9 @@ def bench_size(
                 index,
                 InMemorySalience(saliences),
             ),
-            run_daemon_path(pulses, index, db),
+            run_daemon_path(pulses, index, db, per_batch=False),
+            # Fresh seeds of the same clusters: the pulses above are recorded as applied.
+            run_daemon_path(later_pulses, index, db, per_batch=True),
         ]
         naive = SqlPerUpdateSalience(db.path)
         try:
