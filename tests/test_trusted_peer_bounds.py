@@ -9,12 +9,15 @@ zeitgeist; the attacker writes segments signed with a key a trusts for its peer 
   refused (`from_the_future`), and the windows charged lie within the allowed skew;
 - an `assert` carrying a pin from a key not marked operator once planted a chunk that no
   other peer could tombstone; the chunk is now adopted unpinned, the pin refused and
-  counted (`not_operator`), while an operator's pin and this peer's own still hold.
+  counted (`not_operator`), while an operator's pin and this peer's own still hold;
+- pulses refused (past the budget, or naming another origin than their signer) cost no
+  search of the index, though a batch's hops are asked ahead of its pulses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -138,6 +141,44 @@ def test_pulses_dated_a_year_ahead_are_refused_not_charged_to_windows_of_their_o
         salience_before
     )
     assert scalar(peer, "SELECT count(*) FROM origin_budget_windows") == 0
+
+
+def test_refused_pulses_cost_no_search_of_the_index(
+    budgeted: Peer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pulses naming another origin than their signer, and pulses past the budget, are
+    refused before any of their neighbours is searched (a batch's hops are asked ahead)."""
+    peer = budgeted
+    now_ms = wall_clock_ms()
+    entry_hlc = HybridLogicalClock(wall_clock_ms).now()
+    within = [decay(peer, entry_hlc=entry_hlc, pulse_ms=now_ms, n=n) for n in range(PER_WINDOW)]
+    over, claiming = [], []
+    for n in range(PER_WINDOW, 5 * PER_WINDOW):
+        entry = decay(peer, entry_hlc=entry_hlc, pulse_ms=now_ms, n=n)
+        # Each seeded apart: a search asked for it would show as a row of its own.
+        seed = peer.embedder.embed_one(f"seed {n} of a pulse to refuse")
+        if n < 3 * PER_WINDOW:
+            over.append(replace(entry, pulse=replace(entry.pulse, seed_embedding=seed).with_id()))
+        else:
+            pulse = replace(entry.pulse, seed_embedding=seed, origin_peer="c").with_id()
+            claiming.append(replace(entry, pulse=pulse))
+    publish_as(tmp_path, "b", [*within, *over, *claiming])
+    asked: list[int] = []
+    search = peer.index.knn_many
+
+    def counted(vectors: Any, k: int, **options: Any) -> Any:
+        asked.append(len(vectors))
+        return search(vectors, k, **options)
+
+    monkeypatch.setattr(peer.index, "knn_many", counted)
+
+    run_cycle_blocking(peer)
+
+    assert [pulse_status(peer, e)[0] for e in within] == ["applied"] * PER_WINDOW
+    assert {pulse_status(peer, e)[0] for e in [*over, *claiming]} == {"rejected"}
+    # The admitted pulses' one seed, asked once, then at most the k = 3 chunks it reaches.
+    assert asked[0] == 1
+    assert sum(asked[1:]) <= 3
 
 
 def test_within_the_skew_a_peer_spends_at_most_its_budget_per_window_of_its_time(

@@ -126,12 +126,15 @@ def _record_awaiting_signers(peer: Peer, st: CycleState) -> None:
 
 def _prefetched(peer: Peer, st: CycleState, batch: list[PulseEntry]) -> NeighbourCache:
     """The index's neighbours for the first two hops of the batch's pulses still to apply,
-    asked in a few batched searches rather than a few per pulse."""
+    asked in a few batched searches rather than a few per pulse. A pulse that will be
+    refused costs no search: a trusted peer's refused pulses must not buy work here."""
     neighbours = NeighbourCache(peer.index)
     neighbours.prefetch(
         entry.pulse
         for entry in batch
         if entry.id not in st.rejected
+        # The one authority rule for pulses (daemon/cycle/authority.py).
+        and entry.pulse.origin_peer == entry.origin
         and not entry.pulse.is_expired(st.now_ms)
         and not peer.db.pulse_seen(entry.pulse.pulse_id)
     )
