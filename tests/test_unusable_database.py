@@ -19,7 +19,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,12 +31,14 @@ from dreamcycle.daemon.cli import pulse_emit as pulse_emit_cli
 from dreamcycle.daemon.observe.storage_health import StorageFault, storage_fault
 from dreamcycle.store import database
 from dreamcycle.store.database import Database, DatabaseError
+from tests import daemon_helpers
 from tests.daemon_helpers import (
     CLI_TIMEOUT_S,
     DREAMCYCLE,
     PULSE_EMIT,
     Peer,
     documentation_chunks,
+    run_in_process,
     side_by_side,
     write_jsonl,
 )
@@ -75,10 +76,8 @@ def reading_writing_running_and_doctor(chunks: Path) -> list[tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
-class Ran:
-    code: int
-    out: str
-    err: str
+class Ran(daemon_helpers.Ran):
+    """A command's exit and output, its error lines those that begin with "error:"."""
 
     @property
     def errors(self) -> list[str]:
@@ -120,17 +119,8 @@ def run_all(
 def run_here(entry: Callable[[Sequence[str]], int], peer: Peer, *args: str) -> Ran:
     """One command in this process (a module constant can then be changed for it), its
     output captured."""
-    out, err = StringIO(), StringIO()
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = out, err
-    try:
-        try:
-            code = entry([*args, *peer.options()])
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-    finally:
-        sys.stdout, sys.stderr = saved
-    return Ran(code, out.getvalue(), err.getvalue())
+    ran = run_in_process(entry, [*args, *peer.options()])
+    return Ran(ran.code, ran.out, ran.err)
 
 
 def files_of(directory: Path) -> dict[str, bytes]:
