@@ -219,7 +219,7 @@ class Runtime:
             self.embedder.dim,
             version,
             expected_stamp=self.db.change_stamp(),
-            load_all=lambda: self.db.embeddings(version, self.embedder.dim),
+            load_all=lambda: self.db.index_contents(version, self.embedder.dim),
             expected_identity=recorded or "",
             live_labels=live_labels,
             on_unusable=rebuilding,
@@ -228,6 +228,10 @@ class Runtime:
             ef_construction=self.config.index.ef_construction,
             ef=self.config.index.ef,
         )
+        if reason is None and not index.cold_count:
+            # A file saved when the engine marked cold chunks deleted: unmarked into the
+            # cold tier, so that it is searched through the same graph (saved next cycle).
+            index.set_cold(self.db.indexed_cold_labels(version))
         if reason is not None:
             assert index.identity is not None, "open_or_rebuild saves what it rebuilds"
             with self.db.transaction():

@@ -75,6 +75,20 @@ _INDEXED_LABELS: Final = (
     f"AND type != '{EFFICACY_TYPE}' AND deleted_at IS NULL AND cold_at IS NULL "
     "ORDER BY id"
 )
+_INDEXED_COLD_LABELS: Final = (
+    "SELECT id FROM observations WHERE admitted_seq IS NOT NULL AND index_version = ? "
+    f"AND type != '{EFFICACY_TYPE}' AND deleted_at IS NULL AND cold_at IS NOT NULL "
+    "ORDER BY id"
+)
+_INDEX_CONTENTS: Final = (
+    "SELECT id, embedding, deleted_at IS NOT NULL, cold_at IS NOT NULL FROM observations "
+    "WHERE admitted_seq IS NOT NULL AND index_version = ? "
+    f"AND type != '{EFFICACY_TYPE}' ORDER BY id"
+)
+_INDEX_CONTENTS_HELD: Final = (
+    "SELECT count(*) FROM observations WHERE admitted_seq IS NOT NULL AND index_version = ? "
+    f"AND type != '{EFFICACY_TYPE}' AND deleted_at IS NULL"
+)
 _EMBEDDING_OF_HASH: Final = (
     "SELECT embedding, index_version FROM observations WHERE content_hash = ?"
 )
@@ -147,6 +161,42 @@ class EmbeddingQueries(TableQueries):
             else np.zeros((0, dim), dtype=np.float32)
         )
         return np.array(live, dtype=np.int64), vectors, np.array(dead, dtype=np.int64)
+
+    def index_contents(
+        self, index_version: str, dim: int
+    ) -> tuple[
+        npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.int64]
+    ]:
+        """What an index of `index_version` holds, for its rebuild: (labels of live and cold
+        chunks, their vectors, those of them that are cold, tombstoned labels). The vectors
+        are written into one matrix as they are read: at a million chunks a list of every
+        blob beside it would double what a rebuild needs."""
+        held = int(self._one(_INDEX_CONTENTS_HELD, (index_version,))[0])
+        matrix = np.empty((held, dim), dtype=np.float32)
+        labels: list[int] = []
+        cold: list[int] = []
+        tombstoned: list[int] = []
+        for rowid, blob, deleted, is_cold in self.conn.execute(_INDEX_CONTENTS, (index_version,)):
+            if deleted:
+                tombstoned.append(int(rowid))
+                continue
+            if len(labels) == held:
+                raise ValueError(f"more chunks of {index_version} than counted: one was added")
+            matrix[len(labels)] = np.frombuffer(bytes(blob), dtype="<f4")
+            labels.append(int(rowid))
+            if is_cold:
+                cold.append(int(rowid))
+        return (
+            np.array(labels, dtype=np.int64),
+            matrix[: len(labels)],
+            np.array(cold, dtype=np.int64),
+            np.array(tombstoned, dtype=np.int64),
+        )
+
+    def indexed_cold_labels(self, index_version: str) -> npt.NDArray[np.int64]:
+        """The labels of the cold chunks an index of `index_version` holds apart."""
+        rows = self._all(_INDEXED_COLD_LABELS, (index_version,))
+        return np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
 
     def indexed_labels(self, index_version: str) -> npt.NDArray[np.int64]:
         """The labels a live index of `index_version` holds: what `embeddings` lists live."""

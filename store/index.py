@@ -40,7 +40,7 @@ __all__ = [
 REBUILD_CHUNK_SIZE: Final = 10_000
 
 ProgressCallback = Callable[[int, int], None]
-LoadAll = Callable[[], tuple[Labels, Vectors, Labels]]
+LoadAll = Callable[[], tuple[Labels, Vectors, Labels, Labels]]
 
 
 def open_or_rebuild(
@@ -60,9 +60,11 @@ def open_or_rebuild(
 ) -> tuple[HnswIndex, str | None]:
     """The saved index if it matches the database (reason None), else a fresh rebuild.
 
-    `load_all` returns (live labels, their vectors, tombstoned labels) from the database;
-    tombstoned labels are remembered but never inserted. The rebuild inserts in ascending
-    label order, so every peer rebuilding the same state gets the same graph; `m` and
+    `load_all` returns (labels of live and cold chunks, their vectors, the cold ones of
+    them, tombstoned labels) from the database (`Database.index_contents`); tombstoned
+    labels are remembered but never inserted. The rebuild inserts live and cold chunks
+    together in ascending label order, then sets the cold ones apart, so every peer
+    rebuilding the same state gets the same graph; `m` and
     `ef_construction` apply to rebuilds only. `expected_identity` and `live_labels` are
     checked as `HnswIndex.load` says; `on_unusable` hears why the saved index was not used
     before the rebuild starts. The rebuilt index is saved; the caller records its identity.
@@ -109,19 +111,25 @@ def _rebuild(
     ef_construction: int,
     ef: int,
 ) -> HnswIndex:
-    raw_live, raw_vectors, raw_deleted = load_all()
-    live_labels = as_labels(raw_live, "live labels from the database")
-    live_vectors = as_vectors(raw_vectors, dim, "vectors from the database")
+    raw_held, raw_vectors, raw_cold, raw_deleted = load_all()
+    held_labels = as_labels(raw_held, "live and cold labels from the database")
+    held_vectors = as_vectors(raw_vectors, dim, "vectors from the database")
+    cold_labels = as_labels(raw_cold, "cold labels from the database")
     deleted_labels = as_labels(raw_deleted, "tombstoned labels from the database")
-    total = len(live_labels)
-    if total != len(live_vectors):
+    total = len(held_labels)
+    if total != len(held_vectors):
         raise InvalidIndexInput(
-            f"database gave {total} live labels for {len(live_vectors)} vectors"
+            f"database gave {total} live and cold labels for {len(held_vectors)} vectors"
         )
-    both = np.intersect1d(live_labels, deleted_labels)
+    both = np.intersect1d(held_labels, deleted_labels)
     if len(both):
         raise InvalidIndexInput(
-            f"database lists labels as both live and tombstoned: {preview(both.tolist())}"
+            f"database lists labels as both live or cold and tombstoned: {preview(both.tolist())}"
+        )
+    stray = np.setdiff1d(cold_labels, held_labels)
+    if len(stray):
+        raise InvalidIndexInput(
+            f"database lists cold labels without a vector: {preview(stray.tolist())}"
         )
     index = HnswIndex.create(
         path,
@@ -133,10 +141,11 @@ def _rebuild(
         capacity=max(INITIAL_CAPACITY, total),
     )
     index.adopt_tombstones(deleted_labels)
-    order = np.argsort(live_labels, kind="stable")
+    order = np.argsort(held_labels, kind="stable")
     for start in range(0, total, REBUILD_CHUNK_SIZE):
         chunk = order[start : start + REBUILD_CHUNK_SIZE]
-        index.add(live_labels[chunk], live_vectors[chunk])
+        index.add(held_labels[chunk], held_vectors[chunk])
         if progress is not None:
             progress(start + len(chunk), total)
+    index.set_cold(cold_labels)
     return index

@@ -21,7 +21,7 @@ import os
 import struct
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
@@ -98,6 +98,9 @@ class IndexMeta:
     size: int
     checksum: str
     identity: str
+    #: Those of `deleted` the engine holds unmarked: the cold tier, searched apart. A file
+    #: saved before the engine kept cold chunks has none (they are marked deleted there).
+    cold: list[int] = field(default_factory=list)
 
 
 def meta_path(path: Path) -> Path:
@@ -177,6 +180,8 @@ def read_meta(path: Path) -> IndexMeta:
         and isinstance(meta.identity, str)
         and isinstance(meta.deleted, list)
         and all(isinstance(label, int) for label in meta.deleted)
+        and isinstance(meta.cold, list)
+        and all(isinstance(label, int) for label in meta.cold)
     )
     if not well_typed:
         raise IndexUnusable(

@@ -21,19 +21,20 @@ import numpy as np
 from dreamcycle.pulses.vectors import Flags, Labels, Vectors
 from dreamcycle.store.index_input import (
     Distances,
-    IndexQueryFailed,
     InvalidIndexInput,
     LabelNotLive,
     as_labelled,
     as_labels,
     as_vectors,
     check_positive,
+    empty_answer,
     ordered_answer,
     preview,
     stacked_answers,
 )
 from dreamcycle.store.index_labels import LiveLabels
 from dreamcycle.store.index_persistence import load_saved, new_engine, save_engine
+from dreamcycle.store.index_search import search_engine, search_exhaustively
 from dreamcycle.store.readers_writer_lock import ReadersWriterLock
 
 #: Links per element of the graph (hnswlib's M): more raise recall and memory alike;
@@ -46,20 +47,17 @@ DEFAULT_EF: Final = 64
 INITIAL_CAPACITY: Final = 1024
 #: Capacity is multiplied by this until the new elements fit.
 GROWTH_FACTOR: Final = 2
-#: hnswlib's default, fixed here because replay must reproduce the same graph.
-_LEVEL_SEED: Final = 100
 #: Adding on one thread keeps the insertion order, hence the graph, reproducible.
 _ADD_THREADS: Final = 1
-#: Let hnswlib spread a batch of queries over all cores (results do not depend on it).
-_QUERY_THREADS: Final = -1
 
 
 class HnswIndex:
-    """Cosine k-NN over live chunks; deleted labels (tombstoned or cold) are never returned,
-    and come back only through `restore` (a cold chunk revived).
+    """Cosine k-NN over live chunks, and over cold ones when asked: one graph holds both
+    tiers, each search kept to its own by a filter. Deleted labels (tombstoned) are never
+    returned; cold and deleted ones come back only through `restore` (a chunk revived).
 
     Safe to share between threads: queries (and saves, which only read the graph) run
-    side by side; add, mark_deleted, restore and resize each run alone.
+    side by side; add, mark_deleted, set_cold, restore and resize each run alone.
     """
 
     def __init__(
@@ -109,14 +107,7 @@ class HnswIndex:
         check_positive("capacity", capacity)
         if not index_version:
             raise InvalidIndexInput("index_version is empty")
-        engine = new_engine(dim)
-        engine.init_index(
-            max_elements=capacity,
-            ef_construction=ef_construction,
-            M=m,
-            random_seed=_LEVEL_SEED,
-        )
-        engine.set_ef(ef)
+        engine = new_engine(dim, capacity=capacity, m=m, ef_construction=ef_construction, ef=ef)
         empty = LiveLabels(set(), set())
         return cls(Path(path), dim, index_version, engine, ef=ef, labels=empty, stamp=None)
 
@@ -153,7 +144,7 @@ class HnswIndex:
             index_version,
             saved.engine,
             ef=ef,
-            labels=LiveLabels(saved.live, saved.deleted),
+            labels=LiveLabels(saved.live, saved.deleted - saved.cold, set(saved.cold)),
             stamp=saved.meta.stamp,
             identity=saved.meta.identity,
         )
@@ -205,17 +196,33 @@ class HnswIndex:
         with self._lock.reading():
             return self._labels.live_count
 
+    @property
+    def cold_count(self) -> int:
+        with self._lock.reading():
+            return self._labels.cold_count
+
+    @property
+    def cold_changes(self) -> int:
+        """Changes of the cold labels since it was opened (what is cold changes with it)."""
+        with self._lock.reading():
+            return self._labels.cold_changes
+
     def labels(self) -> set[int]:
-        """Every label the index knows, live or tombstoned."""
+        """Every label the index knows, live, cold or tombstoned."""
         with self._lock.reading():
             return self._labels.known()
 
     def deleted_labels(self) -> set[int]:
+        """Every label the index knows that is not live: cold or tombstoned."""
         with self._lock.reading():
-            return self._labels.tombstoned()
+            return self._labels.not_live()
+
+    def cold_labels(self) -> set[int]:
+        with self._lock.reading():
+            return self._labels.cold()
 
     def contains(self, label: int) -> bool:
-        """Whether `label` is known, live or tombstoned."""
+        """Whether `label` is known, live, cold or tombstoned."""
         with self._lock.reading():
             return self._labels.holds(label)
 
@@ -247,36 +254,56 @@ class HnswIndex:
             self._unsaved_changes += 1
 
     def mark_deleted(self, labels: Labels) -> None:
-        """Delete `labels` from the live index; unknown or already deleted labels are ignored."""
+        """Delete live or cold `labels` from every search (tombstones); unknown or already
+        deleted labels are ignored."""
         label_array = as_labels(labels, "labels")
         with self._lock.writing():
-            removed = self._labels.live_of(label_array)
+            removed = self._labels.searchable_of(label_array)
             for label in removed:
                 self._engine.mark_deleted(label)
                 self._unsaved_changes += 1
             self._labels.tombstone(removed)
 
-    def restore(self, labels: Labels, vectors: Vectors) -> None:
-        """Make deleted labels live again (a chunk revived from the cold tier).
+    def set_cold(self, labels: Labels) -> None:
+        """Move live `labels` to the cold tier: kept in the graph, searched only with
+        `cold`. Deleted labels the engine holds are unmarked into it too (cold chunks of a
+        file saved when the engine marked them deleted); cold or unknown labels are ignored."""
+        label_array = as_labels(labels, "labels")
+        with self._lock.writing():
+            live, unmark = self._labels.to_cool(label_array, self._held_labels)
+            for label in unmark:
+                self._engine.unmark_deleted(label)
+            self._labels.cool(live + unmark)
+            self._unsaved_changes += len(live) + len(unmark)
 
-        Labels the engine holds are unmarked; labels it never held are added with
-        their vector. Labels already live are left as they are.
-        """
+    def restore(self, labels: Labels, vectors: Vectors) -> None:
+        """Make cold or deleted labels live again (a chunk revived): cold labels at once,
+        deleted ones the engine holds unmarked, those it never held added with their vector.
+        Live labels are left as they are."""
         label_array, vector_array = as_labelled(labels, vectors, self._dim)
         with self._lock.writing():
-            held = set(np.asarray(self._engine.get_ids_list(), dtype=np.int64).tolist())
-            revived, missing = self._labels.to_restore(label_array, held)
-            for label in revived:
+            cold, unmark, missing = self._labels.to_restore(label_array, self._held_labels)
+            for label in unmark:
                 self._engine.unmark_deleted(label)
-                self._unsaved_changes += 1
-            self._labels.revive(revived, label_array[missing].tolist())
+            self._unsaved_changes += len(cold) + len(unmark)
+            self._labels.revive(cold + unmark, label_array[missing].tolist())
         if missing:
             self.add(label_array[missing], vector_array[missing])
 
+    def _held_labels(self) -> set[int]:
+        """Every label the engine holds, marked deleted or not (under the caller's lock)."""
+        return set(np.asarray(self._engine.get_ids_list(), dtype=np.int64).tolist())
+
     def knn_many(
-        self, vectors: Vectors, k: int, *, allowed: AbstractSet[int] | None = None
+        self,
+        vectors: Vectors,
+        k: int,
+        *,
+        allowed: AbstractSet[int] | None = None,
+        cold: bool = False,
     ) -> tuple[Labels, Distances]:
-        """Nearest live neighbours of each row, as (labels, cosine distances), both (n, k').
+        """Nearest live neighbours of each row (with `cold`, nearest cold ones), as (labels,
+        cosine distances), both (n, k').
 
         k' = min(k, live count), or with `allowed` min(k, live labels in it): only those
         are returned. Each row is ordered by (distance, label), so ties come out the same
@@ -285,40 +312,33 @@ class HnswIndex:
         queries = as_vectors(vectors, self._dim, "query vectors")
         check_positive("k", k, minimum=0)
         with self._lock.reading():
-            width = min(k, self._labels.eligible(allowed))
+            width = min(k, self._labels.eligible(allowed, cold=cold))
             if width == 0 or len(queries) == 0:
-                return (
-                    np.zeros((len(queries), width), dtype=np.int64),
-                    np.zeros((len(queries), width), dtype=np.float32),
-                )
-            admit = None if allowed is None else allowed.__contains__
-            try:
-                # hnswlib searches max(ef, k) wide on its own: no shared setting changes here,
-                # so queries run side by side.
-                raw_labels, raw_distances = self._engine.knn_query(
-                    queries, k=width, num_threads=_QUERY_THREADS, filter=admit
-                )
-                starved = False
-            except RuntimeError:
-                starved = True
-        if starved and len(queries) > 1:
+                return empty_answer(len(queries), width)
+            admit = self._labels.admit(allowed, cold=cold)
+            found = search_engine(self._engine, queries, width, admit)
+        if found is None and len(queries) > 1:
             # Each row as it would be answered alone: a batch must not change any row's
             # answer (peers batch the same queries differently), and only the rows that
             # starve alone need the exhaustive search.
             return stacked_answers(
-                [self.knn_many(row[None, :], k, allowed=allowed) for row in queries]
+                [self.knn_many(row[None, :], k, allowed=allowed, cold=cold) for row in queries]
             )
-        if starved:
-            raw_labels, raw_distances = self._exhaustive_query(queries, width, admit)
-        return ordered_answer(raw_labels, raw_distances)
+        if found is None:
+            with self._lock.writing():
+                where = f"{self._labels.live_count} live chunks in {self._path}"
+                found = search_exhaustively(
+                    self._engine, queries, width, admit, ef=self._ef, where=where
+                )
+        return ordered_answer(*found)
 
     def vectors(self, labels: Labels) -> Vectors:
         """The stored (unit-length) vectors of live `labels`, shape (len(labels), dim)."""
         label_array = as_labels(labels, "labels")
         with self._lock.reading():
-            absent = self._labels.not_live(label_array)
+            absent = self._labels.not_live_among(label_array)
             if absent:
-                reason = "tombstoned" if self._labels.all_tombstoned(absent) else "not live"
+                reason = "cold or tombstoned" if self._labels.all_not_live(absent) else "not live"
                 raise LabelNotLive(f"labels {reason} in {self._path}: {preview(absent)}")
             return self._items(label_array)
 
@@ -348,7 +368,8 @@ class HnswIndex:
                 dim=self._dim,
                 index_version=self._index_version,
                 stamp=stamp,
-                deleted=self._labels.tombstoned(),
+                deleted=self._labels.not_live(),
+                cold=self._labels.cold(),
             )
             self._stamp = stamp
             self._identity = identity
@@ -376,25 +397,3 @@ class HnswIndex:
         while capacity < needed:
             capacity *= GROWTH_FACTOR
         self._engine.resize_index(capacity)
-
-    def _exhaustive_query(
-        self, queries: Vectors, width: int, admit: Callable[[int], bool] | None
-    ) -> tuple[Any, Any]:
-        """Many tombstones (or a narrow filter) can starve a search: widen it to everything.
-
-        The search breadth is shared by every query, so this runs alone.
-        """
-        with self._lock.writing():
-            self._engine.set_ef(max(self._ef, width, int(self._engine.element_count)))
-            try:
-                found: tuple[Any, Any] = self._engine.knn_query(
-                    queries, k=width, num_threads=_QUERY_THREADS, filter=admit
-                )
-            except RuntimeError as error:
-                raise IndexQueryFailed(
-                    f"k-NN query for k={width} over {self._labels.live_count} live chunks "
-                    f"in {self._path} failed: {error}"
-                ) from error
-            finally:
-                self._engine.set_ef(self._ef)
-        return found

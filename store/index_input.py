@@ -96,6 +96,11 @@ def ordered_answer(raw_labels: Any, raw_distances: Any) -> tuple[Labels, Distanc
     )
 
 
+def empty_answer(rows: int, width: int) -> tuple[Labels, Distances]:
+    """An answer of `rows` rows of `width` (0, or no rows) holding nothing."""
+    return np.zeros((rows, width), dtype=np.int64), np.zeros((rows, width), dtype=np.float32)
+
+
 def stacked_answers(answers: list[tuple[Labels, Distances]]) -> tuple[Labels, Distances]:
     """One-row answers as one; if an add widened the later ones, each cut to the narrowest."""
     width = min(labels.shape[1] for labels, _ in answers)

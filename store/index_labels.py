@@ -1,5 +1,5 @@
 """The live index's label bookkeeping: which labels (observation rowids) are live, kept
-as a set and as an array of flags, and which are tombstoned.
+as a set and as an array of flags, which are cold and which deleted.
 
 Not thread-safe on its own: `HnswIndex` reads and changes it under its lock, in step
 with its hnswlib engine.
@@ -7,7 +7,7 @@ with its hnswlib engine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from typing import Final
 
@@ -56,28 +56,47 @@ class LabelMask:
 
 
 class LiveLabels:
-    """The labels an index knows: live ones, and tombstoned ones (deleted, or cold) that
-    only a restore makes live again."""
+    """The labels an index knows, each in one of three states:
 
-    def __init__(self, live: set[int], deleted: set[int]) -> None:
+    - live: searched by default;
+    - cold: held by the engine, unmarked, but out of live searches: searched only as the
+      cold tier (one graph for both tiers, so the cold tier needs no copy of its own);
+    - deleted: marked deleted in the engine (tombstoned, or cold in a file saved before
+      the engine kept cold chunks), or never added: never searched.
+
+    Only a restore makes a cold or deleted label live again.
+    """
+
+    def __init__(self, live: set[int], deleted: set[int], cold: set[int] | None = None) -> None:
         self._live = live
         self._mask = LabelMask(live)
         self._deleted = deleted
+        self._cold = cold if cold is not None else set()
+        #: Changes of the cold set: what a cold search kept about it stays right until then.
+        self.cold_changes = 0
 
     @property
     def live_count(self) -> int:
         return len(self._live)
 
-    def known(self) -> set[int]:
-        """Every label, live or tombstoned."""
-        return self._live | self._deleted
+    @property
+    def cold_count(self) -> int:
+        return len(self._cold)
 
-    def tombstoned(self) -> set[int]:
-        return set(self._deleted)
+    def known(self) -> set[int]:
+        """Every label, live, cold or deleted."""
+        return self._live | self._cold | self._deleted
+
+    def not_live(self) -> set[int]:
+        """Cold and deleted labels."""
+        return self._deleted | self._cold
+
+    def cold(self) -> set[int]:
+        return set(self._cold)
 
     def holds(self, label: int) -> bool:
-        """Whether `label` is known, live or tombstoned."""
-        return label in self._live or label in self._deleted
+        """Whether `label` is known, in any state."""
+        return label in self._live or label in self._cold or label in self._deleted
 
     def is_live(self, label: int) -> bool:
         return label in self._live
@@ -88,59 +107,120 @@ class LiveLabels:
         each)."""
         return labels[self._mask.among(labels, self._live)]
 
-    def eligible(self, allowed: AbstractSet[int] | None) -> int:
-        """How many labels are live, or live and in `allowed`."""
-        return len(self._live) if allowed is None else len(self._live & allowed)
+    def eligible(self, allowed: AbstractSet[int] | None, *, cold: bool = False) -> int:
+        """How many labels a search may return: live ones (with `cold`, cold ones), or
+        those of them in `allowed`."""
+        searched = self._cold if cold else self._live
+        return len(searched) if allowed is None else len(searched & allowed)
+
+    def admit(
+        self, allowed: AbstractSet[int] | None, *, cold: bool = False
+    ) -> Callable[[int], bool] | None:
+        """The filter that keeps a search to its labels (None: every label the engine does
+        not mark deleted). Builtin methods of sets, not lambdas: hnswlib calls the filter
+        once per element it visits."""
+        if cold:
+            return (
+                self._cold.__contains__ if allowed is None else (self._cold & allowed).__contains__
+            )
+        if not self._cold:
+            return None if allowed is None else allowed.__contains__
+        return self._live.__contains__ if allowed is None else (self._live & allowed).__contains__
 
     def unknown_positions(self, labels: Labels) -> list[int]:
-        """The positions in `labels` of those neither live nor tombstoned."""
-        return [
-            position
-            for position, label in enumerate(labels.tolist())
-            if label not in self._live and label not in self._deleted
-        ]
+        """The positions in `labels` of those in no state."""
+        return [position for position, label in enumerate(labels.tolist()) if not self.holds(label)]
 
-    def not_live(self, labels: Labels) -> list[int]:
+    def not_live_among(self, labels: Labels) -> list[int]:
         """Those of `labels` that are not live, in their order."""
         return [label for label in labels.tolist() if label not in self._live]
 
-    def all_tombstoned(self, labels: Iterable[int]) -> bool:
-        return all(label in self._deleted for label in labels)
+    def all_not_live(self, labels: Iterable[int]) -> bool:
+        return all(label in self._deleted or label in self._cold for label in labels)
 
-    def live_of(self, labels: Labels) -> list[int]:
-        """The live ones of `labels`, each once, in ascending order."""
-        return [label for label in sorted(set(labels.tolist())) if label in self._live]
+    def searchable_of(self, labels: Labels) -> list[int]:
+        """The live or cold ones of `labels` (those the engine does not mark deleted), each
+        once, in ascending order."""
+        return [
+            label
+            for label in sorted(set(labels.tolist()))
+            if label in self._live or label in self._cold
+        ]
 
-    def to_restore(self, labels: Labels, held: AbstractSet[int]) -> tuple[list[int], list[int]]:
-        """Of the labels not live: those the engine `held` (each once, to unmark) and the
-        positions in `labels` of those it never held (to add again)."""
-        revived: list[int] = []
-        seen: set[int] = set()
+    def to_restore(
+        self, labels: Labels, held: Callable[[], AbstractSet[int]]
+    ) -> tuple[list[int], list[int], list[int]]:
+        """Of the labels not live, each once: the cold ones (the engine holds them
+        unmarked), the deleted ones the engine holds (to unmark), and the positions in
+        `labels` of those it never held (to add again). The engine's labels are read only
+        when some are deleted."""
+        cold: list[int] = []
+        deleted: list[tuple[int, int]] = []
         missing: list[int] = []
+        seen: set[int] = set()
         for position, label in enumerate(labels.tolist()):
             if label in self._live or label in seen:
                 continue
-            if label in held:
-                revived.append(label)
-                seen.add(label)
+            seen.add(label)
+            if label in self._cold:
+                cold.append(label)
+            elif label in self._deleted:
+                deleted.append((position, label))
             else:
                 missing.append(position)
-        return revived, missing
+        if not deleted:
+            return cold, [], missing
+        engine_held = held()
+        unmark = [label for _, label in deleted if label in engine_held]
+        missing += [position for position, label in deleted if label not in engine_held]
+        return cold, unmark, sorted(missing)
 
     def add_live(self, labels: Labels) -> None:
         self._live.update(labels.tolist())
         self._mask.mark(labels, live=True)
 
     def tombstone(self, labels: list[int]) -> None:
-        """Move live `labels` to the tombstones."""
+        """Move live or cold `labels` to the deleted ones."""
+        cold = self._cold.intersection(labels)
+        if cold:
+            self._cold.difference_update(cold)
+            self.cold_changes += 1
         self._live.difference_update(labels)
         self._deleted.update(labels)
         # One array operation for a sweep's thousands of labels.
         self._mask.mark(labels, live=False)
 
+    def to_cool(
+        self, labels: Labels, held: Callable[[], AbstractSet[int]]
+    ) -> tuple[list[int], list[int]]:
+        """Of `labels`, each once in ascending order: the live ones, and the deleted ones
+        the engine `held` (a cold chunk in a file saved before the engine kept cold chunks,
+        to unmark); the engine's labels are read only when some are deleted."""
+        unique = sorted(set(labels.tolist()))
+        live = [label for label in unique if label in self._live]
+        deleted = [label for label in unique if label in self._deleted]
+        if not deleted:
+            return live, []
+        engine_held = held()
+        return live, [label for label in deleted if label in engine_held]
+
+    def cool(self, labels: list[int]) -> None:
+        """Move live or deleted `labels` to the cold ones."""
+        if not labels:
+            return
+        self._live.difference_update(labels)
+        self._deleted.difference_update(labels)
+        self._cold.update(labels)
+        self._mask.mark(labels, live=False)
+        self.cold_changes += 1
+
     def revive(self, revived: list[int], readded: list[int]) -> None:
-        """Make the tombstoned `revived` live again, and forget the tombstones of
+        """Make the cold or deleted `revived` live again, and forget the tombstones of
         `readded` (labels the engine never held, about to be added)."""
+        cold = self._cold.intersection(revived)
+        if cold:
+            self._cold.difference_update(cold)
+            self.cold_changes += 1
         self._deleted.difference_update(revived)
         self._deleted.difference_update(readded)
         self._live.update(revived)

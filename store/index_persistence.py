@@ -40,11 +40,22 @@ from dreamcycle.store.index_input import as_labels, preview
 
 #: The files do not record the space, so every engine, built or loaded, is made here.
 _SPACE: Final = "cosine"
+#: hnswlib's default, fixed here because replay must reproduce the same graph.
+_LEVEL_SEED: Final = 100
 
 
-def new_engine(dim: int) -> Any:
-    """An empty hnswlib engine over cosine distance."""
-    return hnswlib.Index(space=_SPACE, dim=dim)
+def new_engine(
+    dim: int, *, capacity: int = 0, m: int = 0, ef_construction: int = 0, ef: int = 0
+) -> Any:
+    """An hnswlib engine over cosine distance: with a `capacity`, initialized empty with the
+    graph's settings (ready to add to); without, for a file to be loaded into."""
+    engine = hnswlib.Index(space=_SPACE, dim=dim)
+    if capacity:
+        engine.init_index(
+            max_elements=capacity, ef_construction=ef_construction, M=m, random_seed=_LEVEL_SEED
+        )
+        engine.set_ef(ef)
+    return engine
 
 
 @dataclass(frozen=True)
@@ -54,7 +65,10 @@ class SavedIndex:
     engine: Any
     meta: IndexMeta
     live: set[int]
+    #: Every label that is not live: cold or tombstoned.
     deleted: set[int]
+    #: Those of `deleted` the engine holds unmarked (the cold tier).
+    cold: frozenset[int]
 
 
 def load_saved(
@@ -109,10 +123,24 @@ def load_saved(
             path,
         )
     deleted = set(meta.deleted)
-    live = set(engine.get_ids_list()) - deleted
+    cold = frozenset(meta.cold)
+    if not cold <= deleted:
+        raise IndexUnusable(
+            Unusable.CORRUPT,
+            f"corrupt: meta lists cold labels that are live: {preview(cold - deleted)}",
+            path,
+        )
+    held = set(engine.get_ids_list())
+    live = held - deleted
+    if not cold <= held:
+        raise IndexUnusable(
+            Unusable.CORRUPT,
+            f"corrupt: meta lists cold labels the file does not hold: {preview(cold - held)}",
+            path,
+        )
     if expected:
         _check_labels(path, live, expected[0])
-    return SavedIndex(engine=engine, meta=meta, live=live, deleted=deleted)
+    return SavedIndex(engine=engine, meta=meta, live=live, deleted=deleted, cold=cold)
 
 
 def _check_labels(path: Path, live: set[int], expected: Labels) -> None:
@@ -141,6 +169,7 @@ def save_engine(
     index_version: str,
     stamp: str,
     deleted: Iterable[int],
+    cold: Iterable[int],
 ) -> str:
     """Write `engine` to `path`, then its sealed meta, each atomically; `stamp` names the
     database state. Returns the identity of this save. The caller keeps the engine from
@@ -169,6 +198,7 @@ def save_engine(
         ef_construction=int(engine.ef_construction),
         max_elements=int(engine.get_max_elements()),
         deleted=sorted(deleted),
+        cold=sorted(cold),
         size=size,
         checksum=checksum,
         identity=identity,

@@ -74,15 +74,23 @@ def built_index(path: Path, count: int, seed: int = 0) -> tuple[HnswIndex, np.nd
 class DatabaseState:
     """Stands in for the database's view: what `load_all` would return, and call counts."""
 
-    def __init__(self, live: np.ndarray, vectors: np.ndarray, deleted: np.ndarray) -> None:
+    def __init__(
+        self,
+        live: np.ndarray,
+        vectors: np.ndarray,
+        deleted: np.ndarray,
+        cold: np.ndarray | None = None,
+    ) -> None:
         self.live = live
         self.vectors = vectors
         self.deleted = deleted
+        self.cold = cold if cold is not None else np.zeros(0, dtype=np.int64)
         self.calls = 0
 
-    def load_all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def load_all(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Live and cold labels with their vectors, the cold ones, the tombstoned ones."""
         self.calls += 1
-        return self.live, self.vectors, self.deleted
+        return self.live, self.vectors, self.cold, self.deleted
 
 
 def test_knn_matches_brute_force_exactly(tmp_path: Path) -> None:
@@ -355,6 +363,7 @@ def test_meta_sidecar_describes_the_file(tmp_path: Path) -> None:
     path = tmp_path / "index.bin"
     index, _ = built_index(path, 30)
     index.mark_deleted(np.array([4, 2]))
+    index.set_cold(np.array([7]))
     identity = index.save("s")
     meta = json.loads(meta_path(path).read_text())
     assert meta == {
@@ -366,7 +375,8 @@ def test_meta_sidecar_describes_the_file(tmp_path: Path) -> None:
         "m": 16,
         "ef_construction": 100,
         "max_elements": INITIAL_CAPACITY,
-        "deleted": [2, 4],
+        "deleted": [2, 4, 7],
+        "cold": [7],
         "size": path.stat().st_size,
         "checksum": blake3.blake3(path.read_bytes()).hexdigest(),
         "identity": identity,
@@ -481,7 +491,7 @@ def test_matching_stamp_loads_without_touching_the_database(tmp_path: Path) -> N
     index, vectors = built_index(path, 60)
     index.save("s1")
 
-    def refuse_to_load() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def refuse_to_load() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         raise AssertionError("a usable index must not be rebuilt")
 
     loaded, reason = open_or_rebuild(
@@ -552,7 +562,7 @@ def test_rebuild_skips_tombstones_and_keeps_them_dead(tmp_path: Path) -> None:
 def test_rebuild_refuses_a_label_both_live_and_tombstoned(tmp_path: Path) -> None:
     vectors = clustered_unit_vectors(10)
     database = DatabaseState(labels_range(0, 10), vectors, np.array([3, 42]))
-    with pytest.raises(InvalidIndexInput, match=r"both live and tombstoned: 3$"):
+    with pytest.raises(InvalidIndexInput, match=r"both live or cold and tombstoned: 3$"):
         open_or_rebuild(
             tmp_path / "index.bin", DIM, VERSION, expected_stamp="s", load_all=database.load_all
         )

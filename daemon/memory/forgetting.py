@@ -272,7 +272,7 @@ def move_to_cold(peer: Peer, planned: SweepPlan, now_ms: int) -> list[int]:
                 cache.set_cold(label, True)
             moved += now_cold
     if moved:
-        peer.index.mark_deleted(np.array(moved, dtype=np.int64))
+        peer.index.set_cold(np.array(moved, dtype=np.int64))
     return moved
 
 

@@ -183,8 +183,10 @@ class _Steps:
             self._leave_index(int(target))
 
     def sweep(self, seq: int, ref: str, body: dict[str, Any]) -> None:
-        # Cold, not gone: it leaves the index (pulses cannot reach it) but keeps decaying.
-        self._leave_index(int(body["rowid"]))
+        # Cold, not gone: it leaves live searches (pulses cannot reach it) but keeps decaying.
+        label = int(body["rowid"])
+        self.replayed.outside_index.discard(label)
+        self.replayed.index.set_cold(np.array([label], dtype=np.int64))
 
     def revive(self, seq: int, ref: str, body: dict[str, Any]) -> None:
         rowid = int(body["rowid"])
