@@ -4,8 +4,9 @@ One store of N chunks (default 100,000) is built quickly: synthetic text (topic
 words, so full-text search has real work) with clustered random unit vectors
 as embeddings (the figures are latencies, not recall quality; text queries are
 embedded by the real model), all live, or with `--cold-share` that share of them in the
-cold tier, as a sweep leaves a store (recall also searches the cold tier, exactly).
-Then, in one run:
+cold tier, as a sweep leaves a store (recall also searches the cold tier: exactly while
+it is small, from `recall.cold_graph_from` chunks on through the live index's graph,
+whose answers are then first compared with the exact search's). Then, in one run:
 
 * baselines: raw hnswlib single-query k-NN (HnswIndex.knn_many, k = the recall
   candidate pool) and one text embedding, back to back and each after an untimed recall
@@ -21,9 +22,6 @@ Then, in one run:
   app, one worker-thread hop) answering a recorded recall by vector through the same
   client, so the HTTP figures can be read as floor + the rest; and the floor again
   through httpx's client, which the blocking client used before (the client's own share);
-* with a cold tier of at least `recall.cold_graph_from` chunks, the in-process figures
-  and the baselines again while the API's thread builds the cold tier's graph back to back
-  (at `cycle.cpu_priority`, as after a sweep that moved many chunks to the cold tier);
 * both again while dream cycles run back to back beside them, with Reward pulses to
   propagate (one per cycle: in process before each cycle, to the daemon from a process
   of its own, each sent once the daemon's log shows a cycle ended since the last); by
@@ -83,7 +81,7 @@ from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.defaults import CYCLE_MAX_GIVE_WAY_S
 from dreamcycle.daemon.recall.cold_search import ColdSearch
 from dreamcycle.daemon.recall.retrieve import rank_query
-from dreamcycle.daemon.recall.state import RecallState, recall_state, share
+from dreamcycle.daemon.recall.state import RecallState, share
 from dreamcycle.daemon.runtime import Peer, Runtime
 from dreamcycle.daemon.scheduling.cycle_thread import CPU_PRIORITIES, CycleThread
 from dreamcycle.daemon.service.loop import set_up_the_daemon_process
@@ -137,13 +135,8 @@ CYCLE_ENDED: Final = re.compile(
     ).encode()
 )
 PULSE_POLL_S: Final = 0.01
-#: What the daemon logs once its cold tier's graph is built, and how long that may take.
-COLD_GRAPH_LINE: Final = "cold tier graph built"
-COLD_GRAPH_TIMEOUT_S: Final = 600.0
-BUILD_POLL_S: Final = 0.01
-#: How the paths measured beside background work end; without it, the idle path.
+#: How the paths measured beside cycles end; without it, the idle path.
 CYCLES_RUNNING: Final = ", cycles running"
-COLD_GRAPH_BUILDING: Final = ", cold graph building"
 #: How a baseline's figure name ends: the targets are ratios to these, measured alone.
 BASELINE_MARK: Final = "(baseline)"
 FLOOR_FIGURE: Final = f"HTTP floor {BASELINE_MARK}"
@@ -290,7 +283,7 @@ def build_store(
 
 def idle_path(path: str) -> str:
     """The path measured with nothing beside it that `path` is compared with."""
-    return path.removesuffix(CYCLES_RUNNING).removesuffix(COLD_GRAPH_BUILDING)
+    return path.removesuffix(CYCLES_RUNNING)
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -410,14 +403,19 @@ class Workload:
 def graph_agreement(
     rt: Runtime, peer: Peer, ops: Operations, vectors: Vectors, pool: int
 ) -> dict[str, float]:
-    """How close the cold tier's graph comes to its exact search, beside how close the
-    live index comes to the live tier's: the share of each exact search's `pool` nearest
-    that the approximate one finds, and the share of queries whose top hits are the same
-    both ways (exact cold search against the graph, the live index as it is)."""
-    # A cache of its own: a search through the graph drops the whole cold tier's embeddings
-    # from its cache, which the exact search would then read again for every query.
-    through_graph = dataclasses.replace(rt)
-    share(through_graph, RecallState(ops.recall_state.cold_search))
+    """How close the index's cold search comes to the exact search of the cold tier, beside
+    how close the live index comes to the live tier's: the share of each exact search's
+    `pool` nearest that the approximate one finds, and the share of queries whose top hits
+    are the same both ways (the cold tier searched exactly or through the index, the live
+    tier through the index both ways)."""
+    # Views of their own: a runtime keeps the recall state it was first given, and `rt`'s
+    # is neither exact at this size nor the API's (which searches on its helper threads).
+    exact = dataclasses.replace(rt)
+    exact_search = ColdSearch(0)
+    share(exact, RecallState(exact_search))
+    through_index = dataclasses.replace(rt)
+    share(through_index, ops.recall_state)
+    index_search = ops.recall_state.cold_search
     stamp = rt.db.change_stamp()
     cold = read_paths.tier_sets(rt.db).cold
     live, live_vectors, _ = rt.db.embeddings(rt.embedder.index_version, rt.embedder.dim)
@@ -426,19 +424,22 @@ def graph_agreement(
         exact_live = set(best_labels(live, live_vectors @ vector, pool))
         labels, _ = peer.index.knn_many(vector[None, :], pool)
         live_found.append(len(exact_live & set(labels[0].tolist())) / len(exact_live))
-        exact_cold = set(recall_state(rt).cold_search.candidates(rt, stamp, cold, vector, pool))
-        graph_cold = set(
-            ops.recall_state.cold_search.candidates(through_graph, stamp, cold, vector, pool)
+        exact_cold = set(exact_search.candidates(exact, stamp, cold, vector, pool, None))
+        index_cold = set(
+            index_search.candidates(through_index, stamp, cold, vector, pool, peer.index)
         )
-        cold_found.append(len(exact_cold & graph_cold) / max(len(exact_cold), 1))
+        cold_found.append(len(exact_cold & index_cold) / max(len(exact_cold), 1))
         hits = [
-            [hit.rowid for hit in rank_query(view, "", vector, rt.config.recall.top_k)]
-            for view in (rt, through_graph)
+            [
+                hit.rowid
+                for hit in rank_query(view, "", vector, rt.config.recall.top_k, index=peer.index)
+            ]
+            for view in (exact, through_index)
         ]
         same_hits.append(float(hits[0] == hits[1]))
     return {
         "live_index_found": float(np.mean(live_found)),
-        "cold_graph_found": float(np.mean(cold_found)),
+        "cold_index_found": float(np.mean(cold_found)),
         "same_top_hits": float(np.mean(same_hits)),
     }
 
@@ -510,34 +511,6 @@ def cycles_beside(
             yield done
     finally:
         cycle_thread.close()
-
-
-def wait_for_build(search: ColdSearch, builds_before: int) -> float:
-    """Seconds until a build after the first `builds_before` is in use."""
-    started = time.perf_counter()
-    while search.builds == builds_before:
-        if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
-            raise BenchmarkError("a build of the cold tier's graph did not end in time")
-        time.sleep(BUILD_POLL_S)
-    return time.perf_counter() - started
-
-
-@contextmanager
-def cold_builds_beside(ops: Operations, rt: Runtime) -> Iterator[list[float]]:
-    """The cold tier's graph built again and again, back to back, in the API's own build
-    thread (at `cycle.cpu_priority`), as a sweep that moved more than
-    COLD_GRAPH_PENDING_MAX chunks to the cold tier starts one; yields each build's
-    seconds, from its start to the new graph in use."""
-    seconds: list[float] = []
-    search = ops.recall_state.cold_search
-
-    def build() -> None:
-        before = search.builds
-        search.start_build(rt)
-        seconds.append(wait_for_build(search, before))
-
-    with repeated_beside(build):
-        yield seconds
 
 
 @contextmanager
@@ -672,15 +645,6 @@ def _httpx_socket_client(socket_path: Path) -> httpx.Client:
     )
 
 
-def wait_for_line(log_path: Path, line: str, timeout_s: float) -> None:
-    """Until the daemon's log holds `line` (the daemon builds the cold graph at start)."""
-    deadline = time.monotonic() + timeout_s
-    while line not in log_path.read_text(encoding="utf-8", errors="replace"):
-        if time.monotonic() > deadline:
-            raise BenchmarkError(f"the daemon did not log {line!r} within {timeout_s:.0f} s")
-        time.sleep(0.2)
-
-
 @contextmanager
 def daemon(
     data_dir: Path,
@@ -688,7 +652,6 @@ def daemon(
     *,
     give_way_s: float,
     cpu_priority: str,
-    ready_line: str | None = None,
 ) -> Iterator[tuple[MemoryClient, int, Path]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMCYCLE_")}
     env.update({"DREAMCYCLE_API_ENABLED": "1", "DREAMCYCLE_API_PORT": "0",
@@ -702,8 +665,6 @@ def daemon(
     # Its status answers once the index is loaded.
     with _served(command, env, log_path, socket_path, MemoryClient.status, "the daemon") as served:
         client, process = served
-        if ready_line is not None:
-            wait_for_line(log_path, ready_line, COLD_GRAPH_TIMEOUT_S)
         yield client, process.pid, log_path
 
 
@@ -803,28 +764,19 @@ def main(argv: list[str] | None = None) -> int:
         peer = rt.open_peer()
         ops = Operations(rt)
         ops.attach(peer)
-        # As the daemon does at start, before the figures: the cold tier's graph.
-        graph_wanted = 0 < config.recall.cold_graph_from <= int(args.chunks * args.cold_share)
-        first_build_s: float | None = None
-        ready_line = COLD_GRAPH_LINE if graph_wanted else None
-        if graph_wanted:
-            started = time.perf_counter()
-            while not ops.recall_state.cold_search.ready:
-                if time.perf_counter() - started > COLD_GRAPH_TIMEOUT_S:
-                    raise BenchmarkError("the cold tier's graph was not built in time")
-                time.sleep(0.05)
-            first_build_s = time.perf_counter() - started
-            print(f"cold tier graph built in {first_build_s:.1f} s")
+        # Below `recall.cold_graph_from` cold chunks recall searches them exactly: nothing
+        # to compare.
+        cold_through_index = 0 < config.recall.cold_graph_from <= int(args.chunks * args.cold_share)
         agreement = (
             graph_agreement(rt, peer, ops, query_vectors, config.recall.candidates)
-            if graph_wanted
+            if cold_through_index
             else None
         )
         if agreement is not None:
             print(
                 f"of the exact {config.recall.candidates} nearest: the live index finds "
-                f"{agreement['live_index_found']:.1%}, the cold graph "
-                f"{agreement['cold_graph_found']:.1%}; top {config.recall.top_k} hits the "
+                f"{agreement['live_index_found']:.1%}, the index's cold search "
+                f"{agreement['cold_index_found']:.1%}; top {config.recall.top_k} hits the "
                 f"same as with the exact cold search: {agreement['same_top_hits']:.1%} of "
                 f"{len(query_vectors)} queries"
             )
@@ -862,20 +814,6 @@ def main(argv: list[str] | None = None) -> int:
         beside_counts: dict[str, int | None] = {
             "in_process_cycles": cycles[0], "daemon_cycles": None, "daemon_pulses": None
         }  # fmt: skip
-        build_seconds: list[float] = []
-        if graph_wanted:
-            with cold_builds_beside(ops, rt) as build_seconds:
-                beside = [(name, path + COLD_GRAPH_BUILDING, call)
-                          for name, path, call in baselines]  # fmt: skip
-                rows += measure_rounds(
-                    beside + workload.figures("in process" + COLD_GRAPH_BUILDING),
-                    args.calls,
-                    args.rounds,
-                )
-            print(
-                f"{len(build_seconds)} builds of the cold tier's graph ran beside the in-process "
-                f"figures, {float(np.median(build_seconds)):.1f} s each at the median"
-            )
         in_process_rss = rss_mib(os.getpid())
         ops.close()
         peer.save_index()
@@ -888,7 +826,6 @@ def main(argv: list[str] | None = None) -> int:
                 3600.0,
                 give_way_s=give_way_s,
                 cpu_priority=cpu_priority,
-                ready_line=ready_line,
             ) as (
                 client,
                 pid,
@@ -919,7 +856,6 @@ def main(argv: list[str] | None = None) -> int:
                     0.01,
                     give_way_s=give_way_s,
                     cpu_priority=cpu_priority,
-                    ready_line=ready_line,
                 ) as (
                     client,
                     pid,
@@ -987,11 +923,11 @@ def main(argv: list[str] | None = None) -> int:
     write_json(
         args.out,
         {"machine": machine, "chunks": args.chunks, "calls": args.calls, "rounds": args.rounds,
-         "cold_share": args.cold_share, "cold_graph_agreement": agreement,
+         "cold_share": args.cold_share, "cold_index_agreement": agreement,
          "switch_interval_s": sys.getswitchinterval(), "give_way_s": give_way_s,
          "cpu_priority": cpu_priority,
          "rss_mib": {"in_process": in_process_rss, "daemon": daemon_rss},
-         "cycles_beside": beside_counts, "cold_graph_build_s": {"at_start": first_build_s, "beside_figures": build_seconds},
+         "cycles_beside": beside_counts,
          "pulse_every_s": args.pulse_every,
          "pulses_from": args.pulses_from, "rows": rows},
     )  # fmt: skip

@@ -331,9 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cold-graph",
         action="store_true",
-        help="search the cold tier through a graph of it at every size, built again at "
-        "every change of the tier (the daemon's API does from recall.cold_graph_from cold "
-        "chunks on; otherwise exactly)",
+        help="search the cold tier through the index's graph at every size (recall does "
+        "from recall.cold_graph_from cold chunks on; otherwise exactly)",
     )
     parser.add_argument(
         "--embed-cache",

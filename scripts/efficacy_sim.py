@@ -23,7 +23,7 @@ from dreamcycle.daemon.clock import ManualClock
 from dreamcycle.daemon.config import Config, load_config
 from dreamcycle.daemon.cycle import run_cycle_blocking
 from dreamcycle.daemon.intake.ingest import ingest
-from dreamcycle.daemon.recall.cold_search import ColdSearch, GraphShape
+from dreamcycle.daemon.recall.cold_search import ColdSearch
 from dreamcycle.daemon.recall.learned_ranking import (
     cold_factor,
     fusion_weights,
@@ -172,14 +172,7 @@ def simulate(
     rt = Runtime.open(config, clock=clock)
     rt.embedder = embedder  # type: ignore[assignment]
     if cold_graph:
-        index = config.index
-        graph = ColdSearch(
-            graph_from=1,
-            pending_max=0,
-            skip_max=0,
-            shape=GraphShape(index.m, index.ef_construction, index.ef),
-        )
-        share(rt, RecallState(graph))
+        share(rt, RecallState(ColdSearch(graph_from=1)))
     peer = rt.open_peer()
     hashes = {t.chunk_id: content_hash(t.text) for t in corpus.turns}
     sim = Simulation(

@@ -8,7 +8,6 @@ in does not matter.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,13 +18,11 @@ import pytest
 from dreamcycle.daemon.api import recall_models, report_models
 from dreamcycle.daemon.api.client import MemoryClient
 from dreamcycle.daemon.api.client_errors import BadRequest, Conflict, NotFound
-from dreamcycle.daemon.scheduling.cycle_thread import idle_is_reversible
 from dreamcycle.store.timefmt import ms_from_iso
 from tests.api_helpers import ApiDaemon, running_api, wait_applied
 from tests.daemon_helpers import (
     Peer,
     documentation_chunks,
-    thread_policies,
     wait_until,
     write_jsonl,
 )
@@ -334,14 +331,14 @@ def test_a_swept_memory_revived_through_the_api_is_live_after_the_next_cycle(
             memory.revive("0" * 64)
 
 
-def test_the_daemon_searches_a_large_cold_tier_through_its_graph_and_still_finds_it(
+def test_the_daemon_searches_a_large_cold_tier_through_its_index_and_still_finds_it(
     tmp_path: Path,
 ) -> None:
-    """With `recall.cold_graph_from` at 1 the daemon builds the cold tier's graph at start,
-    in a thread of its own behind the requests (where SCHED_IDLE can be left again); every
-    swept chunk is then still recalled by its own embedding, marked cold (some have a
-    live twin of the same text, which ranks above them)."""
-    peer = Peer(tmp_path / "data", "cold_graph_peer", tmp_path / "zeitgeist")
+    """With `recall.cold_graph_from` at 1 the daemon searches the cold tier through the
+    live index, which holds the swept chunks apart: every swept chunk is still recalled
+    by its own embedding, marked cold (some have a live twin of the same text, which ranks
+    above them), and the saved index lists them as cold."""
+    peer = Peer(tmp_path / "data", "cold_index_peer", tmp_path / "zeitgeist")
     rows = documentation_chunks(("assert", "for", "while", "try", "raise"), 20)
     peer.dreamcycle("ingest", str(write_jsonl(tmp_path / "chunks.jsonl", rows)))
     peer.dreamcycle("run", "--once")
@@ -349,23 +346,19 @@ def test_the_daemon_searches_a_large_cold_tier_through_its_graph_and_still_finds
         "sweep", "--percentile", "50", "--min-population", "10",
         settings={"DREAMCYCLE_SWEEP_GRACE_S": "0"},
     )  # fmt: skip
-    swept = peer.query("SELECT content_hash, embedding FROM observations WHERE cold_at IS NOT NULL")
+    swept = peer.query(
+        "SELECT content_hash, embedding, id FROM observations WHERE cold_at IS NOT NULL"
+    )
     assert len(swept) >= 5
     settings = {"DREAMCYCLE_RECALL_COLD_GRAPH_FROM": "1"}
     with running_api(peer, settings) as served, MemoryClient(served.socket_path) as memory:
-        wait_until(
-            lambda: "cold tier graph built" in served.daemon.log(),
-            what="the cold tier's graph",
-            context=served.daemon.log_tail,
-        )
-        if idle_is_reversible() is None:
-            policies = thread_policies(served.daemon.process.pid)
-            assert ("cold-graph", os.SCHED_IDLE) in policies, policies
-        for digest, embedding in swept:
-            # By its own embedding: the live index does not hold it, only the cold search.
+        for digest, embedding, _ in swept:
+            # By its own embedding: a live search does not return it, only the cold search.
             vector = np.frombuffer(embedding, dtype=np.float32).tolist()
             hits = memory.recall(vector, record=False).hits
             assert [hit.cold for hit in hits if hit.content_hash == digest] == [True]
+    meta = json.loads((tmp_path / "data" / "index.hnsw.meta.json").read_text())
+    assert set(meta["cold"]) == {rowid for _, _, rowid in swept}
 
 
 def test_a_filtered_recall_follows_a_project_changed_by_ingest_while_the_daemon_runs(

@@ -195,14 +195,13 @@ def test_the_cycle_runs_at_its_configured_cpu_priority_and_the_rest_at_normal(
     assert {p for look in looks for _, p in look.values()} <= {SCHED_IDLE, SCHED_OTHER}
     names = {tid: name for look in looks for tid, (name, _) in look.items()}
     # Only the cycle's work runs under SCHED_IDLE: its thread, and a batch's threads it
-    # starts; and, beside it, the thread on which the API (served by default) builds the
-    # cold tier's graph, at the cycle's priority too. The threads the cycle starts and
-    # keeps, the embedding model's among them, take its name but must run at normal
-    # priority, as the event loop and the request workers do: of the threads that last,
-    # the cycle's own alone (and the graph's) is ever seen idle, and only if asked.
-    behind_requests = {"cycle", "cold-graph"} if priority == "idle" else set()
+    # starts. The threads the cycle starts and keeps, the embedding model's among them,
+    # take its name but must run at normal priority, as the event loop and the request
+    # workers do: of the threads that last, the cycle's own alone is ever seen idle, and
+    # only if asked.
+    behind_requests = {"cycle"} if priority == "idle" else set()
     assert {names[tid] for tid in idle_at_some_look(set(names))} <= behind_requests
-    lasting_idle = [names[tid] for tid in idle_at_some_look(kept()) if names[tid] != "cold-graph"]
+    lasting_idle = [names[tid] for tid in idle_at_some_look(kept())]
     assert lasting_idle == (["cycle"] if priority == "idle" else [])
     assert len([tid for tid in kept() if names[tid] == "cycle"]) > 1
 

@@ -46,12 +46,12 @@ class ReadOperations(ServedPeer):
     def recall_at_once(self, request: recall_models.RecallRequest) -> bool:
         """Whether this recall may run in the thread that received it rather than in a
         worker's: one by vector that records nothing and is not filtered, while the index
-        has no writer, the cold tier's search needs neither a build nor a read of a large
-        tier (ColdSearch.quick), a read connection is free (one opened now could meet a
+        has no writer, the cold tier's search reads nothing per query beyond what it keeps
+        per state (ColdSearch.quick), a read connection is free (one opened now could meet a
         phase's write lock), and the last recall or context bundle read at the database's
         state now, with no rollback since, so that what it read per state (tier sets, a
         small cold tier's embeddings, learned keys) is cached. Such a recall waits on
-        nothing (a read snapshot, the index's read lock, the cold graph) and is as short
+        nothing (a read snapshot, the index's read lock) and is as short
         as the trip to a worker thread and back it saves (scripts/bench_recall.py)."""
         peer = self._peer
         return (

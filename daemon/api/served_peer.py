@@ -1,5 +1,5 @@
 """The peer the API serves, and what every operation runs on: the connections, the
-embedder, the helper threads and the cold tier's graph, from attach to close.
+embedder, the helper threads and the cold tier's search, from attach to close.
 
 Each operation runs in a worker thread of its own (never the dream cycle's), or, for a
 recall that `recall_at_once` allows, in the server's own thread; either way:
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -34,23 +33,14 @@ from typing import Concatenate, ParamSpec, TypeVar
 from dreamcycle.daemon import defaults
 from dreamcycle.daemon.api.errors import NotReady
 from dreamcycle.daemon.memo import StampedCache
-from dreamcycle.daemon.recall.cold_search import ColdSearch, GraphShape
+from dreamcycle.daemon.recall.cold_search import ColdSearch
 from dreamcycle.daemon.recall.state import RecallState, recall_state, share
 from dreamcycle.daemon.runtime import Peer, Runtime
-from dreamcycle.daemon.scheduling.cycle_thread import CycleThread
 from dreamcycle.daemon.scheduling.requests_first import RequestsFirst
 from dreamcycle.store.database import Database
 from dreamcycle.store.embedder import Embedder
 
 log = logging.getLogger("dreamcycle.api")
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, where the system keeps one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not every system has affinities
-        return os.cpu_count() or 1
 
 
 P = ParamSpec("P")
@@ -95,25 +85,12 @@ class ServedPeer:
         #: The requests in flight, which the attached peer's cycle gives way to.
         self.requests_first = RequestsFirst(config.cycle.give_way_s)
         #: Threads beside the callers': a query's words are searched there while the caller
-        #: embeds the query, the cold tier's graph while it searches the live index, and
-        #: the stored embeddings are read there at attach.
-        self._cores = usable_cores()
+        #: embeds the query, and the stored embeddings are read there at attach.
         self._helper_pool = ThreadPoolExecutor(
             max_workers=config.api.workers, thread_name_prefix="api-helper"
         )
-        #: The cold tier's graph is built on a thread of its own, behind the requests as
-        #: the cycle is (`cycle.cpu_priority`): a build takes a core for tens of seconds, and
-        #: the requests beside it are what it would slow.
-        self._cold_thread = CycleThread("cold-graph", config.cycle.cpu_priority)
         cold_search = ColdSearch(
-            config.recall.cold_graph_from,
-            shape=GraphShape(config.index.m, config.index.ef_construction, config.index.ef),
-            background=self._cold_thread.submit,
-            open_db=lambda: Database(config.database_path, prepare=False),
-            helpers=self._helper_pool,
-            core_to_spare=self._core_to_spare,
-            cache=StampedCache(),
-            vectors=vectors,
+            config.recall.cold_graph_from, cache=StampedCache(), vectors=vectors
         )
         #: What every view (one per connection) recalls with.
         self.recall_state = RecallState(cold_search)
@@ -138,36 +115,6 @@ class ServedPeer:
         # recall reads no embedding from the database. Read in the background meanwhile
         # (recall reads what it misses); the pool's shutdown waits for it.
         self._helper_pool.submit(self._load_stored_vectors)
-        self._cold_thread.submit(self._prepare_cold_search)
-
-    def _prepare_cold_search(self) -> None:
-        # A connection of its own: a build holds it for seconds.
-        self.recall_state.cold_search.prepare(
-            self._view(Database(self._rt.config.database_path, prepare=False))
-        )
-
-    def raise_cold_build_if_starved(self) -> str | None:
-        """Raise the cold tier's graph build to normal priority once it has run
-        COLD_GRAPH_IDLE_LIMIT_S under SCHED_IDLE (other processes keep every core busy,
-        and the tier is searched exactly meanwhile); why, if it was raised now."""
-        seconds = self.recall_state.cold_search.build_seconds()
-        if seconds is None:
-            return None
-        return self._cold_thread.raise_if_holding_up(
-            step_seconds=seconds,
-            waiting_to_write=False,
-            stopping=False,
-            step_limit_s=defaults.COLD_GRAPH_IDLE_LIMIT_S,
-        )
-
-    def _core_to_spare(self) -> bool:
-        """Whether a helper thread would have a core of its own beside the caller's: a
-        running cycle takes one. On two cores, a helper searching the cold graph while a
-        cycle ran made recall by vector slower, not faster (scripts/bench_recall.py with
-        `--cold-share` and cycles running shows it)."""
-        peer = self._peer
-        cycling = peer is not None and peer.cycling
-        return self._cores >= 2 + int(cycling)
 
     def _load_stored_vectors(self) -> None:
         with self._reading() as view:
@@ -185,12 +132,6 @@ class ServedPeer:
 
     def close(self) -> None:
         self.detach()
-        self.recall_state.cold_search.close()
-        # A build ends at its next step, which under SCHED_IDLE may be long in coming.
-        self._cold_thread.raise_if_holding_up(
-            step_seconds=0.0, waiting_to_write=False, stopping=True
-        )
-        self._cold_thread.close()
         self._helper_pool.shutdown(wait=True)
         for db in self._opened:
             db.close()

@@ -185,8 +185,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
             "vector index, learned keys, full text, cold tier"),
     Setting("recall.exact_filter_scale", d.RECALL_EXACT_FILTER_SCALE, "a filter of at most "
             "sqrt(this x live chunks) chunks is searched exactly"),
-    Setting("recall.cold_graph_from", d.RECALL_COLD_GRAPH_FROM, "the API searches a cold tier "
-            "this large through a graph (0: always exactly)"),
+    Setting("recall.cold_graph_from", d.RECALL_COLD_GRAPH_FROM, "recall searches a cold tier "
+            "this large through the index's graph (0: always exactly)"),
     Setting("recall.embeddings_held_mib", d.RECALL_EMBEDDINGS_HELD_MIB, "MiB of stored "
             "embeddings kept in memory to rank from; the rest are read per query"),
     Setting("recall.rrf_k", d.RECALL_RRF_K, "reciprocal-rank fusion constant (larger flattens "

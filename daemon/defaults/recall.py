@@ -30,29 +30,19 @@ RECALL_CANDIDATES: Final = 100
 #: filters cost the same both ways, since whole topics cost more exactly there, so that
 #: neither kind strays far from its faster path.
 RECALL_EXACT_FILTER_SCALE: Final = 500.0
-#: From this many cold chunks on, the API searches the cold tier through a graph of it
-#: rather than reading every cold embedding per query (daemon/recall/cold_search.py). The exact
-#: search costs in proportion to the cold tier (scripts/bench_recall.py `--cold-share`
-#: measures it); below this size it costs less than one k-NN query of the live index of a
-#: store of 100k chunks. 0 searches exactly at every size.
+#: From this many cold chunks on, recall searches the cold tier through the live index's
+#: graph, which keeps cold chunks apart, rather than reading every cold embedding per
+#: query (daemon/recall/cold_search.py). The exact search costs in proportion to the cold
+#: tier (scripts/bench_recall.py `--cold-share` measures it), and holds the tier's
+#: embeddings in memory; below this size it costs less than one k-NN query of the live
+#: index of a store of 100k chunks, and a search of the graph for a tier that small a
+#: share of it visits many chunks per one it keeps. 0 searches exactly at every size.
 RECALL_COLD_GRAPH_FROM: Final = 8_192
 #: MiB of stored embeddings kept in memory to rank candidates from (the rest are read from
 #: the database per query): every embedding of 174,000 chunks of 384 floats. Beyond that a
 #: copy of all of them beside the index's would double a large peer's memory
 #: (scripts/bench_scale.py measures both at a million chunks).
 RECALL_EMBEDDINGS_HELD_MIB: Final = 256
-#: A cold graph is built again once this many chunks went cold since it was built (they
-#: are searched exactly meanwhile: at most a quarter of `recall.cold_graph_from`'s chunks)...
-COLD_GRAPH_PENDING_MAX: Final = 2_048
-#: ... or this many of its chunks left the cold tier (each widens every search by one).
-COLD_GRAPH_SKIP_MAX: Final = 256
-#: A cold graph is built behind the requests (`cycle.cpu_priority`), and raised to normal
-#: priority once it has run this long: other processes then keep every core busy, and
-#: while no graph is ready the whole cold tier is searched exactly. The limit is several
-#: times what a build of a large cold tier takes under SCHED_IDLE beside requests back to
-#: back (scripts/bench_cold_build.py times builds beside requests), so only a build that
-#: other processes starve is raised.
-COLD_GRAPH_IDLE_LIMIT_S: Final = 120.0
 RECALL_RRF_K: Final = ranking.DEFAULT_RRF_K
 RECALL_SALIENCE_BOUND: Final = ranking.DEFAULT_SALIENCE_BOUND
 #: Confidence multiplies relevance by at most 1 +- this; 0 (off) by the efficacy

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import numpy.typing as npt
 
-from dreamcycle.daemon.recall.candidates import candidate_pool
+from dreamcycle.daemon.recall.candidates import candidate_pool, tier_sets_at
 from dreamcycle.daemon.recall.learned_ranking import (
     COLD_META_KEY,
     INTRINSIC_META_KEY,
@@ -289,13 +289,20 @@ def _vector_list(peer: Peer, query: npt.NDArray[np.float32], pool: int, stamp: s
     similarity = {
         int(label): 1.0 - float(d) for label, d in zip(labels[0], distances[0], strict=True)
     }
-    cold_labels, cold_vectors = recall_state(peer.runtime).cold_search.cold_vectors(
-        peer.runtime, stamp
-    )
-    if len(cold_labels):
-        cosines = cold_vectors @ query
-        for i in np.argsort(-cosines, kind="stable")[:pool]:
-            similarity[int(cold_labels[i])] = float(cosines[i])
+    rt = peer.runtime
+    cold_search = recall_state(rt).cold_search
+    cold = tier_sets_at(rt, stamp).cold
+    found = cold_search.begin(rt, stamp, cold, query, pool, peer.index)()
+    if len(found.cosines) and len(found.cosines) == len(found.labels):
+        # Through the index's cold labels, which measured each cosine.
+        for label, cosine in zip(found.labels.tolist(), found.cosines.tolist(), strict=True):
+            similarity[int(label)] = cosine
+    else:
+        cold_labels, cold_vectors = cold_search.cold_vectors(rt, stamp)
+        if len(cold_labels):
+            cosines = cold_vectors @ query
+            for i in np.argsort(-cosines, kind="stable")[:pool]:
+                similarity[int(cold_labels[i])] = float(cosines[i])
     return sorted(similarity, key=lambda label: (-similarity[label], label))[:pool]
 
 

@@ -2,11 +2,11 @@
 
 Four retrievers: the HNSW index (live chunks; under a narrow filter an exact search of
 the matching chunks), learned keys (daemon.recall.retrieval_keys), full text (BM25 over content
-and over learned words, both tiers) and an exact search of the cold tier. Every
-candidate is then re-scored exactly from its stored embedding (beyond what recall holds in
-memory, by the cosine the live index's or the cold tier graph's search measured against its
-copy of it), and carries what ranking multiplies by (salience,
-confidence, size) when a bound needs them.
+and over learned words, both tiers) and the cold tier's search (daemon.recall.cold_search:
+exact while the tier is small, else the index's cold labels). Every candidate is then
+re-scored exactly from its stored embedding (beyond what recall holds in memory, by the
+cosine the index's search measured against its copy of it), and carries what ranking
+multiplies by (salience, confidence, size) when a bound needs them.
 """
 
 from __future__ import annotations
@@ -93,12 +93,13 @@ def candidate_pool(
     pool = cfg.candidates
     # One read of the database's state serves the index check and both caches.
     stamp = db.change_stamp()
-    tiers = _tier_sets(rt, stamp)
-    # The cold tier is searched (on a helper thread, in the API) while this one searches
-    # the live tier.
-    cold_candidates = recall_state(rt).cold_search.begin(rt, stamp, tiers.cold, vector, pool)
+    tiers = tier_sets_at(rt, stamp)
     # Without one of its own (a one-shot command), the daemon's saved index, loaded once.
     index = index if index is not None else rt.saved_index(stamp)
+    # The cold tier is searched (on a helper thread, in the API) while this one searches
+    # the live tier.
+    cold_search = recall_state(rt).cold_search
+    cold_candidates = cold_search.begin(rt, stamp, tiers.cold, vector, pool, index)
     nearest = _vector_candidates(rt, vector, pool, index, allowed)
     labels = set(nearest.labels.tolist())
     key_scores = key_scores_of(rt, vector, stamp, keys)
@@ -196,7 +197,7 @@ def _weights(rt: Runtime) -> RankingWeights:
     )
 
 
-def _tier_sets(rt: Runtime, stamp: str) -> read_paths.TierSets:
+def tier_sets_at(rt: Runtime, stamp: str) -> read_paths.TierSets:
     """Tombstoned and cold chunks, read once per database state `stamp`."""
     if read_paths.in_write_transaction(rt.db):
         return read_paths.tier_sets(rt.db)
@@ -218,8 +219,8 @@ def _cosines(
     """The exact cosine of `vector` to each chunk's stored embedding; -1 without one.
 
     Those recall does not hold in memory take the cosine a vector retriever's search
-    measured for them (the live index's or the cold tier graph's copy of the vector,
-    within 1e-7 of the database's), and the rest come from `index` where it holds them
+    measured for them (the index's copy of the vector, live or cold, within 1e-7 of the
+    database's), and the rest come from `index` where it holds them
     live: asking the index for a vector builds it one Python float at a time, which at a
     million chunks costs more than the search itself.
 

@@ -33,7 +33,11 @@ class RecallState:
     def of(cls, rt: Runtime) -> RecallState:
         """A state holding as many stored embeddings as `rt`'s configuration lets it."""
         held_bytes = rt.config.recall.embeddings_held_mib * BYTES_PER_MIB
-        return cls(ColdSearch(vectors=StoredVectors(held_bytes=held_bytes)))
+        return cls(
+            ColdSearch(
+                rt.config.recall.cold_graph_from, vectors=StoredVectors(held_bytes=held_bytes)
+            )
+        )
 
     @property
     def cache(self) -> StampedCache:

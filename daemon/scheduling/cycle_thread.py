@@ -11,9 +11,7 @@ priority, left recall by vector and filtered recall within their spread, and ran
 cycles (scripts/bench_recall.py `--cpu-priority` compares the two). Ten nice steps had
 not helped: under EEVDF a woken thread preempts one of lower weight only when its own
 deadline comes first, while any normal thread that wakes preempts a SCHED_IDLE one at
-once. The API builds the cold tier's graph in a second such thread
-(daemon/api/served_peer.py), a long stretch of a core's work that no request waits for
-(scripts/bench_cold_build.py times requests beside it).
+once.
 
 Threads a call starts and keeps (onnxruntime's, with the embedding model) would stay
 under SCHED_IDLE for good, so whatever starts them runs `at_normal_priority`: the service

@@ -283,17 +283,10 @@ class Service:
 
     async def _keep_cycle_from_holding_up(self) -> None:
         """Raise the cycle's step under SCHED_IDLE to normal priority once it holds up a
-        stop, a request or the watchdog (`CycleThread.raise_if_holding_up`); and the cold
-        tier's graph build once it starves (`Operations.raise_cold_build_if_starved`)."""
+        stop, a request or the watchdog (`CycleThread.raise_if_holding_up`)."""
         requests = None if self.api is None else self.api.requests_first
         while True:
             await trio.sleep(defaults.CYCLE_PRIORITY_CHECK_S)
-            cold_reason = None if self.api is None else self.api.raise_cold_build_if_starved()
-            if cold_reason is not None:
-                log.info(
-                    "cold tier graph build raised to normal CPU priority",
-                    extra={"reason": cold_reason},
-                )
             stalled = self.health.stalled()
             if stalled is None:
                 continue
