@@ -34,7 +34,8 @@ from dreamcycle.store.index_input import (
 )
 from dreamcycle.store.index_labels import LiveLabels
 from dreamcycle.store.index_persistence import load_saved, new_engine, save_engine
-from dreamcycle.store.index_search import search_engine, search_exhaustively
+from dreamcycle.store.index_search import first_in_tier, search_engine, search_exhaustively
+from dreamcycle.store.index_tiers import TierMoves
 from dreamcycle.store.readers_writer_lock import ReadersWriterLock
 
 #: Links per element of the graph (hnswlib's M): more raise recall and memory alike;
@@ -51,7 +52,7 @@ GROWTH_FACTOR: Final = 2
 _ADD_THREADS: Final = 1
 
 
-class HnswIndex:
+class HnswIndex(TierMoves):
     """Cosine k-NN over live chunks, and over cold ones when asked: one graph holds both
     tiers, each search kept to its own by a filter. Deleted labels (tombstoned) are never
     returned; cold and deleted ones come back only through `restore` (a chunk revived).
@@ -253,47 +254,6 @@ class HnswIndex:
             self._labels.add_live(new_labels)
             self._unsaved_changes += 1
 
-    def mark_deleted(self, labels: Labels) -> None:
-        """Delete live or cold `labels` from every search (tombstones); unknown or already
-        deleted labels are ignored."""
-        label_array = as_labels(labels, "labels")
-        with self._lock.writing():
-            removed = self._labels.searchable_of(label_array)
-            for label in removed:
-                self._engine.mark_deleted(label)
-                self._unsaved_changes += 1
-            self._labels.tombstone(removed)
-
-    def set_cold(self, labels: Labels) -> None:
-        """Move live `labels` to the cold tier: kept in the graph, searched only with
-        `cold`. Deleted labels the engine holds are unmarked into it too (cold chunks of a
-        file saved when the engine marked them deleted); cold or unknown labels are ignored."""
-        label_array = as_labels(labels, "labels")
-        with self._lock.writing():
-            live, unmark = self._labels.to_cool(label_array, self._held_labels)
-            for label in unmark:
-                self._engine.unmark_deleted(label)
-            self._labels.cool(live + unmark)
-            self._unsaved_changes += len(live) + len(unmark)
-
-    def restore(self, labels: Labels, vectors: Vectors) -> None:
-        """Make cold or deleted labels live again (a chunk revived): cold labels at once,
-        deleted ones the engine holds unmarked, those it never held added with their vector.
-        Live labels are left as they are."""
-        label_array, vector_array = as_labelled(labels, vectors, self._dim)
-        with self._lock.writing():
-            cold, unmark, missing = self._labels.to_restore(label_array, self._held_labels)
-            for label in unmark:
-                self._engine.unmark_deleted(label)
-            self._unsaved_changes += len(cold) + len(unmark)
-            self._labels.revive(cold + unmark, label_array[missing].tolist())
-        if missing:
-            self.add(label_array[missing], vector_array[missing])
-
-    def _held_labels(self) -> set[int]:
-        """Every label the engine holds, marked deleted or not (under the caller's lock)."""
-        return set(np.asarray(self._engine.get_ids_list(), dtype=np.int64).tolist())
-
     def knn_many(
         self,
         vectors: Vectors,
@@ -315,6 +275,29 @@ class HnswIndex:
             width = min(k, self._labels.eligible(allowed, cold=cold))
             if width == 0 or len(queries) == 0:
                 return empty_answer(len(queries), width)
+            fetch = self._labels.overfetch(width, cold=cold) if allowed is None else None
+            wide = None if fetch is None else search_engine(self._engine, queries, fetch, None)
+            if wide is not None:
+                flags = self._labels.in_tier(np.asarray(wide[0], dtype=np.int64), cold=cold)
+                picked, short = first_in_tier(wide, flags, width)
+        if wide is not None:
+            if not short.any():
+                return ordered_answer(*picked)
+            # A row the wider search left short is asked again alone through the filter.
+            rows = [ordered_answer(picked[0][[i]], picked[1][[i]]) if not short[i] else
+                    self._filtered(queries[[i]], k, allowed, cold) for i in range(len(queries))]  # fmt: skip
+            return stacked_answers(rows)
+        return self._filtered(queries, k, allowed, cold)
+
+    def _filtered(
+        self, queries: Vectors, k: int, allowed: AbstractSet[int] | None, cold: bool
+    ) -> tuple[Labels, Distances]:
+        """`knn_many` through hnswlib's filter, which calls back into Python (under the GIL)
+        for every element it visits."""
+        with self._lock.reading():
+            width = min(k, self._labels.eligible(allowed, cold=cold))
+            if width == 0:
+                return empty_answer(len(queries), width)
             admit = self._labels.admit(allowed, cold=cold)
             found = search_engine(self._engine, queries, width, admit)
         if found is None and len(queries) > 1:
@@ -322,7 +305,7 @@ class HnswIndex:
             # answer (peers batch the same queries differently), and only the rows that
             # starve alone need the exhaustive search.
             return stacked_answers(
-                [self.knn_many(row[None, :], k, allowed=allowed, cold=cold) for row in queries]
+                [self._filtered(row[None, :], k, allowed, cold) for row in queries]
             )
         if found is None:
             with self._lock.writing():

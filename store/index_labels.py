@@ -7,6 +7,7 @@ with its hnswlib engine.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from typing import Final
@@ -19,6 +20,17 @@ from dreamcycle.pulses.vectors import Labels
 #: Labels (rowids) from this one on are checked one by one rather than through the
 #: array of live flags, which so stays within 64 MiB.
 MAX_MASKED_LABEL: Final = 1 << 26
+#: While some chunks are cold, a search of one tier asks hnswlib for this many times the
+#: neighbours that tier's share of the graph calls for, unfiltered, and keeps that tier's:
+#: hnswlib's own filter calls back into Python, under the GIL, for every element it
+#: visits, so any Python thread beside it (a cycle) held every search up, to tens of
+#: milliseconds. A row left short is asked again through the filter.
+OVERFETCH: Final = 1.5
+#: ... plus this many, for the small widths propagation asks for.
+OVERFETCH_SLACK: Final = 8
+#: Below this share of the graph, a tier is searched through the filter: a wider search
+#: would ask for too many neighbours.
+MIN_OVERFETCH_SHARE: Final = 0.1
 
 
 class LabelMask:
@@ -72,6 +84,7 @@ class LiveLabels:
         self._mask = LabelMask(live)
         self._deleted = deleted
         self._cold = cold if cold is not None else set()
+        self._cold_mask = LabelMask(self._cold)
         #: Changes of the cold set: what a cold search kept about it stays right until then.
         self.cold_changes = 0
 
@@ -126,6 +139,26 @@ class LiveLabels:
         if not self._cold:
             return None if allowed is None else allowed.__contains__
         return self._live.__contains__ if allowed is None else (self._live & allowed).__contains__
+
+    def overfetch(self, width: int, *, cold: bool = False) -> int | None:
+        """How many neighbours to ask for, unfiltered, to find `width` of one tier (see
+        OVERFETCH); None to search through the filter (no cold chunks, or a small tier)."""
+        if not self._cold:
+            return None
+        unmarked = len(self._live) + len(self._cold)
+        share = (len(self._cold) if cold else len(self._live)) / unmarked
+        if share < MIN_OVERFETCH_SHARE:
+            return None
+        return min(unmarked, math.ceil(width / share * OVERFETCH) + OVERFETCH_SLACK)
+
+    def in_tier(
+        self, labels: npt.NDArray[np.int64], *, cold: bool = False
+    ) -> npt.NDArray[np.bool_]:
+        """Which of `labels` (any shape) are live, or with `cold` cold."""
+        flat = labels.ravel()
+        if cold:
+            return self._cold_mask.among(flat, self._cold).reshape(labels.shape)
+        return self._mask.among(flat, self._live).reshape(labels.shape)
 
     def unknown_positions(self, labels: Labels) -> list[int]:
         """The positions in `labels` of those in no state."""
@@ -184,6 +217,7 @@ class LiveLabels:
         cold = self._cold.intersection(labels)
         if cold:
             self._cold.difference_update(cold)
+            self._cold_mask.mark(list(cold), live=False)
             self.cold_changes += 1
         self._live.difference_update(labels)
         self._deleted.update(labels)
@@ -212,6 +246,7 @@ class LiveLabels:
         self._deleted.difference_update(labels)
         self._cold.update(labels)
         self._mask.mark(labels, live=False)
+        self._cold_mask.mark(labels, live=True)
         self.cold_changes += 1
 
     def revive(self, revived: list[int], readded: list[int]) -> None:
@@ -220,6 +255,7 @@ class LiveLabels:
         cold = self._cold.intersection(revived)
         if cold:
             self._cold.difference_update(cold)
+            self._cold_mask.mark(list(cold), live=False)
             self.cold_changes += 1
         self._deleted.difference_update(revived)
         self._deleted.difference_update(readded)

@@ -1,13 +1,17 @@
-"""How the live index asks its hnswlib engine: one search of a batch, and the exhaustive
-search a starved one falls back to. `HnswIndex.knn_many` decides which, under its lock."""
+"""How the live index asks its hnswlib engine: one search of a batch, the exhaustive
+search a starved one falls back to, and the picking of one tier's labels from a wider
+search of both. `HnswIndex.knn_many` decides which, under its lock."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, Final
 
-from dreamcycle.pulses.vectors import Vectors
-from dreamcycle.store.index_input import IndexQueryFailed
+import numpy as np
+import numpy.typing as npt
+
+from dreamcycle.pulses.vectors import Labels, Vectors
+from dreamcycle.store.index_input import Distances, IndexQueryFailed
 
 #: Let hnswlib spread a batch of queries over all cores (results do not depend on it).
 QUERY_THREADS: Final = -1
@@ -45,3 +49,20 @@ def search_exhaustively(
     finally:
         engine.set_ef(ef)
     return found
+
+
+def first_in_tier(
+    wide: RawAnswer, in_tier: npt.NDArray[np.bool_], width: int
+) -> tuple[tuple[Labels, Distances], npt.NDArray[np.bool_]]:
+    """Of a wider search's answer, each row's first `width` labels that `in_tier` flags,
+    in the search's order; and which rows have fewer (their picks are meaningless)."""
+    labels = np.asarray(wide[0], dtype=np.int64)
+    distances = np.asarray(wide[1], dtype=np.float32)
+    keep = in_tier & (np.cumsum(in_tier, axis=1) <= width)
+    short: npt.NDArray[np.bool_] = keep.sum(axis=1) < width
+    rows = np.flatnonzero(~short)
+    picked_labels = np.zeros((len(labels), width), dtype=np.int64)
+    picked_distances = np.zeros((len(labels), width), dtype=np.float32)
+    picked_labels[rows] = labels[rows][keep[rows]].reshape(-1, width)
+    picked_distances[rows] = distances[rows][keep[rows]].reshape(-1, width)
+    return (picked_labels, picked_distances), short

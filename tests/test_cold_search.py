@@ -138,8 +138,12 @@ def test_chunks_the_index_has_not_caught_up_with_are_found_and_those_that_left_a
         tiers.revive(rt.db, left)
     assert _search(rt, search, _vector_of(rt, went_cold), index)[0] == went_cold
     assert left not in _search(rt, search, _vector_of(rt, left), index)
-    for query in _queries(rt, 10):
-        assert _search(rt, search, query, index) == _exact(rt, query)
+    # Approximate, as any search of the index: what it finds, beside exactly what it missed.
+    shares = [
+        len(set(_search(rt, search, query, index)) & set(_exact(rt, query))) / POOL
+        for query in _queries(rt, 10)
+    ]
+    assert np.mean(shares) >= 0.95
     # Once the index follows, nothing is left to search beside it.
     index.set_cold(np.array([went_cold]))
     index.restore(np.array([left]), _vector_of(rt, left)[None, :])

@@ -1,20 +1,23 @@
 """The live index's cold tier: one graph for both tiers, each search kept to its own.
 
-Cold chunks stay in the graph, unmarked, and are searched only when asked for; a live
-search must answer exactly as if they were marked deleted (what the index did before it
-kept them, and what propagation's answers on every peer rest on).
+Cold chunks stay in the graph, unmarked, and are searched only when asked for: a live
+search never returns one, finds what brute force finds among live chunks, and answers a
+row the same in any batch (what propagation's answers on every peer rest on).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from dreamcycle.store import index_graph
 from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
 from dreamcycle.store.index_file import meta_path
+from dreamcycle.store.index_search import search_engine
 from tests.test_store_index import (
     DIM,
     VERSION,
@@ -43,22 +46,66 @@ def _twins(tmp_path: Path) -> tuple[HnswIndex, HnswIndex, np.ndarray]:
     return marked, apart, vectors
 
 
-def test_a_live_search_answers_as_if_the_cold_chunks_were_marked_deleted(
+def test_a_live_search_finds_what_brute_force_finds_among_live_chunks_alone(
     tmp_path: Path,
 ) -> None:
-    marked, apart, _ = _twins(tmp_path)
+    _, apart, vectors = _twins(tmp_path)
+    live = np.setdiff1d(labels_range(0, CHUNKS), COLD)
     queries = clustered_unit_vectors(80, seed=3)
-    for k in (1, K, 64):
-        expected = marked.knn_many(queries, k)
-        found = apart.knn_many(queries, k)
-        assert np.array_equal(found[0], expected[0])
-        assert np.array_equal(found[1], expected[1])
-    assert not set(apart.knn_many(queries, K)[0].ravel().tolist()) & set(COLD.tolist())
-    allowed = frozenset(range(0, CHUNKS, 2))  # half of them cold as well
-    expected = marked.knn_many(queries, K, allowed=allowed)
-    found = apart.knn_many(queries, K, allowed=allowed)
-    assert np.array_equal(found[0], expected[0])
-    assert apart.live_count == marked.live_count == CHUNKS - len(COLD)
+    for k in (1, 3, K, 64):
+        labels, distances = apart.knn_many(queries, k)
+        assert labels.shape == (len(queries), k)
+        assert not set(labels.ravel().tolist()) & set(COLD.tolist())
+        exact, _ = brute_force_knn(live, vectors[live], queries, k)
+        found = np.mean([len(set(a) & set(b)) / k for a, b in zip(labels, exact, strict=True)])
+        assert found >= 0.95, (k, found)
+        expected = 1.0 - np.sum(vectors[labels[:, 0]] * queries, axis=1)
+        assert np.allclose(distances[:, 0], expected, atol=1e-5)
+    assert apart.live_count == CHUNKS - len(COLD)
+
+
+def test_a_batch_answers_each_row_as_it_would_be_answered_alone(tmp_path: Path) -> None:
+    """Peers batch the same queries differently (propagation asks a batch's seeds at once):
+    with cold chunks set apart, each row's answer must not depend on its batch."""
+    _, apart, _ = _twins(tmp_path)
+    queries = clustered_unit_vectors(40, seed=6)
+    for cold in (False, True):
+        labels, distances = apart.knn_many(queries, K, cold=cold)
+        for i, query in enumerate(queries):
+            alone = apart.knn_many(query[None, :], K, cold=cold)
+            assert np.array_equal(alone[0][0], labels[i])
+            assert np.array_equal(alone[1][0], distances[i])
+
+
+def test_a_row_whose_neighbours_are_cold_is_asked_again_through_the_filter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query among cold chunks only: the wider search finds too few live ones, and that
+    row alone is searched again through hnswlib's filter, which answers as the deletion
+    marks did."""
+    index, vectors = built_index(tmp_path / "index.bin", CHUNKS)
+    index.save("s")
+    marked = HnswIndex.load(tmp_path / "index.bin", DIM, VERSION)
+    apart = HnswIndex.load(tmp_path / "index.bin", DIM, VERSION)
+    query = vectors[0]
+    # Its nearest 150 cold: more than a search of K live neighbours widens to.
+    nearest_first = np.argsort(vectors @ query)[::-1]
+    cold = nearest_first[:150].astype(np.int64)
+    marked.mark_deleted(cold)
+    apart.set_cold(cold)
+    filters: list[object] = []
+
+    def counted(engine: Any, queries: np.ndarray, width: int, admit: Any) -> Any:
+        filters.append(admit)
+        return search_engine(engine, queries, width, admit)
+
+    monkeypatch.setattr(index_graph, "search_engine", counted)
+    rows = np.stack([vectors[nearest_first[-1]], query])
+    labels, distances = apart.knn_many(rows, K)
+    assert [admit is not None for admit in filters] == [False, True]
+    expected = marked.knn_many(query[None, :], K)
+    assert np.array_equal(labels[1], expected[0][0])
+    assert np.array_equal(distances[1], expected[1][0])
 
 
 def test_a_cold_search_finds_the_cold_chunks_nearest_a_query(tmp_path: Path) -> None:

@@ -13,10 +13,9 @@ follows, and a one-shot command reads the saved index): chunks cold in the datab
 the index does not hold apart are searched exactly beside it (the pending ones), and those
 it holds apart that are not cold are dropped from its answer.
 
-The cold search runs in the caller's thread, after the live one: both searches call back
-into Python for every element they visit (the filter that keeps each to its tier), so a
-helper thread searching beside the caller would wait for the GIL whenever the caller runs
-Python, up to a switch interval each time. Which chunks are cold never depends on the
+The cold search runs in the caller's thread, after the live one: both are short, and
+neither holds the GIL for long (store/index_labels.py `OVERFETCH` says how each keeps to
+its tier without calling back into Python). Which chunks are cold never depends on the
 index: only which cold candidates a query finds, and ranking then scores every candidate
 by its exact cosine.
 """
