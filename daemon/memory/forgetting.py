@@ -117,12 +117,14 @@ def _information(
 ) -> tuple[npt.NDArray[np.float64], sweep_words.SweepRows]:
     """Each chunk's information content, from its kept words or its text (read and
     tokenized WORDS_BATCH chunks at a time); and `rows` with every chunk's words."""
-    missing: list[int] = rows.labels[rows.word_counts < 0].tolist()
+    # An array, sliced into lists batch by batch: a first sweep of a large store meets every
+    # chunk here, and a million Python ints at once raised its peak memory.
+    missing = rows.labels[rows.word_counts < 0]
     numbers_read: list[npt.NDArray[np.uint32]] = []
     counts_read: list[npt.NDArray[np.int64]] = []
     unseen: dict[str, int] = {}  # a dry run's numbers for words not numbered yet
     for start in range(0, len(missing), WORDS_BATCH):
-        part = missing[start : start + WORDS_BATCH]
+        part: list[int] = missing[start : start + WORDS_BATCH].tolist()
         texts = sweep_words.texts_of(rt.db, part)
         words = {label: distinct_words(texts[label]) for label in part}
         if keep_words:
@@ -144,7 +146,7 @@ def _information(
     missing_numbers = _joined(numbers_read, sweep_words.WORD_ID_DTYPE)
     missing_counts = _joined(counts_read, np.dtype(np.int64))
     numbers, lengths = sweep_words.word_arrays(rows, missing_numbers, missing_counts)
-    if missing:
+    if len(missing):
         rows = replace(rows, word_numbers=numbers, word_counts=lengths)
     return information_of_words(numbers, lengths), rows
 
