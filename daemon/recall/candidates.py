@@ -96,8 +96,8 @@ def candidate_pool(
     tiers = tier_sets_at(rt, stamp)
     # Without one of its own (a one-shot command), the daemon's saved index, loaded once.
     index = index if index is not None else rt.saved_index(stamp)
-    # The cold tier is searched (on a helper thread, in the API) while this one searches
-    # the live tier.
+    # What the cold tier's search reads of the database is read now, in this snapshot; the
+    # index is searched once the live tier has been.
     cold_search = recall_state(rt).cold_search
     cold_candidates = cold_search.begin(rt, stamp, tiers.cold, vector, pool, index)
     nearest = _vector_candidates(rt, vector, pool, index, allowed)
