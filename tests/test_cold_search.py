@@ -4,6 +4,7 @@ the tier where the index has not caught up, and measures the cosines it returns.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,12 @@ from dreamcycle.daemon.recall.candidates import WordMatches
 from dreamcycle.daemon.recall.cold_search import ColdSearch
 from dreamcycle.daemon.recall.retrieve import rank_query
 from dreamcycle.daemon.recall.state import recall_state
-from dreamcycle.daemon.runtime import Runtime
+from dreamcycle.daemon.runtime import Runtime, save_index
 from dreamcycle.pulses.ranking import best_labels
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.database import NewObservation
 from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.index_file import meta_path
 from dreamcycle.store.read_paths import StoredVectors
 
 NOW_MS = 1_700_000_000_000
@@ -196,3 +198,24 @@ def test_recall_takes_the_index_s_cosines_for_cold_chunks_it_does_not_hold(
     assert [hit.similarity for hit in hits] == pytest.approx(
         [hit.similarity for hit in reference], abs=1e-6
     )
+
+
+def test_an_index_saved_with_its_cold_chunks_marked_deleted_holds_them_apart_once_opened(
+    rt: Runtime,
+) -> None:
+    """An index file saved before the index kept cold chunks (marked deleted there, no cold
+    list in its meta) is opened as saved, not rebuilt, and its cold chunks are unmarked
+    into the cold tier, where the search finds them."""
+    index = _index(rt)
+    cold = np.array(sorted(_cold(rt)), dtype=np.int64)
+    index.mark_deleted(cold)  # as a sweep left them before
+    save_index(rt.db, index)
+    sidecar = meta_path(rt.config.index_path)
+    fields = json.loads(sidecar.read_text())
+    assert fields.pop("cold") == []
+    sidecar.write_text(json.dumps(fields))
+    opened, rebuilt_because = rt.open_index()
+    assert rebuilt_because is None
+    assert opened.cold_labels() == set(cold.tolist())
+    query = _vector_of(rt, int(cold[0]))
+    assert opened.knn_many(query[None, :], 1, cold=True)[0][0, 0] == cold[0]
