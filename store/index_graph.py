@@ -28,14 +28,12 @@ from dreamcycle.store.index_input import (
     as_vectors,
     check_positive,
     empty_answer,
-    ordered_answer,
     preview,
-    stacked_answers,
 )
 from dreamcycle.store.index_labels import LiveLabels
 from dreamcycle.store.index_persistence import load_saved, new_engine, save_engine
-from dreamcycle.store.index_search import first_in_tier, search_engine, search_exhaustively
-from dreamcycle.store.index_tiers import TierMoves
+from dreamcycle.store.index_search import search_engine
+from dreamcycle.store.index_tiers import Tiers
 from dreamcycle.store.readers_writer_lock import ReadersWriterLock
 
 #: Links per element of the graph (hnswlib's M): more raise recall and memory alike;
@@ -52,7 +50,7 @@ GROWTH_FACTOR: Final = 2
 _ADD_THREADS: Final = 1
 
 
-class HnswIndex(TierMoves):
+class HnswIndex(Tiers):
     """Cosine k-NN over live chunks, and over cold ones when asked: one graph holds both
     tiers, each search kept to its own by a filter. Deleted labels (tombstoned) are never
     returned; cold and deleted ones come back only through `restore` (a chunk revived).
@@ -277,43 +275,33 @@ class HnswIndex(TierMoves):
                 return empty_answer(len(queries), width)
             fetch = self._labels.overfetch(width, cold=cold) if allowed is None else None
             wide = None if fetch is None else search_engine(self._engine, queries, fetch, None)
-            if wide is not None:
-                flags = self._labels.in_tier(np.asarray(wide[0], dtype=np.int64), cold=cold)
-                picked, short = first_in_tier(wide, flags, width)
-        if wide is not None:
-            if not short.any():
-                return ordered_answer(*picked)
-            # A row the wider search left short is asked again alone through the filter.
-            rows = [ordered_answer(picked[0][[i]], picked[1][[i]]) if not short[i] else
-                    self._filtered(queries[[i]], k, allowed, cold) for i in range(len(queries))]  # fmt: skip
-            return stacked_answers(rows)
-        return self._filtered(queries, k, allowed, cold)
+            picked = None if wide is None else self._pick(wide, width, cold)
+        if picked is None:
+            return self._filtered(queries, k, allowed, cold)
+        return self._completed(picked, queries, k, cold)
 
-    def _filtered(
-        self, queries: Vectors, k: int, allowed: AbstractSet[int] | None, cold: bool
-    ) -> tuple[Labels, Distances]:
-        """`knn_many` through hnswlib's filter, which calls back into Python (under the GIL)
-        for every element it visits."""
+    def knn_tiers(
+        self, vectors: Vectors, k_live: int, k_cold: int
+    ) -> tuple[tuple[Labels, Distances], tuple[Labels, Distances]]:
+        """`knn_many` of the live tier (`k_live`) and of the cold one (`k_cold`) from one
+        search of the graph, where one tier alone would widen it as far: what recall asks
+        of a store with a cold tier."""
+        queries = as_vectors(vectors, self._dim, "query vectors")
         with self._lock.reading():
-            width = min(k, self._labels.eligible(allowed, cold=cold))
-            if width == 0:
-                return empty_answer(len(queries), width)
-            admit = self._labels.admit(allowed, cold=cold)
-            found = search_engine(self._engine, queries, width, admit)
-        if found is None and len(queries) > 1:
-            # Each row as it would be answered alone: a batch must not change any row's
-            # answer (peers batch the same queries differently), and only the rows that
-            # starve alone need the exhaustive search.
-            return stacked_answers(
-                [self._filtered(row[None, :], k, allowed, cold) for row in queries]
-            )
-        if found is None:
-            with self._lock.writing():
-                where = f"{self._labels.live_count} live chunks in {self._path}"
-                found = search_exhaustively(
-                    self._engine, queries, width, admit, ef=self._ef, where=where
-                )
-        return ordered_answer(*found)
+            widths = (min(k_live, self._labels.live_count), min(k_cold, self._labels.cold_count))
+            live_fetch = self._labels.overfetch(widths[0])
+            cold_fetch = self._labels.overfetch(widths[1], cold=True)
+            wide = None
+            if live_fetch and cold_fetch and all(widths) and len(queries):
+                fetch = max(live_fetch, cold_fetch)
+                wide = search_engine(self._engine, queries, fetch, None)
+            if wide is not None:
+                live, cold = self._pick(wide, widths[0], False), self._pick(wide, widths[1], True)
+        if wide is None:
+            return self.knn_many(queries, k_live), self.knn_many(queries, k_cold, cold=True)
+        return self._completed(live, queries, k_live, False), self._completed(
+            cold, queries, k_cold, True
+        )
 
     def vectors(self, labels: Labels) -> Vectors:
         """The stored (unit-length) vectors of live `labels`, shape (len(labels), dim)."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dreamcycle.store import index_graph
+from dreamcycle.store import index_graph, index_tiers
 from dreamcycle.store.index import HnswIndex, IndexUnusable, Unusable, open_or_rebuild
 from dreamcycle.store.index_file import meta_path
 from dreamcycle.store.index_search import search_engine
@@ -99,7 +99,8 @@ def test_a_row_whose_neighbours_are_cold_is_asked_again_through_the_filter(
         filters.append(admit)
         return search_engine(engine, queries, width, admit)
 
-    monkeypatch.setattr(index_graph, "search_engine", counted)
+    for module in (index_graph, index_tiers):
+        monkeypatch.setattr(module, "search_engine", counted)
     rows = np.stack([vectors[nearest_first[-1]], query])
     labels, distances = apart.knn_many(rows, K)
     assert [admit is not None for admit in filters] == [False, True]
@@ -218,3 +219,26 @@ def test_a_rebuild_refuses_cold_labels_without_a_vector(tmp_path: Path) -> None:
         open_or_rebuild(
             tmp_path / "index.bin", DIM, VERSION, expected_stamp="s", load_all=database.load_all
         )
+
+
+def test_one_search_answers_both_tiers_as_each_alone_would(tmp_path: Path) -> None:
+    """`knn_tiers`, recall's search of both tiers at once: each tier's answer holds that
+    tier's chunks only and finds what brute force finds among them."""
+    _, apart, vectors = _twins(tmp_path)
+    live = np.setdiff1d(labels_range(0, CHUNKS), COLD)
+    queries = clustered_unit_vectors(60, seed=7)
+    (live_labels, live_distances), (cold_labels, _) = apart.knn_tiers(queries, K, 2 * K)
+    assert live_labels.shape == (len(queries), K)
+    assert cold_labels.shape == (len(queries), 2 * K)
+    assert set(live_labels.ravel().tolist()) <= set(live.tolist())
+    assert set(cold_labels.ravel().tolist()) <= set(COLD.tolist())
+    for found, pool, k in ((live_labels, live, K), (cold_labels, COLD, 2 * K)):
+        exact, _ = brute_force_knn(pool, vectors[pool], queries, k)
+        share = np.mean([len(set(a) & set(b)) / k for a, b in zip(found, exact, strict=True)])
+        assert share >= 0.95
+    expected = 1.0 - np.sum(vectors[live_labels[:, 0]] * queries, axis=1)
+    assert np.allclose(live_distances[:, 0], expected, atol=1e-5)
+    # With no cold chunk, the live tier as knn_many answers it, and no cold one.
+    index, _ = built_index(tmp_path / "plain.bin", 50)
+    (plain, _), (none, _) = index.knn_tiers(queries, K, K)
+    assert np.array_equal(plain, index.knn_many(queries, K)[0]) and none.shape == (60, 0)

@@ -96,11 +96,16 @@ def candidate_pool(
     tiers = tier_sets_at(rt, stamp)
     # Without one of its own (a one-shot command), the daemon's saved index, loaded once.
     index = index if index is not None else rt.saved_index(stamp)
-    # What the cold tier's search reads of the database is read now, in this snapshot; the
-    # index is searched once the live tier has been.
-    cold_search = recall_state(rt).cold_search
-    cold_candidates = cold_search.begin(rt, stamp, tiers.cold, vector, pool, index)
-    nearest = _vector_candidates(rt, vector, pool, index, allowed)
+    # What the cold tier's search reads of the database is read now, in this snapshot.
+    cold_query = recall_state(rt).cold_search.start(rt, stamp, tiers.cold, vector, pool, index)
+    if cold_query.answered is None and allowed is None and index is not None:
+        # Both tiers from one search of the graph, which either alone would widen as far.
+        live_found, cold_found_in_index = index.knn_tiers(vector[None, :], pool, cold_query.width)
+        nearest = Measured(live_found[0][0], 1.0 - live_found[1][0].astype(np.float64))
+        cold_found = cold_query.finish(cold_found_in_index)
+    else:
+        nearest = _vector_candidates(rt, vector, pool, index, allowed)
+        cold_found = cold_query.finish()
     labels = set(nearest.labels.tolist())
     key_scores = key_scores_of(rt, vector, stamp, keys)
     labels.update(_best(key_scores, pool))
@@ -111,7 +116,6 @@ def candidate_pool(
     # the query (a usable key): otherwise one question's words would pull its chunk
     # into every query that shares a word with it.
     learned = [label for label in found.learned if label in key_scores]
-    cold_found = cold_candidates()
     labels.update(cold_found.labels.tolist())
     labels -= exclude
     if allowed is not None:

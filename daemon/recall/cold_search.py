@@ -13,9 +13,10 @@ follows, and a one-shot command reads the saved index): chunks cold in the datab
 the index does not hold apart are searched exactly beside it (the pending ones), and those
 it holds apart that are not cold are dropped from its answer.
 
-The cold search runs in the caller's thread, after the live one: both are short, and
-neither holds the GIL for long (store/index_labels.py `OVERFETCH` says how each keeps to
-its tier without calling back into Python). Which chunks are cold never depends on the
+The cold search runs in the caller's thread. Recall asks the index for both tiers in one
+search of the graph (`start`, then `HnswIndex.knn_tiers`), which either tier alone would
+widen as far (store/index_labels.py `OVERFETCH` says how each keeps to its tier without
+calling back into Python). Which chunks are cold never depends on the
 index: only which cold candidates a query finds, and ranking then scores every candidate
 by its exact cosine.
 """
@@ -32,13 +33,14 @@ import numpy.typing as npt
 from dreamcycle.daemon.memo import StampedCache
 from dreamcycle.daemon.runtime import Runtime
 from dreamcycle.pulses.ranking import Measured, best_labels
-from dreamcycle.pulses.vectors import Vector
+from dreamcycle.pulses.vectors import Labels, Vector
 from dreamcycle.store import read_paths, tiers
 from dreamcycle.store.database import tier_stamp
 from dreamcycle.store.index import HnswIndex
+from dreamcycle.store.index_input import Distances
 from dreamcycle.store.read_paths import StoredVectors
 
-__all__ = ["EXACT_CACHE", "ColdSearch"]
+__all__ = ["EXACT_CACHE", "ColdQuery", "ColdSearch"]
 
 #: The cache's entry for the whole cold tier's embeddings (ColdSearch.cold_vectors).
 EXACT_CACHE = "cold"
@@ -56,6 +58,23 @@ class _Remainder:
     pending_vectors: npt.NDArray[np.float32]
     #: How many of the index's cold labels the tier no longer holds.
     stale: int
+
+
+@dataclass(frozen=True)
+class ColdQuery:
+    """One query's search of the cold tier, its database reads done: `answered` already
+    (an exact search), or to finish with the index's `width` nearest cold labels."""
+
+    answered: Measured | None
+    width: int = 0
+    merge: Callable[[tuple[Labels, Distances] | None], Measured] | None = None
+
+    def finish(self, found: tuple[Labels, Distances] | None = None) -> Measured:
+        """The answer, from the index's `found` (None: searched now)."""
+        if self.answered is not None:
+            return self.answered
+        assert self.merge is not None, "a query not answered has a merge"
+        return self.merge(found)
 
 
 class ColdSearch:
@@ -116,30 +135,32 @@ class ColdSearch:
         what it returns searches the index and gives the answer, with the cosines the index
         measured (none from an exact search: ranking computes those from the stored
         embeddings)."""
+        query = self.start(rt, stamp, cold, vector, n, index)
+        return lambda: query.finish()
+
+    def start(
+        self,
+        rt: Runtime,
+        stamp: str,
+        cold: frozenset[int],
+        vector: Vector,
+        n: int,
+        index: HnswIndex | None,
+    ) -> ColdQuery:
+        """`begin`, as a query whose search of the index's cold labels the caller may make
+        itself (`ColdQuery.width`), with its search of the live tier (`HnswIndex.knn_tiers`)."""
         small = len(cold) < self.graph_from or self.graph_from == 0
         if not cold or n <= 0:
             self._quick = True
-            return _answered(Measured.unmeasured([]))
+            return ColdQuery(Measured.unmeasured([]))
         if small or index is None or index.index_version != rt.embedder.index_version:
             self._quick = small
-            return _answered(Measured.unmeasured(self._exact(rt, stamp, vector, n)))
+            return ColdQuery(Measured.unmeasured(self._exact(rt, stamp, vector, n)))
         remainder = self._remainder_of(rt, stamp, cold, index)
         self._quick = True
-        search = functools.partial(_nearest_cold, index, vector, n + remainder.stale, cold)
-
-        def merged() -> Measured:
-            labels, cosines = search()
-            if len(remainder.pending_labels):
-                labels = np.concatenate([labels, remainder.pending_labels])
-                cosines = np.concatenate([cosines, remainder.pending_vectors @ vector])
-            best = best_labels(labels, cosines, n)
-            cosine_of = dict(zip(labels.tolist(), cosines.tolist(), strict=True))
-            return Measured(
-                np.array(best, dtype=np.int64),
-                np.array([cosine_of[label] for label in best], dtype=np.float64),
-            )
-
-        return merged
+        return ColdQuery(
+            None, n + remainder.stale, functools.partial(_merged, index, vector, n, cold, remainder)
+        )
 
     def cold_vectors(
         self, rt: Runtime, stamp: str
@@ -186,16 +207,27 @@ class ColdSearch:
         return remainder
 
 
-def _nearest_cold(
-    index: HnswIndex, vector: Vector, n: int, cold: frozenset[int]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-    """Up to `n` of the index's cold labels nearest to `vector` that are in `cold`, with
-    their cosines (ties in the index's order: the caller orders them)."""
-    labels, distances = index.knn_many(vector[None, :], n, cold=True)
-    row, cosines = labels[0], 1.0 - distances[0].astype(np.float64)
+def _merged(
+    index: HnswIndex,
+    vector: Vector,
+    n: int,
+    cold: frozenset[int],
+    remainder: _Remainder,
+    found: tuple[Labels, Distances] | None,
+) -> Measured:
+    """The `n` nearest of the index's cold labels that are cold in `cold` (`found`, or
+    searched now) and of the chunks it has not caught up with, with their cosines."""
+    if found is None:
+        found = index.knn_many(vector[None, :], n + remainder.stale, cold=True)
+    row, cosines = found[0][0], 1.0 - found[1][0].astype(np.float64)
     keep = np.fromiter((int(label) in cold for label in row), dtype=np.bool_, count=len(row))
-    return row[keep], cosines[keep]
-
-
-def _answered(found: Measured) -> Callable[[], Measured]:
-    return lambda: found
+    labels, cosines = row[keep], cosines[keep]
+    if len(remainder.pending_labels):
+        labels = np.concatenate([labels, remainder.pending_labels])
+        cosines = np.concatenate([cosines, remainder.pending_vectors @ vector])
+    best = best_labels(labels, cosines, n)
+    cosine_of = dict(zip(labels.tolist(), cosines.tolist(), strict=True))
+    return Measured(
+        np.array(best, dtype=np.int64),
+        np.array([cosine_of[label] for label in best], dtype=np.float64),
+    )
