@@ -68,8 +68,9 @@ def test_sigterm_during_admission_stops_within_seconds_and_loses_nothing(tmp_pat
 
 
 #: Pulses queued for the propagation phase: wide ones (every chunk within a few hops), so
-#: applying them all takes seconds.
-PULSES = 600
+#: applying them all takes seconds. Once a batch's first hops were asked at once, 600 were
+#: all applied before the signal came on a fast machine.
+PULSES = 3000
 PROPAGATION_CHUNKS = 80
 #: No decay and no sweep: salience is a function of the pulses applied and their order.
 QUIET = {"DREAMCYCLE_DOWNSCALE_ENABLED": "false", "DREAMCYCLE_SWEEP_ENABLED": "false"}
