@@ -23,8 +23,9 @@ MAX_MASKED_LABEL: Final = 1 << 26
 #: While some chunks are cold, a search of one tier asks hnswlib for this many times the
 #: neighbours that tier's share of the graph calls for, unfiltered, and keeps that tier's:
 #: hnswlib's own filter calls back into Python, under the GIL, for every element it
-#: visits, so any Python thread beside it (a cycle) held every search up, to tens of
-#: milliseconds. A row left short is asked again through the filter.
+#: visits, so any Python thread beside it (a cycle) held every search up
+#: (scripts/bench_recall.py, raw k-NN with cycles running). A row left short is asked
+#: again through the filter.
 OVERFETCH: Final = 1.5
 #: ... plus this many, for the small widths propagation asks for.
 OVERFETCH_SLACK: Final = 8

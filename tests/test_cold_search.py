@@ -119,7 +119,7 @@ def test_the_tier_is_searched_exactly_when_small_or_without_a_usable_index(
         index = HnswIndex.create(rt.config.index_path, rt.embedder.dim, "another-model/384")
     search = ColdSearch(graph_from=graph_from)
     query = _queries(rt, 1)[0]
-    found = search.begin(rt, rt.db.change_stamp(), _cold(rt), query, POOL, index)()
+    found = search.start(rt, rt.db.change_stamp(), _cold(rt), query, POOL, index).finish()
     assert found.labels.tolist() == _exact(rt, query)
     assert len(found.cosines) == 0  # exact: ranking computes the cosines itself
     assert search.cache.entries  # the tier's embeddings, read whole
@@ -149,10 +149,10 @@ def test_chunks_the_index_has_not_caught_up_with_are_found_and_those_that_left_a
     # Once the index follows, nothing is left to search beside it.
     index.set_cold(np.array([went_cold]))
     index.restore(np.array([left]), _vector_of(rt, left)[None, :])
-    found = search.begin(
+    found = search.start(
         rt, rt.db.change_stamp(), _cold(rt), _vector_of(rt, went_cold), POOL, index
     )
-    assert found().labels.tolist()[0] == went_cold
+    assert found.finish().labels.tolist()[0] == went_cold
     assert search._remainder is not None and len(search._remainder.pending_labels) == 0
 
 
@@ -162,7 +162,7 @@ def test_an_index_search_gives_the_cosines_it_measured(rt: Runtime) -> None:
     labels, vectors = tiers.cold_vectors(rt.db, rt.embedder.index_version, rt.embedder.dim)
     exact = dict(zip(labels.tolist(), (vectors @ query).tolist(), strict=True))
     stamp = rt.db.change_stamp()
-    found = ColdSearch(graph_from=COLD).begin(rt, stamp, _cold(rt), query, POOL, index)()
+    found = ColdSearch(graph_from=COLD).start(rt, stamp, _cold(rt), query, POOL, index).finish()
     assert found.labels.tolist() == _exact(rt, query)
     assert found.cosines.tolist() == pytest.approx(
         [exact[label] for label in found.labels.tolist()], abs=1e-6

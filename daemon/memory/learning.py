@@ -292,9 +292,9 @@ def _vector_list(peer: Peer, query: npt.NDArray[np.float32], pool: int, stamp: s
     rt = peer.runtime
     cold_search = recall_state(rt).cold_search
     cold = tier_sets_at(rt, stamp).cold
-    found = cold_search.begin(rt, stamp, cold, query, pool, peer.index)()
-    if len(found.cosines) and len(found.cosines) == len(found.labels):
-        # Through the index's cold labels, which measured each cosine.
+    if cold_search.through_index(rt, cold, peer.index):
+        # The index's search measured each cosine.
+        found = cold_search.start(rt, stamp, cold, query, pool, peer.index).finish()
         for label, cosine in zip(found.labels.tolist(), found.cosines.tolist(), strict=True):
             similarity[int(label)] = cosine
     else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,24 +120,8 @@ class ColdSearch:
     ) -> list[int]:
         """Up to `n` cold chunks nearest to `vector`, best first; `cold` is the cold tier
         at the database state `stamp`, `index` the live index (None: none usable)."""
-        found: list[int] = self.begin(rt, stamp, cold, vector, n, index)().labels.tolist()
+        found: list[int] = self.start(rt, stamp, cold, vector, n, index).finish().labels.tolist()
         return found
-
-    def begin(
-        self,
-        rt: Runtime,
-        stamp: str,
-        cold: frozenset[int],
-        vector: Vector,
-        n: int,
-        index: HnswIndex | None,
-    ) -> Callable[[], Measured]:
-        """`candidates`, started: what reads the database runs now, in the caller's snapshot;
-        what it returns searches the index and gives the answer, with the cosines the index
-        measured (none from an exact search: ranking computes those from the stored
-        embeddings)."""
-        query = self.start(rt, stamp, cold, vector, n, index)
-        return lambda: query.finish()
 
     def start(
         self,
@@ -147,20 +132,34 @@ class ColdSearch:
         n: int,
         index: HnswIndex | None,
     ) -> ColdQuery:
-        """`begin`, as a query whose search of the index's cold labels the caller may make
-        itself (`ColdQuery.width`), with its search of the live tier (`HnswIndex.knn_tiers`)."""
-        small = len(cold) < self.graph_from or self.graph_from == 0
+        """`candidates`, started: what reads the database runs now, in the caller's snapshot.
+        The query it returns finishes with the cosines the index measured (none from an
+        exact search: ranking computes those from the stored embeddings); its search of the
+        index's cold labels the caller may make itself (`ColdQuery.width`), with its search
+        of the live tier (`HnswIndex.knn_tiers`)."""
         if not cold or n <= 0:
             self._quick = True
             return ColdQuery(Measured.unmeasured([]))
-        if small or index is None or index.index_version != rt.embedder.index_version:
-            self._quick = small
+        if not self.through_index(rt, cold, index):
+            self._quick = self._small(cold)
             return ColdQuery(Measured.unmeasured(self._exact(rt, stamp, vector, n)))
+        assert index is not None, "through_index needs one"
         remainder = self._remainder_of(rt, stamp, cold, index)
         self._quick = True
         return ColdQuery(
             None, n + remainder.stale, functools.partial(_merged, index, vector, n, cold, remainder)
         )
+
+    def through_index(self, rt: Runtime, cold: AbstractSet[int], index: HnswIndex | None) -> bool:
+        """Whether a search of the tier `cold` goes through `index` rather than exactly."""
+        return (
+            not self._small(cold)
+            and index is not None
+            and index.index_version == rt.embedder.index_version
+        )
+
+    def _small(self, cold: AbstractSet[int]) -> bool:
+        return self.graph_from == 0 or len(cold) < self.graph_from
 
     def cold_vectors(
         self, rt: Runtime, stamp: str
